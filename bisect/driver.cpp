@@ -1,0 +1,302 @@
+// The bisect driver: window checks, layer/head/op narrowing through the search engine with
+// replay probes as the oracle, fix checks (fixing set, stabilized softmax), verdict, probe log.
+#include "bisect/driver.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "common/hash.h"
+#include "replay/progress.h"
+
+namespace rwd::bisect {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int ceil_log2(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
+
+// Rough probe count of a narrowing, for the progress estimate: checks, one ddmin descent per
+// level (two probes per halving), verification and the fix checks.
+int narrowing_estimate(const SearchSpace& sp) {
+  return 3 + 2 * (ceil_log2(static_cast<int>(sp.top_level().size())) + ceil_log2(sp.n_head) +
+                  ceil_log2(static_cast<int>(sp.ops.size()))) + 3;
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+// "L1: H{0,2}" -> the plan spec that puts the stabilized softmax into exactly these heads.
+std::string stable_spec(const std::map<int, std::set<int>>& heads) {
+  std::vector<std::string> parts;
+  for (const auto& [layer, hs] : heads) {
+    std::vector<std::string> h;
+    for (int x : hs) h.push_back(std::to_string(x));
+    parts.push_back("L" + std::to_string(layer) + ".H{" + join(h, ",") + "}.softmax=stable(beta=2)");
+  }
+  return join(parts, ";");
+}
+
+// Names of the layers, heads and ops of a set of leaves, for the verdict.
+struct Located {
+  std::vector<std::string> layers, heads, ops;
+};
+Located locate(const std::vector<Element>& set) {
+  std::set<int> layers;
+  std::set<std::pair<int, int>> heads;
+  std::set<std::string> ops;
+  for (const auto& e : set) {
+    if (e.layer >= 0) layers.insert(e.layer);
+    if (e.head >= 0) heads.insert({e.layer, e.head});
+    ops.insert(e.op);
+  }
+  Located l;
+  for (int x : layers) l.layers.push_back("L" + std::to_string(x));
+  for (const auto& [a, b] : heads) l.heads.push_back("L" + std::to_string(a) + ".H" + std::to_string(b));
+  l.ops.assign(ops.begin(), ops.end());
+  return l;
+}
+
+void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, int64_t to) {
+  BisectReport& rep = ctx.report;
+  const replay::Config& c = ctx.run.config;
+  rep.narrowed = true;
+  rep.from = from;
+  rep.to = to;
+  rep.recorded_plan = ctx.run.plan.at(from, c.n_layer, c.n_head).canonical();
+  const SearchSpace space = space_for(c);
+  ctx.estimate += narrowing_estimate(space);
+
+  SearchOptions so;
+  so.max_batch = o.pool.jobs;
+  so.before_batch = [&](const std::string& phase) { ctx.phase = phase; };
+  Oracle oracle = [&](const std::vector<Candidate>& cands) {
+    std::vector<ProbeSpec> batch;
+    for (const auto& cand : cands) {
+      ProbeSpec p = ctx.make(from, to, "window");
+      p.candidate = cand;
+      batch.push_back(p);
+    }
+    std::vector<bool> verdicts;
+    for (const auto& out : ctx.probe(batch)) verdicts.push_back(out.fails);
+    return verdicts;
+  };
+  rep.search = search(space, oracle, so);
+  const Status st = rep.search.status;
+  if (st != Status::kLocalized && st != Status::kSeparateFix && st != Status::kNoFixInSpace) return;
+
+  // Fix checks: the fixing set promoted (already probed by the engine: a cache hit), and the
+  // stabilized softmax in the guilty heads and everywhere (one batch).
+  ctx.phase = "fix";
+  std::vector<FixCheck> checks;
+  if (!rep.search.fixing_set.empty())
+    checks.push_back({"promote the fixing set " + to_string(rep.search.fixing_set) + " to FP32", "", false, -1});
+  std::map<int, std::set<int>> guilty;
+  for (const auto* set : {&rep.search.failing_set, &rep.search.fixing_set})
+    for (const auto& e : *set)
+      if (e.head >= 0) guilty[e.layer].insert(e.head);
+  if (!guilty.empty())
+    checks.push_back({"stabilized softmax (beta=2) in the guilty heads", stable_spec(guilty), false, -1});
+  checks.push_back({"stabilized softmax (beta=2) in every head", "L*.H*.softmax=stable(beta=2)", false, -1});
+  std::vector<ProbeSpec> batch;
+  for (const auto& ch : checks) {
+    ProbeSpec p = ctx.make(from, to, "fix");
+    if (ch.spec.empty()) p.candidate = Candidate{Mode::kPromote, rep.search.fixing_set};
+    else p.spec = ch.spec;
+    batch.push_back(p);
+  }
+  const int first = static_cast<int>(rep.probes.size());
+  std::vector<ProbeOutcome> outs = ctx.probe(batch);
+  for (size_t i = 0; i < checks.size(); ++i) {
+    checks[i].fixes = !outs[i].fails;
+    checks[i].probe = first + static_cast<int>(i);
+  }
+  rep.fixes = checks;
+}
+
+std::string verdict_text(const BisectReport& rep) {
+  std::string v;
+  char buf[256];
+  if (rep.time) {
+    const TimeSearch& t = *rep.time;
+    std::snprintf(buf, sizeof buf, "time: failure at step %lld (%s); %zu checkpoint(s) before it; %zu time probe(s)\n",
+                  static_cast<long long>(t.fail_step), t.fail_step_given ? "--until" : "first recorded failing step",
+                  t.checkpoints.size(), t.probes.size());
+    v += buf;
+    v += "time: " + t.message + "\n";
+  }
+  if (rep.narrowed) {
+    const SearchResult& r = rep.search;
+    std::snprintf(buf, sizeof buf, "window %lld:%lld, predicate '%s'\n", static_cast<long long>(rep.from),
+                  static_cast<long long>(rep.to), rep.predicate.c_str());
+    v += buf;
+    v += std::string("verdict: ") + status_name(r.status) + " — " + r.summary.substr(r.summary.find(':') + 2) + "\n";
+    if (!r.failing_set.empty()) {
+      Located l = locate(r.failing_set);
+      v += "  failing set (kept low, everything else FP32, still fails): " + to_string(r.failing_set) + "\n";
+      v += "  layers: " + join(l.layers, " ") + "   heads: " + (l.heads.empty() ? "-" : join(l.heads, " ")) +
+           "   ops: " + join(l.ops, " ") + "\n";
+    }
+    if (!r.fixing_set.empty())
+      v += "  fixing set (promoted to FP32, the rest as recorded, passes): " + to_string(r.fixing_set) + "\n";
+    for (const auto& f : rep.fixes) v += "  fix check: " + f.name + ": " + (f.fixes ? "FIXES the window" : "does not fix") + "\n";
+  }
+  std::snprintf(buf, sizeof buf, "probes: %zu (%d run, %d cached; jobs %d), wall %.1f s\n", rep.probes.size(),
+                rep.executed, rep.cached, rep.jobs, rep.wall_s);
+  v += buf;
+  return v;
+}
+
+}  // namespace
+
+namespace detail {
+
+ProbeSpec Context::make(int64_t from, int64_t to, const std::string& kind) const {
+  ProbeSpec p;
+  p.kind = kind;
+  p.run = run.run_id;
+  p.from = from;
+  p.to = to;
+  p.predicate = pred.source();
+  p.job = job;
+  return p;
+}
+
+std::vector<ProbeOutcome> Context::probe(const std::vector<ProbeSpec>& batch) {
+  std::vector<ProbeOutcome> outs = pool.run(batch);
+  nlohmann::json log = nlohmann::json::array();
+  if (auto old = store.get_kv(run.run_id, "bisect/log/" + job)) log = nlohmann::json::parse(*old);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    ProbeEntry e{static_cast<int>(report.probes.size()), phase, batch[i], outs[i]};
+    report.probes.push_back(e);
+    log.push_back({{"index", e.index}, {"phase", phase}, {"kind", batch[i].kind}, {"label", batch[i].label()},
+                   {"window", std::to_string(batch[i].from) + ":" + std::to_string(batch[i].to)},
+                   {"key", outs[i].key}, {"verdict", outs[i].fails ? "fail" : "pass"},
+                   {"cached", outs[i].cached}, {"wall_s", outs[i].wall_s}});
+  }
+  store.put_kv(run.run_id, "bisect/log/" + job, log.dump());
+  if (progress && !batch.empty()) {
+    const int done = static_cast<int>(report.probes.size());
+    estimate = std::max(estimate, done + 1);
+    replay::Progress line("bisect probe", estimate, 0.0);
+    const double el = now_s() - t0;
+    const double eta = done > 0 ? el / done * (estimate - done) : 0.0;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, " | elapsed %.1fs, estimate %.0fs more | ", el, eta);
+    line.update(done, phase + " " + batch.back().label() + " -> " + (outs.back().fails ? "fail" : "pass") + buf);
+  }
+  return outs;
+}
+
+}  // namespace detail
+
+BisectReport run_bisect(const BisectOptions& o) {
+  const double t0 = now_s();
+  if (o.fail.empty()) throw UsageError("bisect: --fail EXPR is required");
+  if (!o.window && !o.find_window) throw UsageError("bisect: give --window A:B or --find-window");
+  if (o.window && o.find_window) throw UsageError("bisect: --window and --find-window are exclusive");
+  if (!o.find_window && (o.until || o.window_only))
+    throw UsageError("bisect: --until and --window-only need --find-window");
+  store::Store st = store::Store::open(o.store_path, store::Mode::kReadWrite);
+  BisectReport rep;
+  replay::RunSpec run = replay::RunSpec::load(st, o.run);
+  Predicate pred = Predicate::parse(o.fail);
+  pred.validate(series_keys(run.config));
+  const std::string job_text = "run " + std::to_string(run.run_id) + " " +
+                               (o.window ? "window " + std::to_string(o.window->first) + ":" +
+                                               std::to_string(o.window->second)
+                                         : "find-window until " + (o.until ? std::to_string(*o.until) : std::string("auto")) +
+                                               " fix " + o.fix) +
+                               " fail " + pred.text();
+  detail::Context ctx{st, run, pred, ProbePool(st, run, pred, o.pool), rep, hex64(fnv1a64(job_text)).substr(0, 12),
+                      o.progress, 0, t0, ""};
+  rep.run = run.run_id;
+  rep.store_path = st.path();
+  rep.predicate = pred.source();
+  rep.n_layer = run.config.n_layer;
+  rep.n_head = run.config.n_head;
+  rep.jobs = o.pool.jobs;
+  rep.gpus = o.pool.gpus;
+  st.put_kv(run.run_id, "bisect/log/" + ctx.job, "[]");
+  st.put_kv(run.run_id, "bisect/job/" + ctx.job, job_text);
+
+  auto range = st.step_range(run.run_id);
+  if (!range) throw Error(ExitCode::kData, "run " + std::to_string(run.run_id) + " has no recorded steps");
+  std::optional<std::pair<int64_t, int64_t>> window = o.window;
+  if (o.find_window) {
+    if (detail::find_window(ctx, o) && !o.window_only) window = {{rep.time->c_star, rep.time->fail_step}};
+  } else {
+    auto [a, b] = *o.window;
+    if (a > b) throw UsageError("bisect: empty window " + std::to_string(a) + ":" + std::to_string(b));
+    if (a < range->first || b > range->second)
+      throw UsageError("bisect: window " + std::to_string(a) + ":" + std::to_string(b) +
+                       " is outside the recording (steps " + std::to_string(range->first) + ".." +
+                       std::to_string(range->second) + ")");
+    if (!st.nearest_checkpoint(run.run_id, a))
+      throw Error(ExitCode::kData, "missing checkpoint: no checkpoint at or before step " + std::to_string(a));
+  }
+  if (window) {
+    rep.recorded_from = window->first;
+    for (const auto& s : st.steps(run.run_id, window->first, window->second)) rep.recorded_loss.push_back(s.loss());
+    narrow_window(ctx, o, window->first, window->second);
+  }
+  rep.executed = ctx.pool.executed();
+  rep.cached = ctx.pool.cached();
+  rep.wall_s = now_s() - t0;
+  if (rep.narrowed) {
+    const Status s = rep.search.status;
+    rep.exit_code = (s == Status::kLocalized || s == Status::kSeparateFix || s == Status::kNoFixInSpace) ? 4 : 0;
+  } else {
+    rep.exit_code = rep.time && rep.time->status == TimeSearch::Status::kWindow ? 4 : 0;
+  }
+  rep.verdict = verdict_text(rep);
+  st.put_kv(run.run_id, "bisect/verdict/" + ctx.job, rep.verdict);
+  return rep;
+}
+
+std::string bisect_log(store::Store& s, int64_t run_id) {
+  replay::RunSpec run = replay::RunSpec::load(s, run_id);
+  std::string out;
+  char buf[512];
+  for (const auto& k : s.kv_keys(run.run_id, "bisect/log/")) {
+    const std::string job = k.substr(std::string("bisect/log/").size());
+    out += "# bisect job " + job + ": " + s.get_kv(run.run_id, "bisect/job/" + job).value_or("?") + "\n";
+    auto log = nlohmann::json::parse(s.get_kv(run.run_id, k).value_or("[]"));
+    for (const auto& e : log) {
+      std::snprintf(buf, sizeof buf, "probe %3d  %-16s %-4s  %-10s %-7s %7.2fs %s  %s\n", e.value("index", 0),
+                    e.value("phase", "").c_str(), e.value("verdict", "").c_str(), e.value("window", "").c_str(),
+                    e.value("kind", "").c_str(), e.value("wall_s", 0.0), e.value("cached", false) ? "cached" : "run   ",
+                    e.value("label", "").c_str());
+      out += buf;
+    }
+    if (auto v = s.get_kv(run.run_id, "bisect/verdict/" + job)) {
+      size_t start = 0;
+      while (start < v->size()) {
+        size_t nl = v->find('\n', start);
+        if (nl == std::string::npos) nl = v->size();
+        out += "# " + v->substr(start, nl - start) + "\n";
+        start = nl + 1;
+      }
+    } else {
+      out += "# (no verdict: the bisect did not finish)\n";
+    }
+  }
+  if (out.empty()) out = "no bisect probes recorded for run " + std::to_string(run.run_id) + "\n";
+  return out;
+}
+
+}  // namespace rwd::bisect

@@ -1,0 +1,120 @@
+// `rewind bisect` as a library: time bisection over checkpoints (find the causal window), then
+// layer/head/op narrowing of a window with the search engine, fix checks, and the report data.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bisect/probe.h"
+#include "bisect/probe_pool.h"
+#include "bisect/search.h"
+
+namespace rwd::bisect {
+
+struct BisectOptions {
+  std::string store_path;
+  int64_t run = 0;                             // 0 = the last run
+  std::optional<std::pair<int64_t, int64_t>> window;  // --window A:B
+  std::string fail;                            // failure predicate text
+  PoolOptions pool;                            // --jobs, --gpus, --fresh
+  bool find_window = false;                    // --find-window
+  std::optional<int64_t> until;                // --until F
+  bool window_only = false;                    // --window-only
+  std::string fix = "all=fp32";                // --fix PLAN of the time probes
+  bool progress = true;                        // progress line on stderr
+};
+
+// One probe as the report sees it: what was asked, in which phase, and the answer.
+struct ProbeEntry {
+  int index = 0;
+  std::string phase;  // "time", "check", "failing/layers", ..., "fix"
+  ProbeSpec spec;
+  ProbeOutcome outcome;
+};
+
+// Time bisection over checkpoints (issue 9).
+struct TimeSearch {
+  enum class Status {
+    kWindow,        // c* found: the causal window is [c*, F]
+    kBakedIn,       // the fix replay from the earliest checkpoint still fails
+    kNotPrecision,  // ... and that checkpoint is the first step of the run
+    kNoFailure,     // the recorded run never fails the predicate (no --until given)
+  };
+  Status status = Status::kWindow;
+  int64_t fail_step = 0;              // F
+  bool fail_step_given = false;       // --until, else the first recorded failing step
+  std::vector<int64_t> checkpoints;   // candidates: checkpoints < F
+  int64_t c_star = 0;
+  std::vector<int> probes;            // indices into BisectReport::probes
+  std::string message;
+  std::vector<double> recorded_loss;  // recorded losses of steps [recorded_from, F]
+  int64_t recorded_from = 0;
+};
+
+// A fix option checked on the window (promotion of the fixing set, stabilized softmax).
+struct FixCheck {
+  std::string name;
+  std::string spec;
+  bool fixes = false;
+  int probe = -1;  // index into BisectReport::probes
+};
+
+struct BisectReport {
+  int64_t run = 0;
+  std::string store_path;
+  std::string predicate;
+  std::string recorded_plan;          // canonical plan at the window start
+  int n_layer = 0, n_head = 0;
+  std::optional<TimeSearch> time;
+  bool narrowed = false;              // the layer/head/op search ran
+  int64_t from = 0, to = 0;           // the window narrowed (valid when narrowed)
+  SearchResult search;
+  std::vector<FixCheck> fixes;
+  std::vector<ProbeEntry> probes;     // every probe, in the order they were asked
+  std::vector<double> recorded_loss;  // over the window (or over [c0, F] for a time search)
+  int64_t recorded_from = 0;
+  int executed = 0, cached = 0, jobs = 1;
+  std::vector<std::string> gpus;
+  double wall_s = 0;
+  std::string verdict;                // human text, several lines
+  int exit_code = 0;
+};
+
+// Runs the whole bisect. Throws UsageError / Error(kData) for bad options or data.
+BisectReport run_bisect(const BisectOptions& o);
+
+// The text of `rewind bisect log`: every probe of every bisect job in the store, in order.
+std::string bisect_log(store::Store& s, int64_t run);
+
+namespace detail {
+
+// Shared by the narrowing and the time search: the store, run, predicate, pool and report.
+struct Context {
+  store::Store& store;
+  replay::RunSpec run;
+  Predicate pred;
+  ProbePool pool;
+  BisectReport& report;
+  std::string job;
+  bool progress = true;
+  int estimate = 0;
+  double t0 = 0;
+  std::string phase;
+
+  // Runs a batch in the current phase; appends to the report and the job's log.
+  std::vector<ProbeOutcome> probe(const std::vector<ProbeSpec>& batch);
+  ProbeSpec make(int64_t from, int64_t to, const std::string& kind) const;
+};
+
+// Issue 9: fills report.time; returns true when a window [c*, F] was found.
+bool find_window(Context& ctx, const BisectOptions& o);
+
+// Recorded per-step series of steps [from, to] (losses, lr, grad norm, monitors).
+Series recorded_series(store::Store& s, int64_t run, int64_t from, int64_t to);
+
+}  // namespace detail
+
+}  // namespace rwd::bisect

@@ -1,0 +1,240 @@
+// Bisect probes: candidate parsing, per-step probe plans, cache keys, in-process execution and
+// the JSON form kept in the store's probes table.
+#include "bisect/probe.h"
+
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "common/hash.h"
+#include "replay/replayer.h"
+
+namespace rwd::bisect {
+
+namespace {
+
+constexpr const char* kMonitorNames[] = {"wq_sn", "max_logit", "repmax_rate", "pbar_one"};
+
+int parse_index(const std::string& text, size_t& pos, const std::string& whole) {
+  size_t start = pos;
+  while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos;
+  if (pos == start) throw UsageError("bisect: bad element '" + whole + "': expected a number");
+  return std::stoi(text.substr(start, pos - start));
+}
+
+nlohmann::json curve(const std::vector<double>& v) {
+  nlohmann::json a = nlohmann::json::array();
+  for (double x : v) a.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
+  return a;
+}
+
+std::vector<double> uncurve(const nlohmann::json& a) {
+  std::vector<double> v;
+  for (const auto& x : a)
+    v.push_back(x.is_null() ? std::numeric_limits<double>::quiet_NaN() : x.get<double>());
+  return v;
+}
+
+// The steps where the probe's plan may change: `from` and every schedule change inside.
+std::vector<int64_t> plan_points(const ProbeSpec& p, const replay::RunSpec& run) {
+  std::vector<int64_t> pts = {p.from};
+  for (const auto& ch : run.plan.changes)
+    if (ch.first > p.from && ch.first <= p.to) pts.push_back(ch.first);
+  return pts;
+}
+
+}  // namespace
+
+std::string ProbeSpec::label() const {
+  return candidate ? to_string(*candidate) : spec;
+}
+
+std::string ProbeSpec::to_json() const {
+  nlohmann::ordered_json j;
+  j["kind"] = kind;
+  j["run"] = run;
+  j["from"] = from;
+  j["to"] = to;
+  if (candidate) j["candidate"] = to_string(*candidate);
+  j["spec"] = spec;
+  j["predicate"] = predicate;
+  j["job"] = job;
+  return j.dump();
+}
+
+ProbeSpec ProbeSpec::from_json(const std::string& text) {
+  try {
+    auto j = nlohmann::json::parse(text);
+    ProbeSpec p;
+    p.kind = j.at("kind").get<std::string>();
+    p.run = j.at("run").get<int64_t>();
+    p.from = j.at("from").get<int64_t>();
+    p.to = j.at("to").get<int64_t>();
+    if (j.contains("candidate")) p.candidate = parse_candidate(j["candidate"].get<std::string>());
+    p.spec = j.value("spec", "");
+    p.predicate = j.at("predicate").get<std::string>();
+    p.job = j.value("job", "");
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(std::string("bisect: bad probe description: ") + e.what());
+  }
+}
+
+Element parse_element(const std::string& t) {
+  if (t == "head") return {-1, -1, "head"};
+  size_t pos = 0;
+  if (t.empty() || t[0] != 'L') throw UsageError("bisect: bad element '" + t + "'");
+  ++pos;
+  Element e;
+  e.layer = parse_index(t, pos, t);
+  if (pos == t.size()) throw UsageError("bisect: bad element '" + t + "'");
+  if (t[pos] != '.') throw UsageError("bisect: bad element '" + t + "'");
+  ++pos;
+  if (pos < t.size() && t[pos] == 'H') {
+    ++pos;
+    e.head = parse_index(t, pos, t);
+    if (pos == t.size()) {
+      e.op = "attn";
+      return e;
+    }
+    if (t[pos] != '.') throw UsageError("bisect: bad element '" + t + "'");
+    ++pos;
+  }
+  e.op = t.substr(pos);
+  if (e.op.empty()) throw UsageError("bisect: bad element '" + t + "'");
+  return e;
+}
+
+Candidate parse_candidate(const std::string& text) {
+  Candidate c;
+  size_t brace = text.find('{');
+  if (brace == std::string::npos || text.back() != '}')
+    throw UsageError("bisect: bad candidate '" + text + "'");
+  const std::string mode = text.substr(0, brace);
+  if (mode == "low") c.mode = Mode::kKeepLow;
+  else if (mode == "fp32") c.mode = Mode::kPromote;
+  else throw UsageError("bisect: bad candidate mode '" + mode + "'");
+  std::string body = text.substr(brace + 1, text.size() - brace - 2);
+  size_t start = 0;
+  while (start < body.size()) {
+    size_t comma = body.find(',', start);
+    if (comma == std::string::npos) comma = body.size();
+    c.elements.push_back(parse_element(body.substr(start, comma - start)));
+    start = comma + 1;
+  }
+  return c;
+}
+
+SearchSpace space_for(const replay::Config& c) {
+  SearchSpace s;
+  s.n_layer = c.n_layer;
+  s.n_head = c.n_head;
+  return s;
+}
+
+plan::Plan probe_plan(const ProbeSpec& p, const replay::RunSpec& run, int64_t step) {
+  const replay::Config& c = run.config;
+  plan::Plan recorded = run.plan.at(step, c.n_layer, c.n_head);
+  if (p.candidate) return candidate_plan(*p.candidate, space_for(c), recorded);
+  return plan::apply(recorded, p.spec);
+}
+
+std::string probe_key(const ProbeSpec& p, const replay::RunSpec& run, const Predicate& pred) {
+  const replay::Config& c = run.config;
+  std::string recorded, probe;
+  for (int64_t s : plan_points(p, run)) {
+    recorded += "@" + std::to_string(s) + ":" + run.plan.at(s, c.n_layer, c.n_head).canonical() + "\n";
+    probe += "@" + std::to_string(s) + ":" + probe_plan(p, run, s).canonical() + "\n";
+  }
+  const std::string text = "rewind-probe-v1\nrun " + std::to_string(run.run_id) + "\nwindow " +
+                           std::to_string(p.from) + ":" + std::to_string(p.to) + "\nrecorded\n" +
+                           recorded + "probe " + hex64(fnv1a64(probe)) + "\npredicate " + pred.text();
+  return hex64(fnv1a64(text));
+}
+
+std::vector<std::string> series_keys(const replay::Config& c) {
+  std::vector<std::string> keys = {"loss", "grad_norm", "lr", "recorded_loss"};
+  for (int l = 0; l < c.n_layer; ++l)
+    for (int h = 0; h < c.n_head; ++h)
+      for (const char* m : kMonitorNames)
+        keys.push_back("L" + std::to_string(l) + ".H" + std::to_string(h) + "." + m);
+  return keys;
+}
+
+ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const replay::RunSpec& run,
+                           const Predicate& pred) {
+  auto t0 = std::chrono::steady_clock::now();
+  ProbeOutcome out;
+  out.key = probe_key(p, run, pred);
+  out.plan = probe_plan(p, run, p.from).canonical();
+  if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES"))
+    out.device = run.device + " (CUDA_VISIBLE_DEVICES=" + cvd + ")";
+  else
+    out.device = run.device;
+  replay::Restored st = replay::restore_before(s, run.run_id, p.from, "", false, {});
+  std::vector<replay::ReplayedStep> window;
+  for (int64_t step = p.from; step <= p.to; ++step) {
+    st.trainer->set_plan(probe_plan(p, run, step));
+    replay::ReplayedStep rs;
+    rs.replayed = st.trainer->train_step();
+    rs.recorded = s.get_step(run.run_id, step);
+    const bool finite = std::isfinite(rs.replayed.loss);
+    window.push_back(std::move(rs));
+    if (!finite) break;  // the predicate reads NaN/Inf as +inf: the rest cannot change it
+  }
+  Series series;
+  series.first_step = p.from;
+  series.values = replay::window_series(window);
+  out.fails = pred.eval(series);
+  out.loss = series.values["loss"];
+  out.grad_norm = series.values["grad_norm"];
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+store::ProbeRecord to_record(const ProbeSpec& p, const ProbeOutcome& o) {
+  store::ProbeRecord r;
+  r.key = o.key;
+  r.job = p.job;
+  r.plan = o.plan;
+  r.plan_hash = hex64(fnv1a64(o.plan));
+  r.window = std::to_string(p.from) + ":" + std::to_string(p.to);
+  r.verdict = o.fails ? "fail" : "pass";
+  nlohmann::ordered_json m;
+  m["format"] = "rewind-probe-v1";
+  m["kind"] = p.kind;
+  m["label"] = p.label();
+  m["from"] = p.from;
+  m["to"] = p.to;
+  m["predicate"] = p.predicate;
+  m["device"] = o.device;
+  m["loss"] = curve(o.loss);
+  m["grad_norm"] = curve(o.grad_norm);
+  r.metrics = m.dump();
+  r.wall_s = o.wall_s;
+  return r;
+}
+
+std::optional<ProbeOutcome> from_record(const store::ProbeRecord& r) {
+  try {
+    auto m = nlohmann::json::parse(r.metrics);
+    if (m.value("format", "") != "rewind-probe-v1") return std::nullopt;
+    ProbeOutcome o;
+    o.key = r.key;
+    o.fails = r.verdict == "fail";
+    o.loss = uncurve(m.at("loss"));
+    o.grad_norm = uncurve(m.at("grad_norm"));
+    o.wall_s = r.wall_s;
+    o.cached = true;
+    o.device = m.value("device", "cpu");
+    o.plan = r.plan;
+    return o;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace rwd::bisect

@@ -1,0 +1,82 @@
+// One bisect probe: a replay of a recorded window under a candidate or a fix plan, judged by the
+// failure predicate; its cache key, its stored form in the probes table, and its execution.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bisect/predicate.h"
+#include "bisect/space.h"
+#include "common/error.h"
+#include "replay/run_spec.h"
+#include "store/store.h"
+
+namespace rwd::bisect {
+
+// Errors of the bisect driver (a probe worker that failed, a cache entry that does not parse).
+class BisectError : public Error {
+ public:
+  BisectError(ExitCode code, const std::string& what) : Error(code, "bisect: " + what) {}
+};
+
+// What a probe runs in the window [from, to]. The plan of step s inside the window is
+//   candidate set: candidate_plan(candidate, space, recorded plan at s)
+//   otherwise:     plan::apply(recorded plan at s, spec)   (time probes, stable-softmax checks)
+// so a plan schedule recorded with --plan-from stays honoured inside the window.
+struct ProbeSpec {
+  std::string kind = "window";  // "window" (search), "time" (find-window), "fix" (fix checks)
+  int64_t run = 0;
+  int64_t from = 0, to = 0;
+  std::optional<Candidate> candidate;
+  std::string spec;
+  std::string predicate;  // source text of the failure predicate
+  std::string job;        // the bisect job that first asked for it
+
+  std::string label() const;  // "low{L1.attn}", "fp32{}", or the spec
+  std::string to_json() const;
+  static ProbeSpec from_json(const std::string& text);
+};
+
+// The verdict and the curves of one probe.
+struct ProbeOutcome {
+  std::string key;
+  bool fails = false;
+  std::vector<double> loss;       // steps from, from+1, ... (shorter when stopped at NaN/Inf)
+  std::vector<double> grad_norm;
+  double wall_s = 0;
+  bool cached = false;            // read from the store, not run by this invocation
+  std::string device = "cpu";     // "cpu" or "cpu (CUDA_VISIBLE_DEVICES=1)"
+  std::string plan;               // canonical plan at `from`
+};
+
+// "L1.H2.o", "L1.H2", "L1.attn", "L0.mlp", "head" -> Element; throws UsageError.
+Element parse_element(const std::string& text);
+// "low{...}" / "fp32{...}" as printed by to_string(Candidate); throws UsageError.
+Candidate parse_candidate(const std::string& text);
+
+// The search space of a recorded model: every op, module and the model head.
+SearchSpace space_for(const replay::Config& c);
+
+// The plan a probe runs at step s (see ProbeSpec).
+plan::Plan probe_plan(const ProbeSpec& p, const replay::RunSpec& run, int64_t step);
+
+// Cache key: hash of (run, window, recorded plan of the window, probe plan of the window,
+// normalized predicate). Plans are described at `from` and at every schedule change inside
+// the window, so equal keys mean identical replays judged identically.
+std::string probe_key(const ProbeSpec& p, const replay::RunSpec& run, const Predicate& pred);
+
+// Every series key a window of this run provides (to validate a predicate before probing).
+std::vector<std::string> series_keys(const replay::Config& c);
+
+// Runs the probe in this process (restore, replay the window, stop at a non-finite loss,
+// evaluate the predicate). The caller sets the thread count of the recording.
+ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const replay::RunSpec& run,
+                           const Predicate& pred);
+
+// The probes table row of an outcome, and back (nullopt: not a bisect probe or unreadable).
+store::ProbeRecord to_record(const ProbeSpec& p, const ProbeOutcome& o);
+std::optional<ProbeOutcome> from_record(const store::ProbeRecord& r);
+
+}  // namespace rwd::bisect

@@ -1,0 +1,175 @@
+// report.json and report.md of a bisect, and writing the report folder.
+#include "bisect/report.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace rwd::bisect {
+
+namespace {
+
+nlohmann::json curve(const std::vector<double>& v) {
+  nlohmann::json a = nlohmann::json::array();
+  for (double x : v) a.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
+  return a;
+}
+
+nlohmann::json elements(const std::vector<Element>& set) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& e : set) a.push_back(to_string(e));
+  return a;
+}
+
+const char* time_status(TimeSearch::Status s) {
+  switch (s) {
+    case TimeSearch::Status::kWindow: return "window";
+    case TimeSearch::Status::kBakedIn: return "baked-into-earliest-checkpoint";
+    case TimeSearch::Status::kNotPrecision: return "not-a-precision-failure";
+    case TimeSearch::Status::kNoFailure: return "not-reproducible";
+  }
+  return "unknown";
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw Error(ExitCode::kData, "bisect: cannot write '" + path + "'");
+  f << text;
+  if (!f) throw Error(ExitCode::kData, "bisect: write failed for '" + path + "'");
+}
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+}  // namespace
+
+std::string report_json(const BisectReport& r) {
+  nlohmann::ordered_json j;
+  j["format"] = "rewind-bisect-report-v1";
+  j["store"] = r.store_path;
+  j["run"] = r.run;
+  j["predicate"] = r.predicate;
+  j["model"] = {{"n_layer", r.n_layer}, {"n_head", r.n_head}};
+  j["exit_code"] = r.exit_code;
+  j["verdict_text"] = r.verdict;
+  if (r.time) {
+    const TimeSearch& t = *r.time;
+    nlohmann::ordered_json tj;
+    tj["status"] = time_status(t.status);
+    tj["fail_step"] = t.fail_step;
+    tj["fail_step_given"] = t.fail_step_given;
+    tj["checkpoints_before_failure"] = t.checkpoints;
+    tj["c_star"] = t.c_star;
+    tj["time_probes"] = t.probes.size();
+    tj["log2_checkpoints"] = t.checkpoints.empty() ? 0.0 : std::log2(static_cast<double>(t.checkpoints.size()));
+    tj["message"] = t.message;
+    tj["recorded_from"] = t.recorded_from;
+    tj["recorded_loss"] = curve(t.recorded_loss);
+    tj["probes"] = t.probes;
+    j["time"] = tj;
+  }
+  if (r.narrowed) {
+    const SearchResult& s = r.search;
+    nlohmann::ordered_json w;
+    w["window"] = {r.from, r.to};
+    w["recorded_plan"] = r.recorded_plan;
+    w["status"] = status_name(s.status);
+    w["summary"] = s.summary;
+    w["failing_set"] = elements(s.failing_set);
+    w["fixing_set"] = elements(s.fixing_set);
+    SearchSpace space;
+    space.n_layer = r.n_layer;
+    space.n_head = r.n_head;
+    w["naive_sweep"] = space.sweep_size();
+    w["engine_probes"] = s.probes.size();
+    w["batches"] = s.batches;
+    nlohmann::json phases = nlohmann::json::array();
+    for (const auto& p : s.phases) phases.push_back({{"phase", p.phase}, {"probes", p.probes}});
+    w["phases"] = phases;
+    nlohmann::json fixes = nlohmann::json::array();
+    for (const auto& f : r.fixes)
+      fixes.push_back({{"name", f.name}, {"spec", f.spec}, {"fixes", f.fixes}, {"probe", f.probe}});
+    w["fix_checks"] = fixes;
+    w["recorded_from"] = r.recorded_from;
+    w["recorded_loss"] = curve(r.recorded_loss);
+    j["narrowing"] = w;
+  }
+  nlohmann::ordered_json probes = nlohmann::ordered_json::array();
+  for (const auto& p : r.probes) {
+    nlohmann::ordered_json pj;
+    pj["index"] = p.index;
+    pj["phase"] = p.phase;
+    pj["kind"] = p.spec.kind;
+    pj["candidate"] = p.spec.label();
+    pj["window"] = {p.spec.from, p.spec.to};
+    pj["verdict"] = p.outcome.fails ? "fail" : "pass";
+    pj["cached"] = p.outcome.cached;
+    pj["wall_s"] = p.outcome.wall_s;
+    pj["device"] = p.outcome.device;
+    pj["key"] = p.outcome.key;
+    pj["plan"] = p.outcome.plan;
+    pj["loss"] = curve(p.outcome.loss);
+    probes.push_back(pj);
+  }
+  j["probes"] = probes;
+  j["probes_total"] = r.probes.size();
+  j["probes_run"] = r.executed;
+  j["probes_cached"] = r.cached;
+  j["jobs"] = r.jobs;
+  j["gpus"] = r.gpus;
+  j["wall_s"] = r.wall_s;
+  return j.dump(2);
+}
+
+std::string report_markdown(const BisectReport& r) {
+  std::string m = "# rewind bisect report\n\n";
+  m += "- store: `" + r.store_path + "`, run " + std::to_string(r.run) + "\n";
+  m += "- predicate: `" + r.predicate + "`\n";
+  m += "- model: " + std::to_string(r.n_layer) + " layers x " + std::to_string(r.n_head) + " heads\n\n";
+  m += "## Verdict\n\n```\n" + r.verdict + "```\n\n";
+  if (r.time) {
+    m += "## Time bisection\n\n| probe | from checkpoint | to | verdict | wall s |\n|---|---|---|---|---|\n";
+    for (int i : r.time->probes) {
+      const auto& p = r.probes[i];
+      m += "| " + std::to_string(i) + " | " + std::to_string(p.spec.from) + " | " + std::to_string(p.spec.to) + " | " +
+           (p.outcome.fails ? "fail" : "pass") + " | " + fmt("%.2f", p.outcome.wall_s) + " |\n";
+    }
+    m += "\n";
+  }
+  if (r.narrowed) {
+    m += "## Narrowing (window " + std::to_string(r.from) + ":" + std::to_string(r.to) + ")\n\n";
+    m += "Recorded plan at the window start: `" + (r.recorded_plan.empty() ? std::string("(defaults)") : r.recorded_plan) + "`\n\n";
+    m += "| phase | probes |\n|---|---|\n";
+    for (const auto& p : r.search.phases) m += "| " + p.phase + " | " + std::to_string(p.probes) + " |\n";
+    if (!r.fixes.empty()) {
+      m += "\n| fix option | result |\n|---|---|\n";
+      for (const auto& f : r.fixes) m += "| " + f.name + (f.spec.empty() ? "" : " (`" + f.spec + "`)") + " | " + (f.fixes ? "fixes" : "does not fix") + " |\n";
+    }
+    m += "\n";
+  }
+  m += "## Every probe\n\n| # | phase | candidate / plan | window | verdict | cached | wall s | last loss |\n|---|---|---|---|---|---|---|---|\n";
+  for (const auto& p : r.probes) {
+    const double last = p.outcome.loss.empty() ? NAN : p.outcome.loss.back();
+    m += "| " + std::to_string(p.index) + " | " + p.phase + " | `" + p.spec.label() + "` | " + std::to_string(p.spec.from) +
+         ":" + std::to_string(p.spec.to) + " | " + (p.outcome.fails ? "fail" : "pass") + " | " +
+         (p.outcome.cached ? "yes" : "no") + " | " + fmt("%.2f", p.outcome.wall_s) + " | " + fmt("%.4g", last) + " |\n";
+  }
+  return m;
+}
+
+void write_report(const BisectReport& r, const std::string& dir) {
+  if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
+    throw Error(ExitCode::kData, "bisect: cannot create report folder '" + dir + "': " + std::strerror(errno));
+  write_file(dir + "/report.json", report_json(r));
+  write_file(dir + "/report.md", report_markdown(r));
+  write_file(dir + "/report.html", report_html(r));
+}
+
+}  // namespace rwd::bisect

@@ -1,0 +1,243 @@
+// Hierarchical delta debugging over the search space: checks, failing-set narrowing (keep-low
+// sense), verification and fixing-set narrowing (promote sense), with memoized batched probes.
+#include "bisect/search.h"
+
+#include <algorithm>
+#include <map>
+
+#include "common/error.h"
+
+namespace rwd::bisect {
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::kLocalized: return "localized";
+    case Status::kSeparateFix: return "separate-fix";
+    case Status::kNotReproducible: return "not-reproducible";
+    case Status::kNotPrecision: return "not-a-precision-failure";
+    case Status::kOutsideSpace: return "outside-search-space";
+    case Status::kNoFixInSpace: return "no-fix-in-search-space";
+  }
+  return "unknown";
+}
+
+namespace {
+
+class Engine {
+ public:
+  Engine(const SearchSpace& space, const Oracle& oracle, const SearchOptions& options)
+      : space_(space), oracle_(oracle), max_batch_(std::max(1, options.max_batch)),
+        before_batch_(options.before_batch) {}
+
+  SearchResult run() {
+    // 1. The two anchors (one batch when parallel): baseline must fail, all-FP32 must pass.
+    phase_ = "check";
+    Candidate baseline{Mode::kPromote, {}}, all_fp32{Mode::kKeepLow, {}};
+    if (max_batch_ >= 2) evaluate_all({baseline, all_fp32});
+    if (!fails(baseline)) return finish(Status::kNotReproducible, "the baseline run passes");
+    if (fails(all_fp32)) return finish(Status::kNotPrecision, "the all-FP32 run fails too");
+    std::vector<Element> top = space_.top_level();
+    if (!fails({Mode::kKeepLow, top}))
+      return finish(Status::kOutsideSpace, "keeping the whole search space low passes");
+
+    // 2. Failing set: which elements must stay low for the failure to happen.
+    res_.failing_set = narrow(Mode::kKeepLow, true, top, "failing");
+
+    // 3. Verify the other way round: promoting exactly that set must fix the run.
+    phase_ = "verify";
+    if (!fails({Mode::kPromote, res_.failing_set})) {
+      phase_ = "fixing/minimize";
+      res_.fixing_set = ddmin(res_.failing_set, {}, Mode::kPromote, false);
+      return finish(Status::kLocalized, "promoting the failing set fixes the run");
+    }
+    phase_ = "check";
+    if (fails({Mode::kPromote, top}))
+      return finish(Status::kNoFixInSpace, "promoting the whole search space does not fix it");
+    res_.fixing_set = narrow(Mode::kPromote, false, top, "fixing");
+    return finish(Status::kSeparateFix, "promoting the failing set alone does not fix the run");
+  }
+
+ private:
+  // Key of the run a candidate stands for: its low leaves plus whether what lies outside the
+  // space is low (kPromote) or FP32 (kKeepLow). Equal keys = the same plan, so one probe.
+  std::string key(const Candidate& c) const {
+    std::vector<std::string> low;
+    if (c.mode == Mode::kKeepLow) {
+      for (const auto& e : c.elements)
+        for (const auto& leaf : space_.leaves(e)) low.push_back(to_string(leaf));
+    } else {
+      std::vector<std::string> promoted;
+      for (const auto& e : c.elements)
+        for (const auto& leaf : space_.leaves(e)) promoted.push_back(to_string(leaf));
+      std::sort(promoted.begin(), promoted.end());
+      for (const auto& e : space_.top_level())
+        for (const auto& leaf : space_.leaves(e)) {
+          std::string s = to_string(leaf);
+          if (!std::binary_search(promoted.begin(), promoted.end(), s)) low.push_back(s);
+        }
+    }
+    std::sort(low.begin(), low.end());
+    low.erase(std::unique(low.begin(), low.end()), low.end());
+    std::string k = (c.mode == Mode::kPromote && !space_.covers_everything()) ? "rest-low:" : "";
+    for (const auto& s : low) k += s + ",";
+    return k;
+  }
+
+  bool fails(const Candidate& c) { return first_with({c}, true) == 0; }
+
+  // Fetches the verdicts of all candidates (in batches), e.g. independent anchors.
+  void evaluate_all(const std::vector<Candidate>& cands) {
+    std::vector<std::string> keys;
+    for (const auto& c : cands) keys.push_back(key(c));
+    for (size_t i = 0; i < cands.size(); ++i)
+      if (!memo_.count(keys[i])) fetch(cands, keys, i);
+  }
+
+  // Index of the first candidate (in order) whose verdict equals `want_fail`, or -1.
+  // Unknown verdicts are fetched in oracle batches always starting at the first unknown
+  // candidate, so the answer is the same for any batch size.
+  int first_with(const std::vector<Candidate>& cands, bool want_fail) {
+    std::vector<std::string> keys;
+    for (const auto& c : cands) keys.push_back(key(c));
+    for (size_t i = 0; i < cands.size();) {
+      auto it = memo_.find(keys[i]);
+      if (it == memo_.end()) {
+        fetch(cands, keys, i);
+        continue;
+      }
+      if (it->second == want_fail) return static_cast<int>(i);
+      ++i;
+    }
+    return -1;
+  }
+
+  // One oracle call: up to max_batch_ distinct unknown candidates from index i on.
+  void fetch(const std::vector<Candidate>& cands, const std::vector<std::string>& keys, size_t i) {
+    std::vector<size_t> batch;
+    for (size_t j = i; j < cands.size() && batch.size() < static_cast<size_t>(max_batch_); ++j) {
+      bool known = memo_.count(keys[j]) > 0;
+      for (size_t b : batch) known = known || keys[b] == keys[j];
+      if (!known) batch.push_back(j);
+    }
+    std::vector<Candidate> ask;
+    for (size_t b : batch) ask.push_back(cands[b]);
+    if (before_batch_) before_batch_(phase_);
+    std::vector<bool> verdicts = oracle_(ask);
+    if (verdicts.size() != ask.size())
+      throw Error(ExitCode::kInternal, "bisect: oracle answered " +
+                                           std::to_string(verdicts.size()) + " verdicts for " +
+                                           std::to_string(ask.size()) + " candidates");
+    for (size_t b = 0; b < batch.size(); ++b) {
+      memo_[keys[batch[b]]] = verdicts[b];
+      res_.probes.push_back({static_cast<int>(res_.probes.size()), res_.batches, phase_, ask[b],
+                             verdicts[b]});
+      count_phase();
+    }
+    ++res_.batches;
+  }
+
+  void count_phase() {
+    for (auto& p : res_.phases)
+      if (p.phase == phase_) {
+        ++p.probes;
+        return;
+      }
+    res_.phases.push_back({phase_, 1});
+  }
+
+  std::vector<Element> join(const std::vector<Element>& a, const std::vector<Element>& b) const {
+    std::vector<Element> out = a;
+    out.insert(out.end(), b.begin(), b.end());
+    return out;
+  }
+
+  // Zeller's ddmin: a 1-minimal subset C of `c` with verdict(fixed + C) == want_fail, given
+  // verdict(fixed + c) == want_fail and verdict(fixed) != want_fail. Granularity n starts at 2,
+  // so a culprit acting alone is found by binary splitting in about log2 |c| rounds.
+  std::vector<Element> ddmin(std::vector<Element> c, const std::vector<Element>& fixed, Mode mode,
+                             bool want_fail) {
+    size_t n = 2;
+    while (c.size() >= 2) {
+      n = std::min(n, c.size());
+      std::vector<std::vector<Element>> parts(n);
+      for (size_t i = 0; i < c.size(); ++i) parts[i * n / c.size()].push_back(c[i]);
+      std::vector<Candidate> cands;
+      for (const auto& part : parts) cands.push_back({mode, join(fixed, part)});
+      std::vector<std::vector<Element>> complements;
+      if (n > 2) {
+        for (size_t k = 0; k < n; ++k) {
+          std::vector<Element> rest;
+          for (size_t j = 0; j < n; ++j)
+            if (j != k) rest.insert(rest.end(), parts[j].begin(), parts[j].end());
+          complements.push_back(rest);
+          cands.push_back({mode, join(fixed, rest)});
+        }
+      }
+      int hit = first_with(cands, want_fail);
+      if (hit >= 0 && static_cast<size_t>(hit) < n) {
+        c = parts[hit];
+        n = 2;
+      } else if (hit >= 0) {
+        c = complements[hit - n];
+        n = std::max<size_t>(n - 1, 2);
+      } else if (n >= c.size()) {
+        break;
+      } else {
+        n = std::min(2 * n, c.size());
+      }
+    }
+    return c;
+  }
+
+  // Layers -> heads -> ops: ddmin at each level, expanding the elements found into children
+  // while the elements that cannot be refined further stay fixed.
+  std::vector<Element> narrow(Mode mode, bool want_fail, const std::vector<Element>& top,
+                              const std::string& prefix) {
+    const char* levels[] = {"layers", "heads", "ops"};
+    phase_ = prefix + "/" + levels[0];
+    std::vector<Element> c = ddmin(top, {}, mode, want_fail);
+    for (int level = 1; level < 3; ++level) {
+      std::vector<Element> fixed, kids;
+      for (const auto& e : c) {
+        std::vector<Element> ch = space_.children(e);
+        if (ch.empty()) fixed.push_back(e);
+        kids.insert(kids.end(), ch.begin(), ch.end());
+      }
+      if (kids.empty()) break;
+      phase_ = prefix + "/" + levels[level];
+      c = join(fixed, ddmin(kids, fixed, mode, want_fail));
+    }
+    return c;
+  }
+
+  SearchResult finish(Status status, const std::string& why) {
+    auto order = [&](const Element& a, const Element& b) { return space_.before(a, b); };
+    std::sort(res_.failing_set.begin(), res_.failing_set.end(), order);
+    std::sort(res_.fixing_set.begin(), res_.fixing_set.end(), order);
+    res_.status = status;
+    res_.summary = std::string(status_name(status)) + ": " + why;
+    if (!res_.failing_set.empty()) res_.summary += "; failing set " + to_string(res_.failing_set);
+    if (!res_.fixing_set.empty()) res_.summary += "; fixing set " + to_string(res_.fixing_set);
+    res_.summary += "; " + std::to_string(res_.probes.size()) + " probes (naive sweep " +
+                    std::to_string(space_.sweep_size()) + ")";
+    return res_;
+  }
+
+  const SearchSpace& space_;
+  const Oracle& oracle_;
+  int max_batch_;
+  std::function<void(const std::string&)> before_batch_;
+  std::string phase_;
+  std::map<std::string, bool> memo_;  // run key -> fails
+  SearchResult res_;
+};
+
+}  // namespace
+
+SearchResult search(const SearchSpace& space, const Oracle& oracle, const SearchOptions& options) {
+  space.validate();
+  if (!oracle) throw Error(ExitCode::kInternal, "bisect: search without an oracle");
+  return Engine(space, oracle, options).run();
+}
+
+}  // namespace rwd::bisect

@@ -1,0 +1,68 @@
+// The bisect search engine (DESIGN.md §7), decoupled from replay: it asks an oracle whether
+// candidate precision assignments fail, and narrows layers -> heads -> ops with ddmin.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bisect/space.h"
+
+namespace rwd::bisect {
+
+// Evaluates a batch of candidates (the caller may run them in parallel) and returns, in the
+// same order, true where the run FAILS the predicate. Must be deterministic per candidate.
+using Oracle = std::function<std::vector<bool>(const std::vector<Candidate>&)>;
+
+enum class Status {
+  kLocalized,        // failing set found; promoting it to FP32 fixes the run
+  kSeparateFix,      // promoting the failing set is not enough; a larger fixing set is reported
+  kNotReproducible,  // the baseline (recorded) run passes the predicate
+  kNotPrecision,     // the all-FP32 run fails too: not a precision failure
+  kOutsideSpace,     // keeping the whole space low passes: the cause lies outside the space
+  kNoFixInSpace,     // failing set found, but promoting the whole space does not fix the run
+};
+const char* status_name(Status s);
+
+struct Probe {
+  int index = 0;      // 0-based, in the order the oracle saw them
+  int batch = 0;      // which oracle call evaluated it
+  std::string phase;  // "check", "failing/layers", "failing/heads", "failing/ops", "verify",
+                      // "fixing/minimize", "fixing/layers", "fixing/heads", "fixing/ops"
+  Candidate candidate;
+  bool fails = false;
+};
+
+struct PhaseCount {
+  std::string phase;
+  int probes = 0;
+};
+
+struct SearchOptions {
+  // Candidates per oracle call. Decisions never depend on it: candidates are examined in a
+  // fixed order and the first one with the wanted verdict wins; a larger batch only evaluates
+  // (speculatively) candidates a sequential search might not have needed.
+  int max_batch = 1;
+  // Called before every oracle call with the phase its candidates belong to (for logs).
+  std::function<void(const std::string& phase)> before_batch;
+};
+
+struct SearchResult {
+  Status status = Status::kNotReproducible;
+  // 1-minimal set that, kept low with everything else FP32, still fails (leaves of the space).
+  std::vector<Element> failing_set;
+  // 1-minimal set whose promotion to FP32 (everything else as recorded) makes the run pass.
+  // Localized: a subset of failing_set (equal when one element; an AND-interaction needs only
+  // one of its members promoted). SeparateFix: found by its own narrowing from the top.
+  std::vector<Element> fixing_set;
+  std::vector<Probe> probes;        // every oracle evaluation, in order
+  std::vector<PhaseCount> phases;   // probes per phase, in order of first use
+  int batches = 0;                  // oracle calls
+  std::string summary;              // one line for reports
+};
+
+// Throws UsageError for an invalid space; propagates whatever the oracle throws.
+SearchResult search(const SearchSpace& space, const Oracle& oracle,
+                    const SearchOptions& options = {});
+
+}  // namespace rwd::bisect

@@ -1,0 +1,71 @@
+// The bisect search space: elements (layer attention, heads, ops, layer modules, the model
+// head) with their hierarchy, candidates built from them, and the candidate -> plan mapping.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "replay/plan.h"
+
+namespace rwd::bisect {
+
+// One searchable piece of the model. Printed as the plan-language target it stands for:
+//   {2, -1, "attn"} -> "L2.attn"  (every op in the space of every head of layer 2)
+//   {2,  3, "attn"} -> "L2.H3"    (every op in the space of head 3)
+//   {2,  3, "pv"}   -> "L2.H3.pv" (a leaf)
+//   {2, -1, "mlp"}  -> "L2.mlp"   (a leaf; likewise qkv, proj, ln)
+//   {-1, -1, "head"}-> "head"     (embeddings, final LayerNorm, LM head; a leaf)
+struct Element {
+  int layer = -1;
+  int head = -1;
+  std::string op;
+};
+bool operator==(const Element& a, const Element& b);
+bool operator!=(const Element& a, const Element& b);
+std::string to_string(const Element& e);
+std::string to_string(const std::vector<Element>& set);  // "{L2.H3.pv,L4.mlp}"
+
+// kKeepLow: the elements stay as recorded (low precision), everything else is promoted to FP32,
+//           including what lies outside the space. Empty set = the all-FP32 run.
+// kPromote: the elements are promoted to FP32, everything else stays as recorded.
+//           Empty set = the baseline (recorded) run.
+enum class Mode { kKeepLow, kPromote };
+
+struct Candidate {
+  Mode mode = Mode::kKeepLow;
+  std::vector<Element> elements;
+};
+std::string to_string(const Candidate& c);  // "low{...}" or "fp32{...}"
+
+struct SearchSpace {
+  int n_layer = 0, n_head = 0;
+  std::vector<std::string> ops = {"qk", "softmax", "pv", "o", "delta", "bwd"};  // per head
+  std::vector<std::string> modules = {"qkv", "proj", "mlp", "ln"};             // per layer
+  bool model_head = true;  // include the model-level "head" element
+
+  // Throws UsageError for unknown op/module names or a negative size.
+  void validate() const;
+  // True if every op, every module and the model head are in the space, so that keep-low of
+  // everything is the baseline run and promote of everything is the all-FP32 run.
+  bool covers_everything() const;
+  // Level 0, in order: L0.attn, L0.<modules...>, L1.attn, ..., then head.
+  std::vector<Element> top_level() const;
+  // attn of a layer -> its heads; a head -> its ops; leaves -> empty.
+  std::vector<Element> children(const Element& e) const;
+  // The leaves under e (e itself for a leaf), in space order.
+  std::vector<Element> leaves(const Element& e) const;
+  // Number of leaves: the size of a naive one-probe-per-leaf sweep.
+  int sweep_size() const;
+  // Total order used for printing sets: layer, head, then op/module in space order, head last.
+  bool before(const Element& a, const Element& b) const;
+};
+
+// The plan a candidate stands for, on top of the recorded plan (regimes such as sbf16, stable
+// softmax, naive attention and tiling always stay as recorded):
+//   kPromote: recorded, with every leaf of the elements set to FP32.
+//   kKeepLow: recorded with `all=fp32` applied, then every leaf of the elements restored to its
+//             recorded precision (and fault strength).
+plan::Plan candidate_plan(const Candidate& c, const SearchSpace& space,
+                          const plan::Plan& recorded);
+
+}  // namespace rwd::bisect

@@ -1,0 +1,154 @@
+// `rewind train`: train a GPT under a precision plan, optionally recording into a store;
+// `--resume STORE` continues a recording bitwise from its last checkpoint.
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cxxopts.hpp>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "common/error.h"
+#include "replay/recorder.h"
+#include "replay/replayer.h"
+#include "replay/run_spec.h"
+#include "replay/trainer.h"
+#include "store/store.h"
+
+namespace rwd::cli {
+
+namespace {
+
+void print_step(const replay::StepResult& r, bool resumed_check) {
+  std::printf("step %6lld | loss %.6f | lr %.3e | grad norm %.4f | %.1f ms%s\n",
+              static_cast<long long>(r.step), static_cast<double>(r.loss), r.lr,
+              static_cast<double>(r.grad_norm), r.seconds * 1000.0,
+              resumed_check ? " | matches recording" : "");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int run_train(int argc, char** argv) {
+  cxxopts::Options opts("rewind train",
+                        "train a GPT with BF16 mixed precision under a precision plan\n\n"
+                        "  rewind train --data train.bin --steps 200 --record run.db\n"
+                        "  rewind train --preset small-cpu --data train.bin --plan 'L*.H*.softmax=stable(beta=2)'\n"
+                        "  rewind train --resume run.db --steps 400\n");
+  add_config_options(opts);
+  opts.add_options()
+      ("data", "nanoGPT uint16 token file", cxxopts::value<std::string>())
+      ("steps", "number of steps (max_iters)", cxxopts::value<int>())
+      ("plan", "precision plan (see README: plan language)", cxxopts::value<std::string>()->default_value(""))
+      ("plan-from", "STEP:SPEC: apply SPEC on top of the plan from STEP on (repeatable)",
+       cxxopts::value<std::vector<std::string>>())
+      ("threads", "CPU threads (recorded; replay uses the same)", cxxopts::value<int>()->default_value("1"))
+      ("record", "record into this store (created; never overwritten)", cxxopts::value<std::string>())
+      ("resume", "continue the last run recorded in this store", cxxopts::value<std::string>())
+      ("checkpoint-every", "checkpoint every K steps", cxxopts::value<int>()->default_value("20"))
+      ("digest-every", "parameter digest every N steps", cxxopts::value<int>()->default_value("1"))
+      ("batches", "offsets (sample offsets + hash) | full (store tokens)", cxxopts::value<std::string>()->default_value("offsets"))
+      ("capture", "attention tensors to keep, e.g. 'steps=10:12;L1.H*'", cxxopts::value<std::string>()->default_value(""))
+      ("zstd-level", "zstd level of the store", cxxopts::value<int>()->default_value("3"))
+      ("log-every", "print every N steps", cxxopts::value<int>()->default_value("1"))
+      ("h,help", "show help");
+  auto r = opts.parse(argc, argv);
+  if (wants_help(opts, r)) return 0;
+
+  store::StoreOptions so;
+  so.zstd_level = r["zstd-level"].as<int>();
+  std::unique_ptr<store::Store> st;
+  replay::RunSpec spec;
+  std::unique_ptr<replay::TokenFile> data;
+  std::unique_ptr<replay::Trainer> trainer;
+  int64_t recorded_last = -1;  // resume: steps up to here are already in the store
+
+  if (r.count("resume")) {
+    if (r.count("record")) throw UsageError("--resume and --record are exclusive");
+    st = std::make_unique<store::Store>(store::Store::open(r["resume"].as<std::string>(), store::Mode::kReadWrite, so));
+    spec = replay::RunSpec::load(*st, 0);
+    set_threads(spec.threads);
+    auto ckpts = st->checkpoint_steps(spec.run_id);
+    if (ckpts.empty()) throw Error(ExitCode::kData, "missing checkpoint: nothing to resume from");
+    auto range = st->step_range(spec.run_id);
+    recorded_last = range ? range->second : -1;
+    replay::Restored rs = replay::restore_before(*st, spec.run_id, ckpts.back(),
+                                                 r.count("data") ? r["data"].as<std::string>() : "", false, {});
+    data = std::move(rs.data);
+    trainer = std::move(rs.trainer);
+    if (r.count("steps")) spec.config.max_iters = r["steps"].as<int>();
+    std::printf("resuming run %lld from checkpoint at step %lld (recorded up to step %lld)\n",
+                static_cast<long long>(spec.run_id), static_cast<long long>(ckpts.back()),
+                static_cast<long long>(recorded_last));
+  } else {
+    if (!r.count("data")) throw UsageError("train: --data is required (make one with `rewind data synth`)");
+    spec.config = config_from(r);
+    if (r.count("steps")) spec.config.max_iters = r["steps"].as<int>();
+    spec.plan.base = r["plan"].as<std::string>();
+    if (r.count("plan-from"))
+      for (const auto& a : r["plan-from"].as<std::vector<std::string>>()) spec.plan.add_change(a);
+    // Parse every plan now so a bad spec fails before anything is written.
+    for (const auto& ch : spec.plan.changes) spec.plan.at(ch.first, spec.config.n_layer, spec.config.n_head);
+    spec.threads = r["threads"].as<int>();
+    set_threads(spec.threads);
+    data = std::make_unique<replay::TokenFile>(r["data"].as<std::string>());
+    spec.data_path = data->path();
+    spec.data_fingerprint = data->fingerprint();
+    spec.checkpoint_every = r["checkpoint-every"].as<int>();
+    spec.digest_every = r["digest-every"].as<int>();
+    const std::string batches = r["batches"].as<std::string>();
+    if (batches != "offsets" && batches != "full") throw UsageError("--batches must be offsets or full");
+    spec.full_batches = batches == "full";
+    trainer = std::make_unique<replay::Trainer>(
+        spec.config, spec.plan.at(0, spec.config.n_layer, spec.config.n_head), *data);
+    if (r.count("record")) {
+      st = std::make_unique<store::Store>(store::Store::create(r["record"].as<std::string>(), so));
+      spec.run_id = st->add_run(spec.config.to_json(), spec.plan.to_json(), spec.meta_json());
+    }
+  }
+
+  std::unique_ptr<replay::Recorder> rec;
+  if (st) {
+    replay::RecordOptions ro;
+    ro.checkpoint_every = spec.checkpoint_every;
+    ro.digest_every = spec.digest_every;
+    ro.full_batches = spec.full_batches;
+    ro.capture = replay::CaptureSpec::parse(r["capture"].as<std::string>(), spec.config.n_layer, spec.config.n_head);
+    rec = std::make_unique<replay::Recorder>(*st, st->path(), spec.run_id, ro, so);
+  }
+  const int log_every = std::max(1, r["log-every"].as<int>());
+  const int64_t total = spec.config.max_iters;
+  const auto& cfg = spec.config;
+  std::printf("training %d layers x %d heads, width %d, seq %d, batch %dx%d, %lld steps, %d threads\n",
+              cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.batch_size,
+              cfg.gradient_accumulation_steps, static_cast<long long>(total), at::get_num_threads());
+  while (trainer->step() < total) {
+    const int64_t s = trainer->step();
+    trainer->set_plan(spec.plan.at(s, cfg.n_layer, cfg.n_head));
+    const bool already = s <= recorded_last;
+    if (rec && !already && rec->wants_checkpoint(s) && st->nearest_checkpoint(spec.run_id, s) != s)
+      rec->checkpoint(s, trainer->state());
+    std::vector<int> cap_layers;
+    if (rec && rec->options().capture.active(s)) cap_layers = rec->options().capture.layers;
+    replay::StepResult res = trainer->train_step(cap_layers);
+    std::string digest = (rec && rec->wants_digest(s)) ? trainer->param_digest() : "";
+    if (already) {
+      auto old = st->get_step(spec.run_id, s);
+      if (!old || old->loss_bits != store::float_bits(res.loss) || old->grad_norm_bits != store::float_bits(res.grad_norm))
+        throw Error(ExitCode::kFinding, "resume diverged at step " + std::to_string(s) + " from the recording");
+    } else if (rec) {
+      rec->record_step(res, digest, *data, cfg.block_size);
+    }
+    if (s % log_every == 0 || s + 1 == total || !std::isfinite(res.loss)) print_step(res, already);
+  }
+  if (rec) {
+    if (rec->wants_checkpoint(total) && st->nearest_checkpoint(spec.run_id, total) != total)
+      rec->checkpoint(total, trainer->state());
+    rec->flush();
+    std::printf("recorded run %lld into %s\n", static_cast<long long>(spec.run_id), st->path().c_str());
+  }
+  return 0;
+}
+
+}  // namespace rwd::cli

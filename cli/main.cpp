@@ -1,0 +1,68 @@
+// `rewind` entry point: dispatches to subcommands and is the only place errors are printed.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include <cxxopts.hpp>
+
+#include "cli/commands.h"
+#include "common/error.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+const Command kCommands[] = {
+    {"data", rwd::cli::run_data, "make token files: `data synth` or `data text FILE`"},
+    {"train", rwd::cli::run_train, "train a GPT under a precision plan; --record STORE"},
+    {"replay", rwd::cli::run_replay, "re-execute a recorded window; --verify bit-exactness"},
+    {"step", rwd::cli::run_step, "one recorded step, low precision vs FP32-substituted ops"},
+    {"bisect", rwd::cli::run_bisect, "localize a failure: layer/head/op (--window) or time (--find-window)"},
+    {"store", rwd::cli::run_store, "inspect a store: info | ls | verify | export"},
+};
+
+void print_help() {
+  std::printf(
+      "rewind: record, replay and bisect low-precision (BF16) transformer training\n\n"
+      "usage: rewind <command> [options]    (rewind <command> --help for details)\n\n"
+      "commands:\n");
+  for (const Command& c : kCommands) std::printf("  %-8s %s\n", c.name, c.summary);
+  std::printf(
+      "\nexit codes:\n"
+      "  0  success\n"
+      "  1  internal error (a bug)\n"
+      "  2  usage error: bad option, plan spec, predicate or step range\n"
+      "  3  data error: not a store, corrupt or tampered data, newer schema, missing checkpoint\n"
+      "  4  finding: replay diverged, or bisect localized a precision failure\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    print_help();
+    return argc < 2 ? static_cast<int>(rwd::ExitCode::kUsage) : 0;
+  }
+  for (const Command& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    try {
+      return c.run(argc - 1, argv + 1);
+    } catch (const rwd::Error& e) {
+      std::fprintf(stderr, "rewind: error: %s\n", e.what());
+      return static_cast<int>(e.code());
+    } catch (const cxxopts::exceptions::exception& e) {
+      std::fprintf(stderr, "rewind: error: %s (try rewind %s --help)\n", e.what(), c.name);
+      return static_cast<int>(rwd::ExitCode::kUsage);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rewind: error: internal: %s\n", e.what());
+      return static_cast<int>(rwd::ExitCode::kInternal);
+    }
+  }
+  std::fprintf(stderr, "rewind: error: unknown command '%s' (try rewind --help)\n", argv[1]);
+  return static_cast<int>(rwd::ExitCode::kUsage);
+}

@@ -1,0 +1,64 @@
+// Shared command-line handling: config presets/files/overrides and thread counts.
+#include "cli/options.h"
+
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace rwd::cli {
+
+namespace {
+
+std::string dashed(std::string key) {
+  for (char& c : key)
+    if (c == '_') c = '-';
+  return key;
+}
+
+}  // namespace
+
+void add_config_options(cxxopts::Options& opts) {
+  opts.add_options("model and optimisation")
+      ("preset", "tiny | small-cpu | gpt2-small", cxxopts::value<std::string>()->default_value("tiny"))
+      ("config", "JSON file of nanoGPT keys (applied after the preset)", cxxopts::value<std::string>());
+  for (int i = 0; i < replay::kNumConfigKeys; ++i) {
+    opts.add_options("model and optimisation")(dashed(replay::kConfigKeys[i]),
+                                               std::string("override ") + replay::kConfigKeys[i],
+                                               cxxopts::value<std::string>());
+  }
+}
+
+replay::Config config_from(const cxxopts::ParseResult& r) {
+  replay::Config c = replay::Config::preset(r["preset"].as<std::string>());
+  if (r.count("config")) {
+    const std::string path = r["config"].as<std::string>();
+    std::ifstream in(path);
+    if (!in) throw UsageError("cannot read config file '" + path + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    c = replay::Config::from_json(ss.str(), c);  // the file overrides the keys it names
+  }
+  for (int i = 0; i < replay::kNumConfigKeys; ++i) {
+    const std::string key = dashed(replay::kConfigKeys[i]);
+    if (r.count(key)) replay::set_config_value(c, key, r[key].as<std::string>());
+  }
+  c.validate();
+  return c;
+}
+
+void set_threads(int n) {
+  if (n < 1) throw UsageError("--threads must be >= 1");
+  at::set_num_threads(n);
+}
+
+bool wants_help(const cxxopts::Options& opts, const cxxopts::ParseResult& r) {
+  if (!r.count("help")) return false;
+  std::printf("%s", opts.help().c_str());
+  return true;
+}
+
+}  // namespace rwd::cli

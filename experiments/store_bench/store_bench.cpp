@@ -1,0 +1,235 @@
+// store_bench: throughput (MB/s) and compression ratio of the store for the data rewind records
+// (token batches, FP32 weights, BF16 activations) at zstd levels 1 and 3, each printed beside a
+// plain file write+fsync / read of the same bytes measured in the same run, with and without
+// the byte-shuffle filter.
+//
+// Fairness: the store commits one transaction per item with synchronous=NORMAL in WAL mode, so
+// commits do not fsync; durability is paid at close, when the WAL is checkpointed (fsync'd)
+// into the main file. Store write time therefore includes open, every commit, and close. The
+// plain baseline writes the same items to one file and fsyncs once at the end. Reads are from
+// the page cache (files just written) for both: they measure CPU cost, not the disk.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "store/byte_shuffle.h"
+#include "store/content_hash.h"
+#include "store/store.h"
+#include "store/zstd_codec.h"
+
+namespace {
+
+using rwd::store::Dtype;
+using rwd::store::Mode;
+using rwd::store::Store;
+using rwd::store::StoreOptions;
+using Clock = std::chrono::steady_clock;
+
+struct Workload {
+  const char* name;
+  Dtype dtype;
+  std::vector<int64_t> shape;  // per item
+  std::vector<std::vector<uint8_t>> items;
+};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Token ids < 50304 with a Zipf(s=1.0) rank distribution; ranks map to ids through a fixed
+// random permutation, so frequent tokens are spread over the id range like a BPE vocabulary.
+Workload tokens(int n_batches, int batch, int seq) {
+  constexpr int kVocab = 50304;
+  std::mt19937_64 rng(1);
+  std::vector<double> cdf(kVocab);
+  double acc = 0;
+  for (int r = 0; r < kVocab; ++r) cdf[r] = acc += 1.0 / (r + 2.7);
+  std::vector<uint16_t> perm(kVocab);
+  for (int i = 0; i < kVocab; ++i) perm[i] = static_cast<uint16_t>(i);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::uniform_real_distribution<double> u(0, acc);
+  Workload w{"tokens u16 (Zipf)", Dtype::kU16, {batch, seq}, {}};
+  for (int b = 0; b < n_batches; ++b) {
+    std::vector<uint16_t> t(static_cast<size_t>(batch) * seq);
+    for (uint16_t& x : t) {
+      x = perm[std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin()];
+    }
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(t.data());
+    w.items.emplace_back(p, p + t.size() * 2);
+  }
+  return w;
+}
+
+Workload weights(int n, int64_t rows, int64_t cols) {
+  std::mt19937_64 rng(2);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  Workload w{"weights f32 N(0,.02)", Dtype::kF32, {rows, cols}, {}};
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    for (float& x : v) x = nd(rng);
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(v.data());
+    w.items.emplace_back(p, p + v.size() * 4);
+  }
+  return w;
+}
+
+Workload activations(int n, std::vector<int64_t> shape) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Workload w{"activations bf16 N(0,1)", Dtype::kBF16, shape, {}};
+  const int64_t numel = rwd::store::shape_numel(shape);
+  for (int i = 0; i < n; ++i) {
+    std::vector<uint16_t> v(static_cast<size_t>(numel));
+    for (uint16_t& x : v) x = rwd::store::f32_to_bf16(nd(rng));
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(v.data());
+    w.items.emplace_back(p, p + v.size() * 2);
+  }
+  return w;
+}
+
+struct Result {
+  double store_write_s = 1e30, store_read_s = 1e30, plain_write_s = 1e30, plain_read_s = 1e30;
+  double codec_write_s = 1e30, codec_read_s = 1e30;  // hash + zstd only, in memory
+  double store_loop_s = 1e30;  // the per-item commits alone: no create, no close/fsync
+  double ratio = 0;
+};
+
+void check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "store_bench: %s\n", what);
+    std::exit(1);
+  }
+}
+
+void store_once(const Workload& w, int level, bool shuffle, const std::string& path, Result& r) {
+  std::remove(path.c_str());
+  StoreOptions opt;
+  opt.zstd_level = level;
+  opt.byte_shuffle = shuffle;
+  auto t0 = Clock::now();
+  {
+    Store s = Store::create(path, opt);
+    const int64_t run = s.add_run("{}", "", "{}");
+    const auto loop0 = Clock::now();
+    for (size_t i = 0; i < w.items.size(); ++i) {
+      rwd::store::Transaction txn = s.begin_step();  // one transaction per recorded item
+      s.put_tensor({run, static_cast<int64_t>(i), -1, -1, "x"}, w.dtype, w.shape, w.items[i].data(),
+                   w.items[i].size());
+      txn.commit();
+    }
+    r.store_loop_s = std::min(r.store_loop_s, seconds_since(loop0));
+    const auto info = s.info();
+    r.ratio = double(info.raw_bytes) / double(info.stored_bytes);
+  }  // close: WAL checkpoint + fsync
+  r.store_write_s = std::min(r.store_write_s, seconds_since(t0));
+  t0 = Clock::now();
+  {
+    Store s = Store::open(path, Mode::kReadOnly, opt);
+    for (size_t i = 0; i < w.items.size(); ++i) {
+      auto t = s.get_tensor({1, static_cast<int64_t>(i), -1, -1, "x"});
+      check(t && t->bytes.size() == w.items[i].size(), "read back a wrong tensor");
+    }
+  }
+  r.store_read_s = std::min(r.store_read_s, seconds_since(t0));
+}
+
+// The store's CPU floor: content hash + (shuffle) + compress per item, and decompress +
+// (unshuffle) + hash back, all in memory.
+void codec_once(const Workload& w, int level, bool shuffle, Result& r) {
+  rwd::store::ZstdCompressor c(level);
+  rwd::store::ZstdDecompressor d;
+  const size_t elem = shuffle ? rwd::store::dtype_size(w.dtype) : 1;
+  std::vector<std::vector<uint8_t>> frames;
+  std::vector<uint8_t> tmp;
+  auto t0 = Clock::now();
+  for (const auto& item : w.items) {
+    volatile uint64_t h = rwd::store::xxh64(item.data(), item.size());
+    (void)h;
+    tmp.resize(item.size());
+    rwd::store::byte_shuffle(item.data(), item.size(), elem, tmp.data());
+    frames.push_back(c.compress(tmp.data(), tmp.size()));
+  }
+  r.codec_write_s = std::min(r.codec_write_s, seconds_since(t0));
+  t0 = Clock::now();
+  for (size_t i = 0; i < frames.size(); ++i) {
+    std::vector<uint8_t> out(w.items[i].size());
+    tmp.resize(out.size());
+    d.decompress(frames[i].data(), frames[i].size(), tmp.data(), tmp.size(), "bench");
+    rwd::store::byte_unshuffle(tmp.data(), tmp.size(), elem, out.data());
+    volatile uint64_t h = rwd::store::xxh64(out.data(), out.size());
+    (void)h;
+  }
+  r.codec_read_s = std::min(r.codec_read_s, seconds_since(t0));
+}
+
+void plain_once(const Workload& w, const std::string& path, Result& r) {
+  auto t0 = Clock::now();
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  check(fd >= 0, "cannot create the plain file");
+  for (const auto& item : w.items) {
+    check(::write(fd, item.data(), item.size()) == static_cast<ssize_t>(item.size()), "write");
+  }
+  check(::fsync(fd) == 0 && ::close(fd) == 0, "fsync");
+  r.plain_write_s = std::min(r.plain_write_s, seconds_since(t0));
+  t0 = Clock::now();
+  fd = ::open(path.c_str(), O_RDONLY);
+  check(fd >= 0, "cannot open the plain file");
+  std::vector<uint8_t> buf;
+  for (const auto& item : w.items) {
+    buf.resize(item.size());  // a fresh buffer per item, like get_blob's result
+    check(::read(fd, buf.data(), buf.size()) == static_cast<ssize_t>(buf.size()), "read");
+  }
+  ::close(fd);
+  r.plain_read_s = std::min(r.plain_read_s, seconds_since(t0));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : ".";
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
+  std::printf(
+      "store_bench: dir %s, best of %d, one transaction per item, synchronous=NORMAL "
+      "(WAL), fsync at close; plain = write + one fsync\n"
+      "MB/s columns: st = store (create .. close incl. fsync), pl = plain file, st.loop = "
+      "the store's per-item commits alone,\ncodec = xxh64 + zstd in memory (the store's "
+      "CPU floor); reads are from the page cache; zstd column: level, +s = byte shuffle\n",
+      dir.c_str(), reps);
+  std::vector<Workload> loads;
+  loads.push_back(tokens(256, 8, 1024));               // 256 x 16 KiB = 4 MiB
+  loads.push_back(weights(8, 1024, 1024));             // 8 x 4 MiB = 32 MiB
+  loads.push_back(activations(4, {8, 12, 1024, 64}));  // 4 x 12 MiB = 48 MiB (B, H, T, D)
+  std::printf("%-24s %5s %6s %6s | %8s %8s %6s %8s %8s | %8s %8s %6s %8s\n", "workload", "zstd",
+              "MiB", "ratio", "st.wr", "pl.wr", "st/pl", "st.loop", "codec.wr", "st.rd", "pl.rd",
+              "st/pl", "codec.rd");
+  for (const Workload& w : loads) {
+    double bytes = 0;
+    for (const auto& item : w.items) bytes += double(item.size());
+    for (auto [level, shuffle] : {std::pair{1, true}, {3, true}, {3, false}}) {
+      Result r;
+      for (int i = 0; i < reps; ++i) {
+        store_once(w, level, shuffle, dir + "/store_bench.db", r);
+        plain_once(w, dir + "/store_bench.bin", r);
+        codec_once(w, level, shuffle, r);
+      }
+      const double mb = bytes / 1e6;
+      std::printf(
+          "%-24s %5s %6.1f %6.3f | %8.0f %8.0f %6.2f %8.0f %8.0f | %8.0f %8.0f %6.2f %8.0f\n",
+          w.name, (std::to_string(level) + (shuffle ? "+s" : "")).c_str(), bytes / (1 << 20),
+          r.ratio, mb / r.store_write_s, mb / r.plain_write_s, r.plain_write_s / r.store_write_s,
+          mb / r.store_loop_s, mb / r.codec_write_s, mb / r.store_read_s, mb / r.plain_read_s,
+          r.plain_read_s / r.store_read_s, mb / r.codec_read_s);
+    }
+  }
+  std::remove((dir + "/store_bench.db").c_str());
+  std::remove((dir + "/store_bench.bin").c_str());
+  return 0;
+}

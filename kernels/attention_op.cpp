@@ -1,0 +1,245 @@
+// The attention autograd op: validates tensors once, then calls the CPU emulation (or the
+// CUDA launchers for CUDA tensors in REWIND_CUDA builds); plus the LibTorch baselines.
+#include "kernels/attention_op.h"
+
+#include <cstring>
+#include <string>
+
+#include <torch/autograd.h>
+#include <torch/version.h>
+
+#include "kernels/attention_cpu.h"
+
+#ifdef REWIND_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/attention_cuda.h"
+#endif
+
+namespace rwd::kernels {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Everything the backward needs besides tensors; travels in ctx->saved_data as a capsule.
+struct OpState : torch::CustomClassHolder {
+  std::vector<HeadFlags> flags;
+  AttentionParams params;  // params.flags points into `flags`; stats unused here
+  std::shared_ptr<AttentionCapture> capture;
+  bool need_o_f32 = false;  // some head reads unrounded O (o=fp32 or delta=fp32)
+};
+
+bool any_head(const std::vector<HeadFlags>& flags, Op op, Prec pr) {
+  for (const auto& f : flags)
+    if (f.prec[static_cast<int>(op)] == pr) return true;
+  return false;
+}
+
+c10::intrusive_ptr<OpState> make_state(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const AttentionOptions& opt,
+                                       std::shared_ptr<AttentionCapture> capture) {
+  TORCH_CHECK(q.dim() == 4, "attention: q must be (B, H, T, D), got ", q.sizes());
+  TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
+              "attention: q, k, v shapes differ: ", q.sizes(), " ", k.sizes(), " ", v.sizes());
+  for (const Tensor* t : {&q, &k, &v}) {
+    TORCH_CHECK(t->scalar_type() == torch::kFloat32, "attention: q, k, v must be float32, got ",
+                t->scalar_type());
+    TORCH_CHECK(t->device() == q.device(), "attention: q, k, v must be on one device");
+  }
+  TORCH_CHECK(q.numel() > 0, "attention: empty input ", q.sizes());
+  TORCH_CHECK(std::isfinite(opt.scale) && opt.scale != 0.0f, "attention: scale must be finite and nonzero");
+  const int64_t heads = q.size(1);
+  TORCH_CHECK(opt.flags.empty() || static_cast<int64_t>(opt.flags.size()) == heads,
+              "attention: ", opt.flags.size(), " head flags for ", heads, " heads");
+  auto st = c10::make_intrusive<OpState>();
+  st->flags = opt.flags.empty() ? std::vector<HeadFlags>(heads) : opt.flags;
+  st->capture = std::move(capture);
+  st->need_o_f32 = any_head(st->flags, Op::kO, Prec::kFp32) || any_head(st->flags, Op::kDelta, Prec::kFp32);
+  AttentionParams& p = st->params;
+  p.batch = static_cast<int>(q.size(0));
+  p.heads = static_cast<int>(heads);
+  p.seq = static_cast<int>(q.size(2));
+  p.dim = static_cast<int>(q.size(3));
+  p.scale = opt.scale;
+  p.causal = opt.causal;
+  p.naive = opt.naive;
+  p.block_q = opt.block_q;
+  p.block_k = opt.block_k;
+  p.flags = st->flags.data();
+  return st;
+}
+
+#ifdef REWIND_CUDA
+// The launchers take device arrays of HeadFlags / HeadStats: raw bytes in a uint8 tensor.
+Tensor bytes_on(const void* data, size_t n, const torch::Device& dev) {
+  Tensor host = torch::empty({static_cast<int64_t>(n)}, torch::kUInt8);
+  std::memcpy(host.data_ptr(), data, n);
+  return host.to(dev);
+}
+uint16_t* bf16_ptr(const Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr()); }
+void check_cuda(int rc, const char* what) {
+  TORCH_CHECK(rc == 0, "attention: CUDA ", what, " failed: ",
+              cudaGetErrorString(static_cast<cudaError_t>(rc)));
+}
+// Heads whose output is FP32 (o=fp32) take o_f32, all others the BF16 O.
+Tensor assemble_output(const OpState& st, const Tensor& o_bf16, const Tensor& o_f32) {
+  Tensor out = o_bf16.to(torch::kFloat32);
+  for (int h = 0; h < st.params.heads; ++h)
+    if (st.flags[h].prec[static_cast<int>(Op::kO)] == Prec::kFp32)
+      out.select(1, h).copy_(o_f32.select(1, h));
+  return out;
+}
+#endif
+
+class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                        c10::intrusive_ptr<OpState> st) {
+    const AttentionParams& base = st->params;
+    const int64_t b = base.batch, h = base.heads, t = base.seq;
+    Tensor lse = torch::empty({b, h, t}, q.options());
+    Tensor o_f32 = st->need_o_f32 ? torch::empty_like(q) : Tensor();
+    std::vector<HeadStats> stats(st->capture ? h : 0);
+    Tensor out, o_saved;
+    if (q.is_cuda()) {
+#ifdef REWIND_CUDA
+      AttentionParams p = base;
+      Tensor flags_d = bytes_on(st->flags.data(), st->flags.size() * sizeof(HeadFlags), q.device());
+      p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
+      Tensor stats_d;
+      if (st->capture) {
+        stats_d = torch::zeros({static_cast<int64_t>(h * sizeof(HeadStats))}, q.options().dtype(torch::kUInt8));
+        p.stats = reinterpret_cast<HeadStats*>(stats_d.data_ptr());
+      }
+      Tensor qb = q.to(torch::kBFloat16), kb = k.to(torch::kBFloat16), vb = v.to(torch::kBFloat16);
+      Tensor o_bf16 = torch::empty_like(qb);
+      cuda::ForwardArgs a;
+      a.q = bf16_ptr(qb); a.k = bf16_ptr(kb); a.v = bf16_ptr(vb);
+      a.q_f32 = q.data_ptr<float>(); a.k_f32 = k.data_ptr<float>(); a.v_f32 = v.data_ptr<float>();
+      a.o = bf16_ptr(o_bf16);
+      a.o_f32 = o_f32.defined() ? o_f32.data_ptr<float>() : nullptr;
+      a.lse = lse.data_ptr<float>();
+      a.stats = p.stats;  // null without a capture: the kernels then skip all tie counting
+      a.host_flags = st->flags.data();  // same contents as flags_d: no device->host sync
+      check_cuda(cuda::attention_forward(p, a, at::cuda::getCurrentCUDAStream().stream()), "forward");
+      out = assemble_output(*st, o_bf16, o_f32);
+      o_saved = o_bf16;
+      if (st->capture) std::memcpy(stats.data(), stats_d.cpu().data_ptr(), h * sizeof(HeadStats));
+#else
+      TORCH_CHECK(false, "attention: CUDA tensors need a REWIND_CUDA build");
+#endif
+    } else {
+      TORCH_CHECK(q.is_cpu(), "attention: unsupported device ", q.device());
+      AttentionParams p = base;
+      p.stats = st->capture ? stats.data() : nullptr;
+      out = torch::empty_like(q);
+      attention_forward_cpu(p, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                            out.data_ptr<float>(), lse.data_ptr<float>(),
+                            o_f32.defined() ? o_f32.data_ptr<float>() : nullptr);
+      o_saved = out;
+    }
+    if (auto& c = st->capture) {
+      c->stats = stats;
+    }
+    if (auto& c = st->capture; c && c->keep_tensors) {
+      c->q = q.clone();
+      c->k = k.clone();
+      c->v = v.clone();
+      c->o = out.clone();
+      c->lse = lse.clone();
+    }
+    ctx->save_for_backward({q, k, v, o_saved, lse, o_f32});
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto st = c10::static_intrusive_pointer_cast<OpState>(ctx->saved_data["state"].toCapsule());
+    variable_list s = ctx->get_saved_variables();
+    const Tensor &q = s[0], &k = s[1], &v = s[2], &o = s[3], &lse = s[4], &o_f32 = s[5];
+    Tensor g = grad_out[0].defined() ? grad_out[0].to(torch::kFloat32).contiguous() : torch::zeros_like(q);
+    Tensor dq = torch::empty_like(q), dk = torch::empty_like(q), dv = torch::empty_like(q);
+    Tensor delta = torch::empty_like(lse);
+    if (q.is_cuda()) {
+#ifdef REWIND_CUDA
+      AttentionParams p = st->params;
+      Tensor flags_d = bytes_on(st->flags.data(), st->flags.size() * sizeof(HeadFlags), q.device());
+      p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
+      Tensor qb = q.to(torch::kBFloat16), kb = k.to(torch::kBFloat16), vb = v.to(torch::kBFloat16);
+      Tensor gb = g.to(torch::kBFloat16);
+      Tensor ws = torch::empty({static_cast<int64_t>(cuda::backward_workspace_bytes(p))},
+                               q.options().dtype(torch::kUInt8));
+      cuda::BackwardArgs a;
+      a.q = bf16_ptr(qb); a.k = bf16_ptr(kb); a.v = bf16_ptr(vb);
+      a.q_f32 = q.data_ptr<float>(); a.k_f32 = k.data_ptr<float>(); a.v_f32 = v.data_ptr<float>();
+      a.o = bf16_ptr(o);
+      a.o_f32 = o_f32.defined() ? o_f32.data_ptr<float>() : nullptr;
+      a.d_o = bf16_ptr(gb);
+      a.lse = lse.data_ptr<float>();
+      a.delta = delta.data_ptr<float>();
+      a.dq = dq.data_ptr<float>(); a.dk = dk.data_ptr<float>(); a.dv = dv.data_ptr<float>();
+      a.workspace = ws.numel() ? ws.data_ptr() : nullptr;
+      a.host_flags = st->flags.data();
+      check_cuda(cuda::attention_backward(p, a, at::cuda::getCurrentCUDAStream().stream()), "backward");
+#else
+      TORCH_CHECK(false, "attention: CUDA tensors need a REWIND_CUDA build");
+#endif
+    } else {
+      attention_backward_cpu(st->params, q.data_ptr<float>(), k.data_ptr<float>(),
+                             v.data_ptr<float>(), o.data_ptr<float>(),
+                             o_f32.defined() ? o_f32.data_ptr<float>() : nullptr,
+                             g.data_ptr<float>(), lse.data_ptr<float>(), dq.data_ptr<float>(),
+                             dk.data_ptr<float>(), dv.data_ptr<float>(), delta.data_ptr<float>());
+    }
+    if (auto& c = st->capture; c && c->keep_tensors) {
+      c->d_o = g.clone();
+      c->delta = delta.clone();
+    }
+    return {dq, dk, dv, Tensor()};
+  }
+};
+
+Tensor causal_mask(int64_t t, const torch::Device& dev) {
+  return torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(dev)).triu(1);
+}
+
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt,
+                 std::shared_ptr<AttentionCapture> capture) {
+  auto st = make_state(q, k, v, opt, std::move(capture));
+  return AttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), st);
+}
+
+Tensor attention_plain_bf16(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                            bool causal) {
+  auto rb = [](const Tensor& x) { return x.to(torch::kBFloat16).to(torch::kFloat32); };
+  Tensor qb = rb(q), kb = rb(k), vb = rb(v);
+  Tensor s = rb(rb(torch::matmul(qb, kb.transpose(-2, -1))) * scale);  // (B, H, T, T)
+  if (causal) s = s.masked_fill(causal_mask(q.size(2), q.device()), -INFINITY);
+  Tensor p = torch::softmax(s, -1);
+  return rb(torch::matmul(rb(p), vb));
+}
+
+Tensor attention_torch_fp32(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                            bool causal) {
+  Tensor s = torch::matmul(q, k.transpose(-2, -1)) * scale;  // (B, H, T, T)
+  if (causal) s = s.masked_fill(causal_mask(q.size(2), q.device()), -INFINITY);
+  return torch::matmul(torch::softmax(s, -1), v);
+}
+
+Tensor attention_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q.to(torch::kBFloat16), k.to(torch::kBFloat16),
+                                          v.to(torch::kBFloat16), {}, 0.0, causal);
+#else
+  (void)q, (void)k, (void)v, (void)causal;
+  TORCH_CHECK(false, "attention_sdpa needs LibTorch >= 2.0 (scaled_dot_product_attention); this "
+              "build uses ", TORCH_VERSION);
+#endif
+}
+
+}  // namespace rwd::kernels

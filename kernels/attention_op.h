@@ -1,0 +1,53 @@
+// LibTorch entry points of the attention kernels: the autograd op (CPU emulation or, under
+// REWIND_CUDA, the CUDA kernels), the plain BF16 and FP32 LibTorch baselines, and SDPA.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "kernels/attention_params.h"
+
+namespace rwd::kernels {
+
+struct AttentionOptions {
+  float scale = 0.0f;  // alpha, usually 1/sqrt(D)
+  bool causal = true;
+  bool naive = false;  // materialized S (one tile), same rounding points
+  int block_q = 64, block_k = 64;
+  std::vector<HeadFlags> flags;  // one per head; empty means every head at the defaults
+};
+
+// Filled when passed to attention(): q, k, v, o, lse and stats in the forward, d_o and delta
+// in the backward. Tensors are clones (FP32, (B,H,T,D) or (B,H,T)) owned by the capture.
+struct AttentionCapture {
+  torch::Tensor q, k, v, o, lse, d_o, delta;
+  std::vector<HeadStats> stats;
+  bool keep_tensors = true;  // false: only `stats` is filled (cheap per-step monitors)
+};
+
+// q, k, v: FP32 (B, H, T, D), all on the CPU (emulation) or all on one CUDA device (CUDA
+// kernels, REWIND_CUDA builds only). Returns FP32 (B, H, T, D) holding BF16 values except for
+// o=fp32 heads. Differentiable in q, k, v. Throws c10::Error on bad shapes/dtypes/options.
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const AttentionOptions& opt,
+                        std::shared_ptr<AttentionCapture> capture = nullptr);
+
+// Plain BF16 LibTorch attention, what eager PyTorch computes under autocast: q, k, v rounded
+// to BF16; S = bf16(bf16(q k^T) * scale); P = softmax(S) in FP32; O = bf16(bf16(P) v).
+// Built from FP32 ops and BF16 round-trip casts, so autograd rounds the gradients at the same
+// casts. The error baseline of the tests. FP32 in, FP32 out.
+torch::Tensor attention_plain_bf16(const torch::Tensor& q, const torch::Tensor& k,
+                                   const torch::Tensor& v, double scale, bool causal);
+
+// LibTorch attention math in FP32 (matmul, masked softmax, matmul): the CPU speed baseline.
+torch::Tensor attention_torch_fp32(const torch::Tensor& q, const torch::Tensor& k,
+                                   const torch::Tensor& v, double scale, bool causal);
+
+// at::scaled_dot_product_attention on BF16 copies of q, k, v (the GPU speed baseline);
+// returns BF16. Needs LibTorch >= 2.0; with 1.13 it throws c10::Error.
+torch::Tensor attention_sdpa(const torch::Tensor& q, const torch::Tensor& k,
+                             const torch::Tensor& v, bool causal);
+
+}  // namespace rwd::kernels

@@ -1,0 +1,56 @@
+// Host-side launchers of the CUDA flash-attention kernels (kernels/cuda/*.cu). Plain C++:
+// no LibTorch here; kernels/attention_op.cpp validates tensors and fills these structs.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention_params.h"
+
+namespace rwd::kernels::cuda {
+
+// All pointers are device pointers to contiguous (B, H, T, D) or (B, H, T) arrays.
+// BF16 arrays are raw uint16_t storage. The *_f32 inputs are optional (nullptr) and are read
+// only by heads whose flags ask for FP32 operands (qk or pv promoted); the dispatch layer
+// passes them only when some head needs them.
+struct ForwardArgs {
+  const uint16_t* q = nullptr;   // (B,H,T,D) bf16
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  const float* q_f32 = nullptr;  // optional FP32 twins
+  const float* k_f32 = nullptr;
+  const float* v_f32 = nullptr;
+  uint16_t* o = nullptr;         // (B,H,T,D) bf16 output, always written
+  float* o_f32 = nullptr;        // optional: FP32 O (Ō/l before rounding), written when non-null
+  float* lse = nullptr;          // (B,H,T) FP32 log-sum-exp, always written
+  HeadStats* stats = nullptr;    // optional device array of `heads` entries (zeroed by caller)
+  // Optional HOST copy of p.flags (same contents). Without it the launcher reads the flags
+  // back from the device, which synchronizes the stream on every call.
+  const HeadFlags* host_flags = nullptr;
+};
+
+struct BackwardArgs {
+  const uint16_t* q = nullptr;   // same inputs as the forward
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  const float* q_f32 = nullptr;
+  const float* k_f32 = nullptr;
+  const float* v_f32 = nullptr;
+  const uint16_t* o = nullptr;   // forward output (bf16)
+  const float* o_f32 = nullptr;  // optional FP32 O for heads with o=fp32
+  const uint16_t* d_o = nullptr; // (B,H,T,D) bf16 upstream gradient
+  const float* lse = nullptr;    // (B,H,T)
+  float* delta = nullptr;        // (B,H,T) scratch, written (rowsum(dO*O) or rowsum(dP*P))
+  float* dq = nullptr;           // (B,H,T,D) FP32 gradients, fully written (no accumulate)
+  float* dk = nullptr;
+  float* dv = nullptr;
+  void* workspace = nullptr;     // backward_workspace_bytes(p) bytes, for deterministic dQ
+  const HeadFlags* host_flags = nullptr;  // optional host copy of p.flags (see ForwardArgs)
+};
+
+// Returns 0 on success or a cudaError_t value; stream is a cudaStream_t (nullptr = default).
+int attention_forward(const AttentionParams& p, const ForwardArgs& a, void* stream);
+int attention_backward(const AttentionParams& p, const BackwardArgs& a, void* stream);
+size_t backward_workspace_bytes(const AttentionParams& p);
+// p.flags and p.stats must point to DEVICE memory for the launchers (heads entries each).
+
+}  // namespace rwd::kernels::cuda

@@ -1,0 +1,439 @@
+// FlashAttention-2 forward on tensor cores (mma.sync m16n8k16 BF16, FP32 accumulate), with the
+// per-head plan flags of DESIGN §3, and the public forward launcher.
+//
+// Rounding points (DESIGN §4), per query tile i and key tile j:
+//   S = alpha * Q K^T            FP32 (tensor-core accumulation of exact BF16 products)
+//   [qk fault] S += c |S|;  [s_bf16] S = bf16(S)
+//   m_new = max(m_old, m')       m' = rowmax over unmasked S, or the stabilized m' (Alg. 3)
+//   P̄ = exp(S - m_new)           FP32  [softmax fault: P̄ *= 1 - c where P̄ < 1]
+//   l = exp(m_old - m_new) * l + rowsum(P̄)        FP32, from the unrounded P̄
+//   Ō = exp(m_old - m_new) * Ō + bf16(P̄) V        FP32 accumulate
+//   [acc_bf16] Ō = bf16(Ō), l = bf16(l) after each tile
+//   O = bf16(Ō / l) (written), o_f32 = Ō / l (when requested), LSE = m + log(l) (FP32).
+// Heads with qk, pv or softmax promoted run in the SIMT kernels (attention_simt.cu) instead.
+// The CPU twin is kernels/attention_forward_cpu.cpp (same formulas; sums in other orders).
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention_internal.cuh"
+
+namespace rwd::kernels::cuda {
+
+// ---------------------------------------------------------------------------------------------
+// CUDA kernels
+
+// Tile shape of the forward: kWarps warps, each owning kMt m16 row blocks (16 kMt query rows),
+// kWarps * 16 * kMt = 128 query rows per block. Each K/V fragment loaded by ldmatrix feeds kMt
+// mma instructions, so kMt = 2 halves the shared-memory reads per FLOP (the limit at kMt = 1).
+// kQRegs keeps the Q fragments in registers for the whole key loop (else reloaded per tile).
+template <int D>
+struct FwdTraits;
+template <>
+struct FwdTraits<64> {
+  static constexpr int kWarps = 4, kMt = 2, kMinBlocks = 2;
+  static constexpr bool kQRegs = false;  // Q in registers as well would spill
+};
+template <>
+struct FwdTraits<128> {
+  static constexpr int kWarps = 8, kMt = 1, kMinBlocks = 1;  // kMt = 2 or 2 blocks/SM spill
+  static constexpr bool kQRegs = true;
+};
+template <int D>
+struct FwdShape {
+  static constexpr int kRows = FwdTraits<D>::kWarps * 16 * FwdTraits<D>::kMt;  // query rows
+  static constexpr int kThreads = FwdTraits<D>::kWarps * 32;
+};
+
+// The key loop of one block. kExtras: the head uses s_bf16, acc_bf16 or a qk / softmax / pv
+// fault (else those branches compile away). kTies: the head is stabilized or stats are
+// collected (else no tie bookkeeping at all). In the mma C layout a thread holds, per m16
+// block mt, rows r_a = 16 mt + lane/4 and r_a + 8 of its warp, columns 8 nb + 2 (lane%4) + {0,1}.
+template <int D, bool kExtras, bool kTies>
+__device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagView& f,
+                                              uint16_t* smem, int q_tile) {
+  using Tr = FwdTraits<D>;
+  constexpr int kMt = Tr::kMt, kRows = FwdShape<D>::kRows, kNThr = FwdShape<D>::kThreads;
+  constexpr int kStride = D + 8, kKvTile = kBlockK * kStride;
+  const int bh = blockIdx.y, h = bh % a.heads, q0 = q_tile * kRows;
+  uint16_t* s_q = smem;                    // [kRows][kStride]
+  uint16_t* s_k = smem + kRows * kStride;  // [2][64][kStride]
+  uint16_t* s_v = s_k + 2 * kKvTile;       // [2][64][kStride]
+
+  const int T = a.seq, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t base = static_cast<size_t>(bh) * T * D;
+  const int n_all = (T + kBlockK - 1) / kBlockK;
+  const int n_kt = a.causal ? min(n_all, (q0 + kRows - 1) / kBlockK + 1) : n_all;
+  const int w_row0 = q0 + warp * 16 * kMt;  // first query row of this warp
+  const int w_row_last = w_row0 + 16 * kMt - 1;
+  const bool want_stats = a.stats != nullptr;
+
+  load_tile_async<D, kRows, kNThr>(s_q, a.q + base, q0, T);
+  load_tile_async<D, kBlockK, kNThr>(s_k, a.k + base, 0, T);
+  load_tile_async<D, kBlockK, kNThr>(s_v, a.v + base, 0, T);
+  cp_async_commit();
+
+  uint32_t qf[Tr::kQRegs ? kMt : 1][Tr::kQRegs ? D / 16 : 1][4];
+  float o[kMt][D / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+  }
+  float m[kMt][2], l[kMt][2];
+  // Monitor state per row: running max of S and how often it occurs (eps 0), P̄ == 1 count.
+  float run_max[kMt][2];
+  int run_cnt[kMt][2], ones[kMt][2];
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m[mt][r] = run_max[mt][r] = -INFINITY;
+      l[mt][r] = 0.0f;
+      run_cnt[mt][r] = ones[mt][r] = 0;
+    }
+  }
+  StatAcc st;
+
+  for (int j = 0; j < n_kt; ++j) {
+    cp_async_wait_all();
+    __syncthreads();
+    const uint16_t* k_t = s_k + (j & 1) * kKvTile;
+    const uint16_t* v_t = s_v + (j & 1) * kKvTile;
+    if (j + 1 < n_kt) {  // prefetch the next K, V tile into the other buffer
+      load_tile_async<D, kBlockK, kNThr>(s_k + ((j + 1) & 1) * kKvTile, a.k + base,
+                                         (j + 1) * kBlockK, T);
+      load_tile_async<D, kBlockK, kNThr>(s_v + ((j + 1) & 1) * kKvTile, a.v + base,
+                                         (j + 1) * kBlockK, T);
+      cp_async_commit();
+    }
+    if constexpr (Tr::kQRegs) {
+      if (j == 0) {
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk) {
+            ldmatrix_x4(qf[mt][kk], s_q + (warp * 16 * kMt + mt * 16 + (lane % 8) +
+                                           ((lane / 8) % 2) * 8) * kStride +
+                                        kk * 16 + (lane / 16) * 8);
+          }
+        }
+      }
+    }
+    // Causal: a key tile entirely right of this warp's last row is masked for all its rows;
+    // skipping it changes nothing (m, l, Ō and the monitors are unchanged by an empty tile).
+    if (a.causal && j * kBlockK > w_row_last) continue;
+
+    // S = Q K^T: (16 kMt rows x 64 keys) per warp; each K fragment feeds kMt mma.
+    float s[kMt][8][4];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[kMt][4];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        if constexpr (Tr::kQRegs) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) qa[mt][i] = qf[mt][kk][i];
+        } else {
+          ldmatrix_x4(qa[mt], s_q + (warp * 16 * kMt + mt * 16 + (lane % 8) +
+                                     ((lane / 8) % 2) * 8) * kStride +
+                                  kk * 16 + (lane / 16) * 8);
+        }
+      }
+#pragma unroll
+      for (int nb2 = 0; nb2 < 4; ++nb2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, k_t + (nb2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 +
+                           ((lane / 8) % 2) * 8);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          mma_bf16(s[mt][2 * nb2], qa[mt], b[0], b[1]);
+          mma_bf16(s[mt][2 * nb2 + 1], qa[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    // Scale, optional qk fault and BF16 rounding of S, mask (causal and T tail) -> -inf.
+    // r_m: row max; r_2: second largest entry (with multiplicity), for the stable rule's
+    // "r_s > 1" test: r_s = #{S >= r_m - eps} > 1  <=>  r_2 >= r_m - eps.
+    const bool need_mask = (a.causal && j * kBlockK + kBlockK - 1 > w_row0) || (j + 1) * kBlockK > T;
+    float r_m[kMt][2], r_2[kMt][2];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      r_m[mt][0] = r_m[mt][1] = r_2[mt][0] = r_2[mt][1] = -INFINITY;
+      const int row_a = w_row0 + mt * 16 + lane / 4;
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = __fmul_rn(a.scale, s[mt][nb][e]);
+          if constexpr (kExtras) x = finish_score(s[mt][nb][e], a.scale, f);
+          if (need_mask) {
+            const int col = j * kBlockK + nb * 8 + (lane % 4) * 2 + (e & 1);
+            const int row = row_a + (e / 2) * 8;
+            if (col >= T || (a.causal && col > row)) x = -INFINITY;
+          }
+          s[mt][nb][e] = x;
+          if constexpr (kTies) r_2[mt][e / 2] = fmaxf(r_2[mt][e / 2], fminf(r_m[mt][e / 2], x));
+          r_m[mt][e / 2] = fmaxf(r_m[mt][e / 2], x);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int off = 1; off <= 2; off <<= 1) {
+          const float om = __shfl_xor_sync(0xffffffffu, r_m[mt][r], off);
+          if constexpr (kTies) {
+            const float o2 = __shfl_xor_sync(0xffffffffu, r_2[mt][r], off);
+            r_2[mt][r] = fmaxf(fmaxf(r_2[mt][r], o2), fminf(r_m[mt][r], om));
+          }
+          r_m[mt][r] = fmaxf(r_m[mt][r], om);
+        }
+      }
+    }
+
+    // Running max update (stabilized per tile when the head asks for it), monitors.
+    float corr[kMt][2];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      int ties[2] = {0, 0};
+      if (kTies && want_stats) {  // exact ties of the tile max (eps 0), for repeated_max_rows
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) ties[e / 2] += s[mt][nb][e] == r_m[mt][e / 2] && r_m[mt][e / 2] != -INFINITY;
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 1);
+          ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 2);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float m_tile = r_m[mt][r];
+        int branch = 0;
+        bool guarded = false;
+        if constexpr (kTies) {
+          // r_s is only compared with 1, so 2 stands for "more than one".
+          const bool repeated = r_2[mt][r] != -INFINITY && r_2[mt][r] >= r_m[mt][r] - f.eps;
+          // The shift code runs only in warps where some row has a repeated max (rare).
+          if (__any_sync(0xffffffffu, repeated)) {
+            m_tile = stable_max(r_m[mt][r], repeated ? 2 : 1, f, &branch, &guarded);
+          }
+        }
+        const float m_new = fmaxf(m[mt][r], m_tile);
+        corr[mt][r] = rescale_factor(m[mt][r], m_new);
+        m[mt][r] = m_new;
+        const int row = w_row0 + mt * 16 + lane / 4 + 8 * r;
+        if (kTies && want_stats && (lane % 4) == 0 && row < T) {
+          st.pos += branch == 1;
+          st.neg += branch == 2;
+          st.guard += guarded;
+          st.max_logit = fmaxf(st.max_logit, r_m[mt][r]);
+          if (r_m[mt][r] > run_max[mt][r]) {
+            run_max[mt][r] = r_m[mt][r];
+            run_cnt[mt][r] = ties[r];
+          } else if (r_m[mt][r] == run_max[mt][r]) {
+            run_cnt[mt][r] += ties[r];
+          }
+        }
+      }
+    }
+
+    // P̄ = exp(S - m) (FP32, fast_exp_shifted), l from the unrounded P̄, P operand for P̄V.
+    // Ō is rescaled only when some row of the warp changed its max (corr != 1): multiplying
+    // by exactly 1 is the identity, so skipping it changes no bit.
+    uint32_t pa[kMt][4][4];  // A fragments of P: 4 k-blocks of 16 keys
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      float rowsum[2] = {0.0f, 0.0f};
+      const float m_log2[2] = {__fmul_rn(m[mt][0], kLog2e), __fmul_rn(m[mt][1], kLog2e)};
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float pbar = fast_exp_shifted(s[mt][nb][e], m_log2[e / 2]);
+          if constexpr (kExtras) pbar = softmax_fault(pbar, f);
+          rowsum[e / 2] += pbar;
+          p[e] = pbar;
+          if constexpr (kExtras) p[e] = pv_operand(pbar, f);
+          if (kTies && want_stats && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
+        }
+        // pack_bf16x2 rounds to nearest even: the PV operand bf16(P̄ (1 + c)).
+        pa[mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(p[0], p[1]);
+        pa[mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(p[2], p[3]);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 1);
+        rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 2);
+        l[mt][r] = l[mt][r] * corr[mt][r] + rowsum[r];
+        if (kExtras && f.acc_bf16) l[mt][r] = round_bf16(l[mt][r]);
+      }
+      if (__any_sync(0xffffffffu, corr[mt][0] != 1.0f || corr[mt][1] != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          o[mt][i][0] *= corr[mt][0];
+          o[mt][i][1] *= corr[mt][0];
+          o[mt][i][2] *= corr[mt][1];
+          o[mt][i][3] *= corr[mt][1];
+        }
+      }
+    }
+
+    // Ō += bf16(P̄) V: A = P from registers, B = V (keys x D) through ldmatrix.trans; each V
+    // fragment feeds kMt mma.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int nb2 = 0; nb2 < D / 16; ++nb2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_t + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
+                                 nb2 * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          mma_bf16(o[mt][2 * nb2], pa[mt][kk], b[0], b[1]);
+          mma_bf16(o[mt][2 * nb2 + 1], pa[mt][kk], b[2], b[3]);
+        }
+      }
+    }
+    if (kExtras && f.acc_bf16) {
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[mt][i][e] = round_bf16(o[mt][i][e]);
+        }
+      }
+    }
+  }
+
+  // Epilogue: O = bf16(Ō / l) (optionally faulted), o_f32 = Ō / l, LSE = m + log(l).
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = w_row0 + mt * 16 + lane / 4 + 8 * r;
+      if (row >= T) continue;
+      const size_t off = base + static_cast<size_t>(row) * D;
+      const float inv_l = 1.0f / l[mt][r];
+#pragma unroll
+      for (int nb = 0; nb < D / 8; ++nb) {
+        const int col = nb * 8 + (lane % 4) * 2;
+        const float x0 = o[mt][nb][2 * r] * inv_l, x1 = o[mt][nb][2 * r + 1] * inv_l;
+        const uint32_t packed =
+            static_cast<uint32_t>(float_to_bf16_bits(o_output(x0, f))) |
+            (static_cast<uint32_t>(float_to_bf16_bits(o_output(x1, f))) << 16);
+        *reinterpret_cast<uint32_t*>(a.o_out + off + col) = packed;
+        if (a.o32_out != nullptr) {
+          *reinterpret_cast<float2*>(a.o32_out + off + col) = make_float2(x0, x1);
+        }
+      }
+      if ((lane % 4) == 0) a.lse_out[static_cast<size_t>(bh) * T + row] = m[mt][r] + logf(l[mt][r]);
+    }
+  }
+  if (kTies && want_stats) {
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 1);
+        ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 2);
+        if ((lane % 4) == 0 && w_row0 + mt * 16 + lane / 4 + 8 * r < T) {
+          st.rows += 1;
+          st.repeated += run_cnt[mt][r] > 1;
+          st.pbar_one += ones[mt][r] > 1 ? ones[mt][r] - 1 : 0;
+        }
+      }
+    }
+    flush_stats(st, a.stats + h);
+  }
+}
+
+// Grid (ceil(T/128), B*H), FwdShape<D>::kThreads threads. Causal blocks with the most key tiles
+// (the last query tiles) are started first, so the short ones fill the tail of the launch.
+// Flags are uniform per block: the branch below picks one specialization of the key loop.
+template <int D>
+__global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdTraits<D>::kMinBlocks)
+    flash_forward_kernel(KernelArgs a) {
+  const FlagView f = decode_flags(a.flags[blockIdx.y % a.heads]);
+  if (forward_needs_simt(f)) return;  // handled by the SIMT kernel of the same launch
+  extern __shared__ __align__(16) uint16_t smem[];
+  const int q_tile = a.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : blockIdx.x;
+  const bool extras = f.s_bf16 || f.acc_bf16 || f.qk_fault || f.sm_fault || f.pv_bias != 1.0f;
+  const bool ties = f.stable || a.stats != nullptr;
+  if (extras) {
+    if (ties) forward_block<D, true, true>(a, f, smem, q_tile);
+    else forward_block<D, true, false>(a, f, smem, q_tile);
+  } else {
+    if (ties) forward_block<D, false, true>(a, f, smem, q_tile);
+    else forward_block<D, false, false>(a, f, smem, q_tile);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// kernel launchers
+
+namespace {
+
+template <int D>
+int launch_flash_forward(const KernelArgs& a, cudaStream_t stream) {
+  // Q tile plus double-buffered K and V tiles.
+  constexpr int kSmem = (FwdShape<D>::kRows + 4 * kBlockK) * (D + 8) * static_cast<int>(sizeof(uint16_t));
+  cudaError_t err = cudaFuncSetAttribute(flash_forward_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((a.seq + FwdShape<D>::kRows - 1) / FwdShape<D>::kRows, a.batch * a.heads);
+  flash_forward_kernel<D><<<grid, FwdShape<D>::kThreads, kSmem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int attention_forward(const AttentionParams& p, const ForwardArgs& fa, void* stream_ptr) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  if (fa.q == nullptr || fa.k == nullptr || fa.v == nullptr || fa.o == nullptr ||
+      fa.lse == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  LaunchPlan plan;
+  int err = plan_launch(p, fa.host_flags, false, fa.q_f32 != nullptr, fa.k_f32 != nullptr,
+                        fa.v_f32 != nullptr, true, stream, &plan);
+  if (err != 0) return err;
+  KernelArgs a;
+  a.batch = p.batch;
+  a.heads = p.heads;
+  a.seq = p.seq;
+  a.scale = p.scale;
+  a.causal = p.causal;
+  a.tiling_off = plan.tiling_off;
+  a.flags = p.flags;
+  a.stats = fa.stats != nullptr ? fa.stats : p.stats;
+  a.q = fa.q;
+  a.k = fa.k;
+  a.v = fa.v;
+  a.q32 = fa.q_f32;
+  a.k32 = fa.k_f32;
+  a.v32 = fa.v_f32;
+  a.o_out = fa.o;
+  a.o32_out = fa.o_f32;
+  a.lse_out = fa.lse;
+  // Tiling off: every head takes the SIMT kernel, which makes a full pass for the row max.
+  if (plan.any_fast && !plan.tiling_off) {
+    err = p.dim == 64 ? launch_flash_forward<64>(a, stream) : launch_flash_forward<128>(a, stream);
+    if (err != 0) return err;
+  }
+  if (plan.any_simt || plan.tiling_off) {
+    err = launch_simt_forward(a, p.dim, plan.tiling_off, stream);
+    if (err != 0) return err;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace rwd::kernels::cuda

@@ -1,0 +1,65 @@
+// Internal interface between the CUDA attention files: the by-value kernel argument block and
+// the host helpers (flag validation, SIMT launches) that the public launchers share.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cstdint>
+
+#include "kernels/attention_params.h"
+
+namespace rwd::kernels::cuda {
+
+// Everything a kernel reads, passed by value. Shapes: q,k,v,o,d_o (B,H,T,D); lse, delta (B,H,T).
+struct KernelArgs {
+  int batch = 0, heads = 0, seq = 0;
+  float scale = 0.0f;
+  bool causal = true;
+  bool tiling_off = false;  // stable rule once per full row (two passes over the keys)
+  const HeadFlags* flags = nullptr;
+  HeadStats* stats = nullptr;
+  const uint16_t* q = nullptr;
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  const uint16_t* o = nullptr;    // backward: forward output
+  const uint16_t* d_o = nullptr;
+  const float* q32 = nullptr;
+  const float* k32 = nullptr;
+  const float* v32 = nullptr;
+  const float* o32 = nullptr;     // backward: FP32 forward output
+  const float* lse_in = nullptr;  // backward
+  uint16_t* o_out = nullptr;      // forward
+  float* o32_out = nullptr;
+  float* lse_out = nullptr;
+  float* delta = nullptr;
+  float* dq = nullptr;
+  float* dk = nullptr;
+  float* dv = nullptr;
+  // Fused backward (workspace given): FP32 partial sums of dQ (B,H,T,D) and one counter per
+  // (b, h, query tile) saying how many key tiles have added theirs. Null: two-kernel path.
+  float* dq_accum = nullptr;
+  int* dq_sem = nullptr;
+};
+
+// What the host learned from the per-head flags (copied once from the device).
+struct LaunchPlan {
+  bool tiling_off = false;
+  bool any_simt = false;  // some head needs the FP32/SIMT kernels
+  bool any_fast = false;  // some head runs on the tensor-core kernels
+  bool any_fast_dpp = false;  // some tensor-core head uses delta = rowsum(dP * P)
+};
+
+// Checks shapes, tile sizes, pointers and every head's flags; fills *plan. Returns 0 or a
+// cudaError_t (cudaErrorInvalidValue for bad arguments, cudaErrorNotSupported for a flag
+// combination the GPU path does not implement). Reads host_flags when given, else copies
+// p.flags from the device (synchronizing `stream`).
+int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool backward,
+                bool have_q32, bool have_k32,
+                bool have_v32, bool have_o32, cudaStream_t stream, LaunchPlan* plan);
+
+// SIMT kernels (attention_simt.cu): one query (or key) row per thread, FP32 FMAs, the
+// same rounding points as the tensor-core kernels. all_heads: run every head (tiling off),
+// else only heads that need FP32 operands.
+int launch_simt_forward(const KernelArgs& a, int dim, bool all_heads, cudaStream_t stream);
+int launch_simt_backward(const KernelArgs& a, int dim, cudaStream_t stream);
+
+}  // namespace rwd::kernels::cuda

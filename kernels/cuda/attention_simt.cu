@@ -1,0 +1,428 @@
+// FP32-operand (SIMT) attention kernels: one row per thread, plain FP32 FMAs, the same rounding
+// points as the tensor-core kernels. They serve heads whose plan promotes qk, pv or bwd to
+// FP32, and every head when tiling is off (a full pass over the keys finds the row max first).
+//
+// Operand choices per head (DESIGN §3):
+//   S operands      Q, K      : q_f32/k_f32 when qk=fp32, else BF16 values
+//   P̄V              P, V      : P̄ and v_f32 when pv=fp32, else bf16(P̄) (pv fault) and BF16 V
+//   softmax=fp32    exp, l, rescale and LSE in double; backward P from a double exp
+//   backward        dV += P^T dO with P unrounded when bwd is fp32, else bf16(P);
+//                   dP = dO V^T with v_f32 when pv or bwd is fp32;
+//                   dQ += dS K, dK += dS^T Q with dS unrounded and q_f32/k_f32 when bwd=fp32
+//                   (Q, K are also FP32 when qk=fp32), else bf16(dS) and the S operands.
+// Summation over keys is sequential per row (the order of the CPU emulation); each thread owns
+// its outputs, so the kernels are deterministic.
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_internal.cuh"
+
+namespace rwd::kernels::cuda {
+
+namespace {
+
+// Cooperative load of rows [row0, row0 + n) of a (T, D) matrix into FP32 smem (stride D + 1,
+// conflict-free per-thread rows); rows >= T become 0. FP32 source when asked and present.
+template <int D>
+__device__ void load_rows(float* dst, const uint16_t* b16, const float* f32, bool use_f32,
+                          size_t base, int row0, int n, int T) {
+  for (int i = threadIdx.x; i < n * D; i += blockDim.x) {
+    const int r = i / D, d = i % D, row = row0 + r;
+    float x = 0.0f;
+    if (row < T) {
+      const size_t off = base + static_cast<size_t>(row) * D + d;
+      x = (use_f32 && f32 != nullptr) ? f32[off] : bf16_bits_to_float(b16[off]);
+    }
+    dst[r * (D + 1) + d] = x;
+  }
+}
+
+template <int D>
+__device__ __forceinline__ float dot_row(const float* a, const float* b) {
+  float acc = 0.0f;
+#pragma unroll 16
+  for (int d = 0; d < D; ++d) acc = fmaf(a[d], b[d], acc);
+  return acc;
+}
+
+// S for one query row against key `col` (both rows in smem), scaled, rounded, masked.
+template <int D>
+__device__ __forceinline__ float score(const float* q_row, const float* k_row, int row, int col,
+                                       const KernelArgs& a, const FlagView& f) {
+  if (col >= a.seq || (a.causal && col > row)) return -INFINITY;
+  return finish_score(dot_row<D>(q_row, k_row), a.scale, f);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// CUDA kernels
+
+// Grid (ceil(T/R), B*H), R threads, thread t owns query row q0 + t.
+template <int D, int R>
+__global__ void __launch_bounds__(R) simt_forward_kernel(KernelArgs a, bool all_heads) {
+  constexpr int kS = D + 1, kSimtRows = R;
+  const int bh = blockIdx.y, h = bh % a.heads, q0 = blockIdx.x * kSimtRows, T = a.seq;
+  const FlagView f = decode_flags(a.flags[h]);
+  if (!all_heads && !forward_needs_simt(f)) return;
+  extern __shared__ float fsm[];
+  float* s_q = fsm;                       // [R][kS]
+  float* s_k = s_q + kSimtRows * kS;      // [64][kS]
+  float* s_v = s_k + kBlockK * kS;        // [64][kS]
+  float* s_s = s_v + kBlockK * kS;        // [R][65] S of this row and key tile
+  const int t = threadIdx.x, row = q0 + t;
+  const size_t base = static_cast<size_t>(bh) * T * D;
+  const int n_all = (T + kBlockK - 1) / kBlockK;
+  const int n_kt = a.causal ? min(n_all, (q0 + kSimtRows - 1) / kBlockK + 1) : n_all;
+  const float* q_row = s_q + t * kS;
+  float* s_row = s_s + t * (kBlockK + 1);
+  const bool want_stats = a.stats != nullptr && row < T;
+  StatAcc st;
+
+  load_rows<D>(s_q, a.q, a.q32, f.qk_f32, base, q0, kSimtRows, T);
+  float m = -INFINITY, o[D];
+  double l = 0.0;  // holds an FP32 value unless softmax=fp32
+#pragma unroll
+  for (int d = 0; d < D; ++d) o[d] = 0.0f;
+
+  // Tiling off: the row max (and the tie count for the stable rule) over the whole row first,
+  // so m is final before any P̄ is formed (one tile: no rescaling at all).
+  if (a.tiling_off) {
+    float rmax = -INFINITY;
+    int rs = 0;
+    for (int pass = 0; pass < (f.stable ? 2 : 1); ++pass) {
+      for (int j = 0; j < n_kt; ++j) {
+        __syncthreads();
+        load_rows<D>(s_k, a.k, a.k32, f.qk_f32, base, j * kBlockK, kBlockK, T);
+        __syncthreads();
+        for (int c = 0; c < kBlockK; ++c) {
+          const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f);
+          if (pass == 0) rmax = fmaxf(rmax, x);
+          else if (x != -INFINITY && x >= rmax - f.eps) ++rs;
+        }
+      }
+    }
+    int branch;
+    bool guarded;
+    m = stable_max(rmax, rs, f, &branch, &guarded);
+    if (want_stats) {
+      st.pos += branch == 1;
+      st.neg += branch == 2;
+      st.guard += guarded;
+    }
+  }
+
+  float run_max = -INFINITY;
+  int run_cnt = 0, ones = 0;
+  for (int j = 0; j < n_kt; ++j) {
+    __syncthreads();
+    load_rows<D>(s_k, a.k, a.k32, f.qk_f32, base, j * kBlockK, kBlockK, T);
+    load_rows<D>(s_v, a.v, a.v32, f.pv_f32, base, j * kBlockK, kBlockK, T);
+    __syncthreads();
+    float r_m = -INFINITY;
+    for (int c = 0; c < kBlockK; ++c) {
+      const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f);
+      s_row[c] = x;
+      r_m = fmaxf(r_m, x);
+    }
+    int r_s = 0, ties = 0;
+    for (int c = 0; c < kBlockK; ++c) {
+      const float x = s_row[c];
+      if (x != -INFINITY && x >= r_m - f.eps) ++r_s;
+      if (x != -INFINITY && x == r_m) ++ties;
+    }
+    double corr = 1.0;  // softmax=fp32: exp, l and the rescale in double (CPU twin)
+    if (!a.tiling_off) {
+      int branch;
+      bool guarded;
+      const float m_new = fmaxf(m, stable_max(r_m, r_s, f, &branch, &guarded));
+      corr = m == -INFINITY ? 0.0 : (f.sm_f64 ? exp(static_cast<double>(m) - m_new) : expf(m - m_new));
+      m = m_new;
+      if (want_stats) {
+        st.pos += branch == 1;
+        st.neg += branch == 2;
+        st.guard += guarded;
+      }
+    }
+    if (want_stats) {
+      st.max_logit = fmaxf(st.max_logit, r_m);
+      if (r_m > run_max) {
+        run_max = r_m;
+        run_cnt = ties;
+      } else if (r_m == run_max) {
+        run_cnt += ties;
+      }
+    }
+    const float corr_f = static_cast<float>(corr);
+#pragma unroll
+    for (int d = 0; d < D; ++d) o[d] *= corr_f;
+    // l: scaled first, then the keys ascending (the CPU twin's order).
+    double l_d = f.sm_f64 ? corr * l : static_cast<double>(corr_f * static_cast<float>(l));
+    for (int c = 0; c < kBlockK; ++c) {
+      const float x = s_row[c];
+      if (x == -INFINITY) continue;
+      const double pd = f.sm_f64 ? exp(static_cast<double>(x) - m) : static_cast<double>(expf(x - m));
+      const float pbar = softmax_fault(static_cast<float>(pd), f);
+      const double pl = f.sm_fault && pd < 1.0 ? static_cast<double>(pbar) : pd;
+      l_d = f.sm_f64 ? l_d + pl : static_cast<double>(static_cast<float>(l_d) + pbar);
+      if (round_bf16(pbar) == 1.0f) ++ones;
+      const float p = pv_operand(pbar, f);
+      const float* v_row = s_v + c * kS;
+#pragma unroll
+      for (int d = 0; d < D; ++d) o[d] = fmaf(p, v_row[d], o[d]);
+    }
+    l = l_d;
+    if (f.acc_bf16) {
+      l = round_bf16(static_cast<float>(l));
+#pragma unroll
+      for (int d = 0; d < D; ++d) o[d] = round_bf16(o[d]);
+    }
+  }
+
+  if (row < T) {
+    const size_t off = base + static_cast<size_t>(row) * D;
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const float x = f.sm_f64 ? static_cast<float>(o[d] / l) : o[d] / static_cast<float>(l);
+      a.o_out[off + d] = float_to_bf16_bits(o_output(x, f));
+      if (a.o32_out != nullptr) a.o32_out[off + d] = x;
+    }
+    a.lse_out[static_cast<size_t>(bh) * T + row] =
+        f.sm_f64 ? static_cast<float>(m + log(l)) : m + logf(static_cast<float>(l));
+  }
+  if (a.stats != nullptr) {
+    if (want_stats) {
+      st.rows = 1;
+      st.repeated = run_cnt > 1;
+      st.pbar_one = ones > 1 ? ones - 1 : 0;
+    }
+    flush_stats(st, a.stats + h);
+  }
+}
+
+// dQ and delta. Grid (ceil(T/R), B*H), R threads, thread t owns query row q0 + t.
+template <int D, int R>
+__global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
+  constexpr int kS = D + 1, kSimtRows = R;
+  const int bh = blockIdx.y, h = bh % a.heads, q0 = blockIdx.x * kSimtRows, T = a.seq;
+  const FlagView f = decode_flags(a.flags[h]);
+  if (!backward_needs_simt(f)) return;
+  const bool grad_f32 = f.bwd_f32 || f.qk_f32, v_f32 = f.pv_f32 || f.bwd_f32;
+  extern __shared__ float fsm[];
+  float* s_q = fsm;                       // [R][kS] S operand
+  float* s_do = s_q + kSimtRows * kS;     // [R][kS]
+  float* s_k = s_do + kSimtRows * kS;     // [64][kS] S operand
+  float* s_kg = s_k + kBlockK * kS;       // [64][kS] dQ operand (aliases s_k when equal)
+  float* s_v = s_kg + kBlockK * kS;       // [64][kS]
+  if (grad_f32 == f.qk_f32) s_kg = s_k;
+  const int t = threadIdx.x, row = q0 + t;
+  const size_t base = static_cast<size_t>(bh) * T * D;
+  const int n_all = (T + kBlockK - 1) / kBlockK;
+  const int n_kt = a.causal ? min(n_all, (q0 + kSimtRows - 1) / kBlockK + 1) : n_all;
+  const float* q_row = s_q + t * kS;
+  const float* do_row = s_do + t * kS;
+  const float lse = row < T ? a.lse_in[static_cast<size_t>(bh) * T + row] : 0.0f;
+
+  load_rows<D>(s_q, a.q, a.q32, f.qk_f32, base, q0, kSimtRows, T);
+  load_rows<D>(s_do, a.d_o, nullptr, false, base, q0, kSimtRows, T);
+  __syncthreads();
+
+  // delta as the CPU twin: FP32 sequential sums (with |terms| for the delta fault), or double
+  // for delta=fp32 (from o_f32; dO is only available in BF16 on the GPU).
+  double sum = 0.0, abs_sum = 0.0;
+  if (!f.delta_dpp) {  // rowsum(dO * O), O in FP32 for o=fp32 heads
+    if (row < T) {
+      const size_t off = base + static_cast<size_t>(row) * D;
+      float acc = 0.0f, abs_acc = 0.0f;
+      for (int d = 0; d < D; ++d) {
+        if (f.delta_f64) {
+          sum += static_cast<double>(do_row[d]) * a.o32[off + d];
+        } else {
+          const float o = f.o_f32 ? a.o32[off + d] : bf16_bits_to_float(a.o[off + d]);
+          const float x = __fmul_rn(do_row[d], o);
+          acc = __fadd_rn(acc, x);
+          abs_acc = __fadd_rn(abs_acc, fabsf(x));
+        }
+      }
+      if (!f.delta_f64) {
+        sum = acc;
+        abs_sum = abs_acc;
+      }
+    }
+  } else {  // rowsum(dP * P), one extra pass over the keys
+    float acc = 0.0f, abs_acc = 0.0f;
+    for (int j = 0; j < n_kt; ++j) {
+      __syncthreads();
+      load_rows<D>(s_k, a.k, a.k32, f.qk_f32, base, j * kBlockK, kBlockK, T);
+      load_rows<D>(s_v, a.v, a.v32, v_f32 || f.delta_f64, base, j * kBlockK, kBlockK, T);
+      __syncthreads();
+      for (int c = 0; c < kBlockK; ++c) {
+        const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f);
+        if (x == -INFINITY || row >= T) continue;
+        const float* v_row = s_v + c * kS;
+        if (f.delta_f64) {
+          double dp = 0.0;
+          for (int d = 0; d < D; ++d) dp += static_cast<double>(do_row[d]) * v_row[d];
+          sum += dp * exp(static_cast<double>(x) - lse);
+        } else {
+          float dp = 0.0f;
+          for (int d = 0; d < D; ++d) dp = __fadd_rn(dp, __fmul_rn(do_row[d], v_row[d]));
+          const float pr = f.sm_f64 ? static_cast<float>(exp(static_cast<double>(x) - lse))
+                                    : expf(x - lse);
+          acc = __fadd_rn(acc, __fmul_rn(dp, pr));
+          abs_acc = __fadd_rn(abs_acc, fabsf(__fmul_rn(dp, pr)));
+        }
+      }
+    }
+    if (!f.delta_f64) {
+      sum = acc;
+      abs_sum = abs_acc;
+    }
+  }
+  const float delta = static_cast<float>(sum) + f.delta_c * static_cast<float>(abs_sum);
+  if (row < T) a.delta[static_cast<size_t>(bh) * T + row] = delta;
+
+  float dq[D];
+#pragma unroll
+  for (int d = 0; d < D; ++d) dq[d] = 0.0f;
+  for (int j = 0; j < n_kt; ++j) {
+    __syncthreads();
+    load_rows<D>(s_k, a.k, a.k32, f.qk_f32, base, j * kBlockK, kBlockK, T);
+    if (s_kg != s_k) load_rows<D>(s_kg, a.k, a.k32, true, base, j * kBlockK, kBlockK, T);
+    load_rows<D>(s_v, a.v, a.v32, v_f32, base, j * kBlockK, kBlockK, T);
+    __syncthreads();
+    for (int c = 0; c < kBlockK; ++c) {
+      const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f);
+      if (x == -INFINITY) continue;
+      const float p = f.sm_f64 ? static_cast<float>(exp(static_cast<double>(x) - lse)) : expf(x - lse);
+      const float ds = p * (dot_row<D>(do_row, s_v + c * kS) - delta);
+      const float dsu = f.bwd_f32 ? ds : round_bf16(ds);
+      const float* k_row = s_kg + c * kS;
+#pragma unroll
+      for (int d = 0; d < D; ++d) dq[d] = fmaf(dsu, k_row[d], dq[d]);
+    }
+  }
+  if (row < T) {
+    const size_t off = base + static_cast<size_t>(row) * D;
+#pragma unroll
+    for (int d = 0; d < D; ++d) a.dq[off + d] = dq[d] * a.scale;
+  }
+}
+
+// dK, dV. Grid (ceil(T/R), B*H), R threads, thread t owns key row k0 + t; query tiles of R.
+template <int D, int R>
+__global__ void __launch_bounds__(R) simt_dkdv_kernel(KernelArgs a) {
+  constexpr int kS = D + 1, kR = R;
+  const int bh = blockIdx.y, h = bh % a.heads, k0 = blockIdx.x * kR, T = a.seq;
+  const FlagView f = decode_flags(a.flags[h]);
+  if (!backward_needs_simt(f)) return;
+  const bool grad_f32 = f.bwd_f32 || f.qk_f32, v_f32 = f.pv_f32 || f.bwd_f32;
+  extern __shared__ float fsm[];
+  float* s_k = fsm;            // [R][kS] own keys, S operand
+  float* s_v = s_k + kR * kS;  // own values, dP operand
+  float* s_q = s_v + kR * kS;  // query tile, S operand
+  float* s_qg = s_q + kR * kS; // query tile, dK operand (aliases s_q when equal)
+  float* s_do = s_qg + kR * kS;
+  float* s_dk = s_do + kR * kS;  // accumulators, one row per thread
+  float* s_dv = s_dk + kR * kS;
+  float* s_lse = s_dv + kR * kS;  // [R]
+  float* s_delta = s_lse + kR;    // [R]
+  if (grad_f32 == f.qk_f32) s_qg = s_q;
+  const int t = threadIdx.x, key = k0 + t;
+  const size_t base = static_cast<size_t>(bh) * T * D;
+  load_rows<D>(s_k, a.k, a.k32, f.qk_f32, base, k0, kR, T);
+  load_rows<D>(s_v, a.v, a.v32, v_f32, base, k0, kR, T);
+  float* dk = s_dk + t * kS;
+  float* dv = s_dv + t * kS;
+  for (int d = 0; d < D; ++d) dk[d] = dv[d] = 0.0f;
+
+  const int n_qt = (T + kR - 1) / kR;
+  for (int i = a.causal ? blockIdx.x : 0; i < n_qt; ++i) {
+    __syncthreads();
+    load_rows<D>(s_q, a.q, a.q32, f.qk_f32, base, i * kR, kR, T);
+    if (s_qg != s_q) load_rows<D>(s_qg, a.q, a.q32, true, base, i * kR, kR, T);
+    load_rows<D>(s_do, a.d_o, nullptr, false, base, i * kR, kR, T);
+    const int qr = i * kR + t;
+    s_lse[t] = qr < T ? a.lse_in[static_cast<size_t>(bh) * T + qr] : 0.0f;
+    s_delta[t] = qr < T ? a.delta[static_cast<size_t>(bh) * T + qr] : 0.0f;
+    __syncthreads();
+    if (key >= T) continue;
+    for (int qq = 0; qq < kR; ++qq) {
+      const int q = i * kR + qq;
+      if (q >= T) break;
+      if (a.causal && key > q) continue;
+      const float x = finish_score(dot_row<D>(s_q + qq * kS, s_k + t * kS), a.scale, f);
+      const float p = f.sm_f64 ? static_cast<float>(exp(static_cast<double>(x) - s_lse[qq]))
+                               : expf(x - s_lse[qq]);
+      const float pu = f.bwd_f32 ? p : round_bf16(p);
+      const float* do_row = s_do + qq * kS;
+      for (int d = 0; d < D; ++d) dv[d] = fmaf(pu, do_row[d], dv[d]);
+      const float ds = p * (dot_row<D>(do_row, s_v + t * kS) - s_delta[qq]);
+      const float dsu = f.bwd_f32 ? ds : round_bf16(ds);
+      const float* qg_row = s_qg + qq * kS;
+      for (int d = 0; d < D; ++d) dk[d] = fmaf(dsu, qg_row[d], dk[d]);
+    }
+  }
+  if (key < T) {
+    const size_t off = base + static_cast<size_t>(key) * D;
+    for (int d = 0; d < D; ++d) {
+      a.dk[off + d] = dk[d] * a.scale;
+      a.dv[off + d] = dv[d];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// kernel launchers
+
+namespace {
+
+// Rows per block (one per thread) of each SIMT kernel, as large as shared memory allows:
+// more rows share each K/V tile load and fill more warps per SM (32-row blocks ran one warp).
+template <int D>
+struct SimtRows {
+  static constexpr int kFwd = 128;              // smem 100 KB (D 64) / 165 KB (D 128)
+  static constexpr int kDq = D == 64 ? 128 : 64;  // 133 KB / 165 KB
+  static constexpr int kDkdv = D == 64 ? 64 : 32;  // 117 KB / 116 KB
+};
+
+template <typename Kernel, typename... Args>
+int launch_simt(Kernel kernel, int rows, int smem, int seq, int bh, cudaStream_t stream,
+                Args... args) {
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((seq + rows - 1) / rows, bh);
+  kernel<<<grid, rows, smem, stream>>>(args...);
+  return cudaGetLastError();
+}
+
+template <int D>
+int simt_forward(const KernelArgs& a, bool all_heads, cudaStream_t stream) {
+  constexpr int kR = SimtRows<D>::kFwd;
+  const int smem = static_cast<int>(sizeof(float)) *
+                   ((kR + 2 * kBlockK) * (D + 1) + kR * (kBlockK + 1));
+  return launch_simt(simt_forward_kernel<D, kR>, kR, smem, a.seq, a.batch * a.heads, stream, a,
+                     all_heads);
+}
+
+template <int D>
+int simt_backward(const KernelArgs& a, cudaStream_t stream) {
+  constexpr int kRq = SimtRows<D>::kDq, kRk = SimtRows<D>::kDkdv;
+  const int smem_dq = static_cast<int>(sizeof(float)) * (2 * kRq + 3 * kBlockK) * (D + 1);
+  int err = launch_simt(simt_dq_kernel<D, kRq>, kRq, smem_dq, a.seq, a.batch * a.heads, stream, a);
+  if (err != 0) return err;
+  const int smem_kv = static_cast<int>(sizeof(float)) * (7 * kRk * (D + 1) + 2 * kRk);
+  return launch_simt(simt_dkdv_kernel<D, kRk>, kRk, smem_kv, a.seq, a.batch * a.heads, stream, a);
+}
+
+}  // namespace
+
+int launch_simt_forward(const KernelArgs& a, int dim, bool all_heads, cudaStream_t stream) {
+  return dim == 64 ? simt_forward<64>(a, all_heads, stream)
+                   : simt_forward<128>(a, all_heads, stream);
+}
+
+int launch_simt_backward(const KernelArgs& a, int dim, cudaStream_t stream) {
+  return dim == 64 ? simt_backward<64>(a, stream) : simt_backward<128>(a, stream);
+}
+
+}  // namespace rwd::kernels::cuda

@@ -1,0 +1,58 @@
+// Autograd functions for the BF16 rounding points of the non-attention modules.
+#include "replay/mixed.h"
+
+#include <torch/autograd.h>
+
+namespace rwd::replay {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+torch::Tensor rnd(const torch::Tensor& x) { return x.to(torch::kBFloat16).to(torch::kFloat32); }
+
+struct RoundBf16Fn : public torch::autograd::Function<RoundBf16Fn> {
+  static torch::Tensor forward(AutogradContext*, const torch::Tensor& x) { return rnd(x); }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0]}; }
+};
+
+struct LinearFn : public torch::autograd::Function<LinearFn> {
+  // x: (..., in), w: (out, in) -> (..., out)
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& w, bool low, bool round_out) {
+    torch::Tensor xs = low ? rnd(x) : x;
+    torch::Tensor ws = low ? rnd(w) : w;
+    ctx->save_for_backward({xs, ws});
+    ctx->saved_data["low"] = low;
+    torch::Tensor y = torch::matmul(xs, ws.t());
+    return (low && round_out) ? rnd(y) : y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor& xs = saved[0];
+    const torch::Tensor& ws = saved[1];
+    const bool low = ctx->saved_data["low"].toBool();
+    torch::Tensor g = low ? rnd(grads[0]) : grads[0];
+    torch::Tensor dx = torch::matmul(g, ws);                          // (..., in)
+    torch::Tensor g2 = g.reshape({-1, g.size(-1)});                   // (N, out)
+    torch::Tensor x2 = xs.reshape({-1, xs.size(-1)});                 // (N, in)
+    torch::Tensor dw = torch::matmul(g2.t(), x2);                     // (out, in)
+    if (low) {
+      dx = rnd(dx);
+      dw = rnd(dw);
+    }
+    return {dx, dw, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor round_bf16(const torch::Tensor& x) { return RoundBf16Fn::apply(x); }
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, bool round_out) {
+  return LinearFn::apply(x, w, low, round_out);
+}
+
+}  // namespace rwd::replay

@@ -1,0 +1,21 @@
+// Autocast(bfloat16) emulation on FP32 tensors: values are rounded to BF16 exactly where
+// torch.autocast would hold them in BF16, while the arithmetic runs in FP32 (products of two
+// BF16 values are exact in FP32, so only the accumulation order differs from a BF16 GEMM).
+#pragma once
+
+#include <torch/types.h>
+
+namespace rwd::replay {
+
+// x rounded to the nearest BF16 (ties to even), returned as FP32. Gradient passes through
+// unchanged (the consumer's backward has already rounded it where autocast would).
+torch::Tensor round_bf16(const torch::Tensor& x);
+
+// y = x W^T. low: x and W rounded to BF16 (autocast's casts), FP32 accumulation, and
+// if round_out the result rounded to BF16 (autocast returns BF16); backward mirrors autocast:
+// the incoming gradient is rounded to BF16, dX = g W and dW = g^T X are computed from BF16
+// operands with FP32 accumulation and rounded to BF16 (then widened into the FP32 master
+// gradient). Not low: plain FP32 everywhere.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, bool round_out);
+
+}  // namespace rwd::replay

@@ -1,0 +1,153 @@
+// GPT-2 forward pass with the autocast(bfloat16) rounding points made explicit.
+//
+// Rounding points (low precision = the default plan, mirroring torch.autocast(bfloat16)):
+//   embeddings        FP32 lookup + add (autocast leaves embedding in FP32)
+//   LayerNorm         FP32 math; output rounded to BF16 (the cast the next matmul makes)
+//   qkv linear        BF16 W, FP32 accumulate; Q/K/V rounded inside attention per qk/pv op
+//   attention         kernels::attention (flash emulation; rounding points in kernels/)
+//   proj, fc, mlp_proj  BF16 x, W, FP32 accumulate, output rounded to BF16
+//   GELU              on BF16 input, output rounded to BF16 (autocast runs it in BF16)
+//   residual adds     FP32
+//   LM head (tied)    BF16 x, W -> BF16 logits; cross-entropy in FP32
+// Promoting a module (plan `Lx.qkv=fp32`, `Lx.mlp=fp32`, `Lx.ln=fp32`, `head=fp32`) removes
+// its rounding points, forward and backward.
+#include "replay/model.h"
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/functional/normalization.h>
+
+#include <cmath>
+
+#include "replay/mixed.h"
+
+namespace rwd::replay {
+
+namespace {
+
+namespace F = torch::nn::functional;
+
+
+bool module_low(const plan::LayerPlan& lp, plan::Module m) {
+  return !lp.module_fp32[static_cast<int>(m)];
+}
+
+torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, bool low) {
+  auto y = F::layer_norm(x, F::LayerNormFuncOptions({x.size(-1)}).weight(w).eps(1e-5));
+  return low ? round_bf16(y) : y;
+}
+
+}  // namespace
+
+BlockImpl::BlockImpl(const Config& c, int layer)
+    : layer_(layer), n_head_(c.n_head), n_embd_(c.n_embd) {
+  const int64_t C = c.n_embd;
+  ln_1 = register_parameter("ln_1", torch::ones({C}));
+  c_attn = register_parameter("c_attn", torch::zeros({3 * C, C}));
+  c_proj = register_parameter("c_proj", torch::zeros({C, C}));
+  ln_2 = register_parameter("ln_2", torch::ones({C}));
+  c_fc = register_parameter("c_fc", torch::zeros({4 * C, C}));
+  mlp_proj = register_parameter("mlp_proj", torch::zeros({C, 4 * C}));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
+                                 std::shared_ptr<kernels::AttentionCapture> capture) {
+  const plan::LayerPlan& lp = plan.layers[layer_];
+  const int64_t B = x.size(0), T = x.size(1), C = n_embd_, H = n_head_, D = C / H;
+
+  // Attention: (B,T,C) -> qkv (B,T,3C) -> q,k,v (B,H,T,D).
+  torch::Tensor a = layer_norm(x, ln_1, module_low(lp, plan::Module::kLn));
+  torch::Tensor qkv = linear(a, c_attn, module_low(lp, plan::Module::kQkv), /*round_out=*/false);
+  auto parts = qkv.split(C, /*dim=*/2);
+  auto heads = [&](const torch::Tensor& t) {
+    return t.view({B, T, H, D}).transpose(1, 2).contiguous();  // (B,H,T,D)
+  };
+  kernels::AttentionOptions opt;
+  opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  opt.causal = true;
+  opt.naive = lp.naive;
+  opt.block_q = plan.block_q;
+  opt.block_k = plan.block_k;
+  opt.flags = lp.heads;
+  torch::Tensor o = kernels::attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), opt,
+                                       capture);                      // (B,H,T,D)
+  o = o.transpose(1, 2).contiguous().view({B, T, C});
+  const bool proj_low = module_low(lp, plan::Module::kProj);
+  torch::Tensor y = x + linear(o, c_proj, proj_low, proj_low);
+
+  // MLP: (B,T,C) -> (B,T,4C) -> GELU -> (B,T,C).
+  const bool mlp_low = module_low(lp, plan::Module::kMlp);
+  torch::Tensor m = layer_norm(y, ln_2, module_low(lp, plan::Module::kLn));
+  m = linear(m, c_fc, mlp_low, mlp_low);
+  m = F::gelu(m);
+  if (mlp_low) m = round_bf16(m);
+  return y + linear(m, mlp_proj, mlp_low, mlp_low);
+}
+
+GPTImpl::GPTImpl(const Config& c) : config_(c) {
+  c.validate();
+  wte = register_parameter("wte", torch::zeros({c.vocab_size, c.n_embd}));
+  wpe = register_parameter("wpe", torch::zeros({c.block_size, c.n_embd}));
+  ln_f = register_parameter("ln_f", torch::ones({c.n_embd}));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int i = 0; i < c.n_layer; ++i) {
+    blocks_.emplace_back(Block(c, i));
+    h->push_back(blocks_.back());
+  }
+}
+
+void GPTImpl::init_weights(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = torch::make_generator<at::CPUGeneratorImpl>(seed);
+  const double std_res = 0.02 / std::sqrt(2.0 * config_.n_layer);
+  auto normal = [&](torch::Tensor& t, double std) {
+    t.copy_(at::normal(0.0, std, t.sizes(), gen, torch::kFloat32));
+  };
+  normal(wte, 0.02);
+  normal(wpe, 0.02);
+  ln_f.fill_(1.0);
+  for (auto& b : blocks_) {
+    b->ln_1.fill_(1.0);
+    b->ln_2.fill_(1.0);
+    normal(b->c_attn, 0.02);
+    normal(b->c_proj, std_res);
+    normal(b->c_fc, 0.02);
+    normal(b->mlp_proj, std_res);
+  }
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& idx, const plan::Plan& plan,
+                               ForwardTap* tap) {
+  const int64_t T = idx.size(1);
+  TORCH_CHECK(T <= config_.block_size, "sequence longer than block_size");
+  torch::Tensor pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+  torch::Tensor x = wte.index_select(0, idx.reshape({-1})).view({idx.size(0), T, -1}) +
+                    wpe.index_select(0, pos).unsqueeze(0);           // (B,T,C) FP32
+  if (tap) tap->layers.assign(config_.n_layer, nullptr);
+  for (int i = 0; i < config_.n_layer; ++i) {
+    std::shared_ptr<kernels::AttentionCapture> cap;
+    if (tap) {
+      cap = std::make_shared<kernels::AttentionCapture>();
+      cap->keep_tensors = std::find(tap->tensor_layers.begin(), tap->tensor_layers.end(), i) !=
+                          tap->tensor_layers.end();
+      tap->layers[i] = cap;
+    }
+    x = blocks_[i]->forward(x, plan, cap);
+  }
+  const bool head_low = !plan.head_fp32;
+  x = layer_norm(x, ln_f, head_low);
+  return linear(x, wte, head_low, head_low);                         // (B,T,V)
+}
+
+torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets,
+                            const plan::Plan& plan, ForwardTap* tap) {
+  torch::Tensor logits = forward(idx, plan, tap);
+  return F::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+torch::Tensor GPTImpl::wq_slice(int layer, int head) const {
+  const int64_t D = config_.head_dim();
+  return blocks_[layer]->c_attn.slice(0, head * D, (head + 1) * D);
+}
+
+}  // namespace rwd::replay

@@ -1,0 +1,63 @@
+// GPT-2 in LibTorch (nanoGPT layout: pre-LayerNorm blocks, GELU MLP 4x, no biases, tied
+// head) whose attention and BF16 rounding points follow a per-layer/head/op precision plan.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include <memory>
+#include <vector>
+
+#include "kernels/attention_op.h"
+#include "replay/config.h"
+#include "replay/plan.h"
+
+namespace rwd::replay {
+
+// What a forward pass hands back besides the logits: per-layer attention captures (stats
+// always; tensors only for the layers listed in `tensor_layers`).
+struct ForwardTap {
+  std::vector<int> tensor_layers;  // layers whose q, k, v, o, lse, dO, delta are kept
+  std::vector<std::shared_ptr<kernels::AttentionCapture>> layers;  // filled, n_layer entries
+};
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  BlockImpl(const Config& c, int layer);
+  // x: (B, T, C) FP32 residual stream.
+  torch::Tensor forward(const torch::Tensor& x, const plan::Plan& plan,
+                        std::shared_ptr<kernels::AttentionCapture> capture);
+
+  torch::Tensor ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj;  // weights, nanoGPT order
+
+ private:
+  int layer_, n_head_, n_embd_;
+};
+TORCH_MODULE(Block);
+
+class GPTImpl : public torch::nn::Module {
+ public:
+  explicit GPTImpl(const Config& c);
+  // idx: (B, T) int64 -> logits (B, T, V) FP32 (BF16 values unless the head is FP32).
+  torch::Tensor forward(const torch::Tensor& idx, const plan::Plan& plan, ForwardTap* tap);
+  // Mean cross-entropy in FP32.
+  torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets,
+                     const plan::Plan& plan, ForwardTap* tap);
+  // nanoGPT init from a seeded generator: N(0, 0.02), residual projections
+  // N(0, 0.02/sqrt(2 n_layer)), LayerNorm weights 1.
+  void init_weights(uint64_t seed);
+  // W_Q of one head: rows [h*D, (h+1)*D) of c_attn, shape (D, C).
+  torch::Tensor wq_slice(int layer, int head) const;
+
+  const Config& config() const { return config_; }
+  torch::Tensor wte, wpe, ln_f;
+  torch::nn::ModuleList h;
+
+ private:
+  Config config_;
+  std::vector<Block> blocks_;
+};
+TORCH_MODULE(GPT);
+
+}  // namespace rwd::replay

@@ -1,0 +1,203 @@
+// Recorder: per-step transactions and the background checkpoint writer.
+#include "replay/recorder.h"
+
+#include <ATen/core/Generator.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/hash.h"
+#include "replay/tensor_io.h"
+
+namespace rwd::replay {
+
+namespace {
+
+// Parses `L2`, `L*`, `L{1,3}`, with optional `.H..` of the same forms, comma separated.
+std::vector<int> parse_index_set(const std::string& text, char prefix, int n, const std::string& spec) {
+  auto bad = [&](const std::string& why) {
+    return UsageError("--capture: " + why + " in '" + spec + "'");
+  };
+  if (text.empty() || text[0] != prefix) throw bad(std::string("expected ") + prefix + "<n>");
+  std::string body = text.substr(1);
+  std::vector<int> out;
+  if (body == "*") {
+    for (int i = 0; i < n; ++i) out.push_back(i);
+    return out;
+  }
+  if (body.size() >= 2 && body.front() == '{' && body.back() == '}') body = body.substr(1, body.size() - 2);
+  size_t pos = 0;
+  while (pos <= body.size()) {
+    size_t comma = body.find(',', pos);
+    std::string item = body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    try {
+      size_t used = 0;
+      int v = std::stoi(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      if (v < 0 || v >= n) throw bad(std::string(1, prefix) + item + " out of range (0.." + std::to_string(n - 1) + ")");
+      out.push_back(v);
+    } catch (const std::logic_error&) {
+      throw bad("bad index '" + item + "'");
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+CaptureSpec CaptureSpec::parse(const std::string& spec, int n_layer, int n_head) {
+  CaptureSpec c;
+  if (spec.empty()) return c;
+  size_t semi = spec.find(';');
+  std::string steps = spec.substr(0, semi);
+  if (steps.rfind("steps=", 0) != 0) throw UsageError("--capture: expected 'steps=A:B;L..' in '" + spec + "'");
+  steps = steps.substr(6);
+  try {
+    size_t colon = steps.find(':');
+    c.from = std::stoll(steps.substr(0, colon));
+    c.to = colon == std::string::npos ? c.from : std::stoll(steps.substr(colon + 1));
+  } catch (const std::logic_error&) {
+    throw UsageError("--capture: bad step range in '" + spec + "'");
+  }
+  if (c.to < c.from) throw UsageError("--capture: empty step range in '" + spec + "'");
+  std::string targets = semi == std::string::npos ? "L*" : spec.substr(semi + 1);
+  size_t pos = 0;
+  while (pos < targets.size()) {
+    size_t end = targets.find(';', pos);
+    std::string t = targets.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    size_t dot = t.find('.');
+    std::vector<int> layers = parse_index_set(t.substr(0, dot), 'L', n_layer, spec);
+    std::vector<int> heads = dot == std::string::npos
+                                 ? parse_index_set("H*", 'H', n_head, spec)
+                                 : parse_index_set(t.substr(dot + 1), 'H', n_head, spec);
+    for (int l : layers) {
+      c.layers.push_back(l);
+      c.heads.push_back(heads);
+    }
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  return c;
+}
+
+Recorder::Recorder(store::Store& s, const std::string& store_path, int64_t run,
+                   const RecordOptions& o, const store::StoreOptions& so)
+    : store_(s),
+      run_(run),
+      opt_(o),
+      writer_store_(store::Store::open(store_path, store::Mode::kReadWrite, so)),
+      thread_([this] { writer_loop(); }) {}
+
+Recorder::~Recorder() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Recorder::writer_loop() {
+  for (;;) {
+    std::pair<int64_t, NamedTensors> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    std::string err;
+    try {
+      write_checkpoint(writer_store_, run_, job.first, job.second);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      busy_ = false;
+      ckpt_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!err.empty() && error_.empty()) error_ = err;
+    }
+    cv_.notify_all();
+  }
+}
+
+void Recorder::checkpoint(int64_t step, const NamedTensors& state) {
+  NamedTensors copy;
+  for (const auto& [name, t] : state) copy.emplace_back(name, t.detach().to(torch::kCPU).clone());
+  // The CPU generator's state: unused by training (no dropout) but recorded per DESIGN §6.
+  auto gen = at::detail::getDefaultCPUGenerator();
+  copy.emplace_back("rng/cpu", gen.get_state().clone());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.empty()) throw Error(ExitCode::kData, "checkpoint writer failed: " + error_);
+    queue_.emplace_back(step, std::move(copy));
+  }
+  cv_.notify_all();
+}
+
+void Recorder::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  if (!error_.empty()) throw Error(ExitCode::kData, "checkpoint writer failed: " + error_);
+}
+
+void Recorder::record_step(const StepResult& r, const std::string& digest, const TokenFile& data,
+                           int block_size) {
+  auto tx = store_.begin_step();
+  store::StepRecord rec;
+  rec.run = run_;
+  rec.step = r.step;
+  rec.lr = r.lr;
+  rec.loss_bits = store::float_bits(r.loss);
+  rec.grad_norm_bits = store::float_bits(r.grad_norm);
+  if (!digest.empty()) rec.param_digest = digest;
+  rec.batch_hash = hex64(r.batch_hash);
+  nlohmann::json extra;
+  extra["offsets"] = r.offsets;
+  extra["seconds"] = r.seconds;
+  rec.extra = extra.dump();
+  if (opt_.full_batches) {
+    std::vector<uint16_t> tokens;
+    for (const auto& micro : r.offsets)
+      for (int64_t off : micro) tokens.insert(tokens.end(), data.data() + off, data.data() + off + block_size + 1);
+    rec.batch_ref = store_.put_blob(tokens.data(), tokens.size() * 2);
+  }
+  store_.put_step(rec);
+  store_.put_metric(run_, r.step, "lr", r.lr);
+  store_.put_metric(run_, r.step, "step_seconds", r.seconds);
+  for (const HeadMonitor& m : r.monitors) {
+    const std::string p = "L" + std::to_string(m.layer) + ".H" + std::to_string(m.head) + ".";
+    store_.put_metric(run_, r.step, p + "wq_sn", m.wq_sn);
+    store_.put_metric(run_, r.step, p + "max_logit", m.max_logit);
+    store_.put_metric(run_, r.step, p + "repmax_rate", m.repmax_rate);
+    store_.put_metric(run_, r.step, p + "pbar_one", m.pbar_one);
+    if (m.stable_guard > 0) store_.put_metric(run_, r.step, p + "stable_guard", m.stable_guard);
+  }
+  for (size_t i = 0; i < opt_.capture.layers.size(); ++i) {
+    const int layer = opt_.capture.layers[i];
+    auto it = r.captures.find(layer);
+    if (it == r.captures.end() || !it->second) continue;
+    const kernels::AttentionCapture& c = *it->second;
+    const std::pair<const char*, const torch::Tensor*> items[] = {
+        {"q", &c.q}, {"k", &c.k}, {"v", &c.v}, {"o", &c.o}, {"lse", &c.lse}, {"do", &c.d_o}, {"delta", &c.delta}};
+    for (int head : opt_.capture.heads[i]) {
+      for (const auto& [name, tensor] : items) {
+        if (!tensor->defined()) continue;
+        torch::Tensor t = tensor->select(1, head).contiguous().to(torch::kCPU);  // (B,T,D) or (B,T)
+        store::TensorKey key{run_, r.step, layer, head, name};
+        store_.put_tensor(key, store_dtype(t), shape_of(t), t.data_ptr(), t.numel() * t.element_size());
+      }
+    }
+  }
+  tx.commit();
+}
+
+}  // namespace rwd::replay

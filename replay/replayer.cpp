@@ -1,0 +1,163 @@
+// Replay: checkpoint restore, fast-forward, verification and divergence curves.
+#include "replay/replayer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/hash.h"
+#include "replay/tensor_io.h"
+
+namespace rwd::replay {
+
+namespace {
+
+std::string describe(float v, uint32_t bits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g (0x%08x)", static_cast<double>(v), bits);
+  return buf;
+}
+
+// Compares one replayed step with its record; returns "" when they agree bit for bit.
+std::string mismatch(const StepResult& r, const store::StepRecord& rec, const std::string& digest) {
+  const uint32_t lb = store::float_bits(r.loss), gb = store::float_bits(r.grad_norm);
+  if (lb != rec.loss_bits)
+    return "loss recorded " + describe(rec.loss(), rec.loss_bits) + " vs replayed " + describe(r.loss, lb);
+  if (gb != rec.grad_norm_bits)
+    return "grad norm recorded " + describe(rec.grad_norm(), rec.grad_norm_bits) + " vs replayed " +
+           describe(r.grad_norm, gb);
+  if (hex64(r.batch_hash) != rec.batch_hash)
+    return "batch hash recorded " + rec.batch_hash + " vs replayed " + hex64(r.batch_hash);
+  if (rec.param_digest && !digest.empty() && *rec.param_digest != digest)
+    return "parameter digest recorded " + *rec.param_digest + " vs replayed " + digest;
+  return "";
+}
+
+void check_dataset(const RunSpec& run, const TokenFile& data) {
+  if (!run.data_fingerprint.empty() && data.fingerprint() != run.data_fingerprint)
+    throw Error(ExitCode::kData, "dataset '" + data.path() + "' differs from the recording (fingerprint " +
+                                     data.fingerprint() + ", recorded " + run.data_fingerprint + ")");
+}
+
+}  // namespace
+
+Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path,
+                        bool verify, const std::function<void(const StepResult&, bool)>& on_step) {
+  Restored r;
+  r.run = RunSpec::load(s, run_id);
+  auto range = s.step_range(r.run.run_id);
+  auto ckpt = s.nearest_checkpoint(r.run.run_id, step);
+  if (!ckpt)
+    throw Error(ExitCode::kData, "missing checkpoint: no checkpoint at or before step " + std::to_string(step) +
+                                     " in run " + std::to_string(r.run.run_id));
+  if (step > *ckpt && (!range || step - 1 > range->second))
+    throw UsageError("step " + std::to_string(step) + " is outside the recording");
+  r.checkpoint_step = *ckpt;
+  const std::string path = data_path.empty() ? r.run.data_path : data_path;
+  r.data = std::make_unique<TokenFile>(path);
+  check_dataset(r.run, *r.data);
+  const Config& c = r.run.config;
+  r.trainer = std::make_unique<Trainer>(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data);
+  r.trainer->load_state(read_checkpoint(s, r.run.run_id, *ckpt));
+  if (r.trainer->step() != *ckpt)
+    throw Error(ExitCode::kData, "checkpoint at step " + std::to_string(*ckpt) + " holds step " +
+                                     std::to_string(r.trainer->step()));
+  // Fast-forward with the recorded plan (schedule honoured), verifying as we go if asked.
+  while (r.trainer->step() < step) {
+    const int64_t s_now = r.trainer->step();
+    r.trainer->set_plan(r.run.plan.at(s_now, c.n_layer, c.n_head));
+    StepResult res = r.trainer->train_step();
+    if (verify) {
+      auto rec = s.get_step(r.run.run_id, s_now);
+      if (rec) {
+        std::string digest = rec->param_digest ? r.trainer->param_digest() : "";
+        std::string why = mismatch(res, *rec, digest);
+        if (!why.empty())
+          throw Error(ExitCode::kFinding, "replay diverged at step " + std::to_string(s_now) + ": " + why);
+      }
+    }
+    if (on_step) on_step(res, false);
+  }
+  return r;
+}
+
+ReplayResult replay(store::Store& s, const ReplayOptions& o) {
+  auto t0 = std::chrono::steady_clock::now();
+  RunSpec run = RunSpec::load(s, o.run);
+  auto range = s.step_range(run.run_id);
+  if (!range) throw Error(ExitCode::kData, "run " + std::to_string(run.run_id) + " has no recorded steps");
+  if (o.from > o.to) throw UsageError("empty window " + std::to_string(o.from) + ":" + std::to_string(o.to));
+  if (o.from < range->first || o.to > range->second)
+    throw UsageError("window " + std::to_string(o.from) + ":" + std::to_string(o.to) +
+                     " is outside the recording (steps " + std::to_string(range->first) + ".." +
+                     std::to_string(range->second) + ")");
+  Restored st = restore_before(s, run.run_id, o.from, o.data_path, o.verify, o.on_step);
+  const Config& c = run.config;
+  ReplayResult result;
+  result.run = run;
+  result.checkpoint_step = st.checkpoint_step;
+  for (int64_t step = o.from; step <= o.to; ++step) {
+    plan::Plan recorded = run.plan.at(step, c.n_layer, c.n_head);
+    plan::Plan p = o.plan ? plan::apply(recorded, *o.plan) : recorded;
+    if (p != recorded) result.plan_differs = true;
+    result.plan_canonical = p.canonical();
+    st.trainer->set_plan(p);
+    ReplayedStep rs;
+    rs.replayed = st.trainer->train_step(o.capture_layers);
+    rs.recorded = s.get_step(run.run_id, step);
+    if (o.verify && !result.plan_differs && rs.recorded) {
+      std::string digest = rs.recorded->param_digest ? st.trainer->param_digest() : "";
+      std::string why = mismatch(rs.replayed, *rs.recorded, digest);
+      if (!why.empty())
+        throw Error(ExitCode::kFinding, "replay diverged at step " + std::to_string(step) + ": " + why);
+    }
+    if (o.on_step) o.on_step(rs.replayed, true);
+    const bool finite = std::isfinite(rs.replayed.loss);
+    result.window.push_back(std::move(rs));
+    if (o.stop_on_nonfinite && !finite) break;
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+std::map<std::string, std::vector<double>> window_series(const std::vector<ReplayedStep>& w) {
+  std::map<std::string, std::vector<double>> s;
+  for (const auto& st : w) {
+    const StepResult& r = st.replayed;
+    s["loss"].push_back(r.loss);
+    s["grad_norm"].push_back(r.grad_norm);
+    s["lr"].push_back(r.lr);
+    if (st.recorded) s["recorded_loss"].push_back(st.recorded->loss());
+    for (const HeadMonitor& m : r.monitors) {
+      const std::string p = "L" + std::to_string(m.layer) + ".H" + std::to_string(m.head) + ".";
+      s[p + "wq_sn"].push_back(m.wq_sn);
+      s[p + "max_logit"].push_back(m.max_logit);
+      s[p + "repmax_rate"].push_back(m.repmax_rate);
+      s[p + "pbar_one"].push_back(m.pbar_one);
+    }
+  }
+  return s;
+}
+
+std::string divergence_json(const ReplayResult& r) {
+  nlohmann::json j;
+  j["run"] = r.run.run_id;
+  j["checkpoint"] = r.checkpoint_step;
+  j["plan"] = r.plan_canonical;
+  for (const auto& st : r.window) {
+    nlohmann::json row;
+    row["step"] = st.replayed.step;
+    row["loss"] = st.replayed.loss;
+    row["grad_norm"] = st.replayed.grad_norm;
+    if (st.recorded) {
+      row["recorded_loss"] = st.recorded->loss();
+      row["recorded_grad_norm"] = st.recorded->grad_norm();
+    }
+    j["steps"].push_back(row);
+  }
+  return j.dump();
+}
+
+}  // namespace rwd::replay

@@ -1,0 +1,109 @@
+// Run metadata JSON and plan schedules.
+#include "replay/run_spec.h"
+
+#include <torch/version.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "store/store.h"
+
+namespace rwd::replay {
+
+std::string rewind_version() { return "0.1.0"; }
+std::string torch_version() { return TORCH_VERSION; }
+
+plan::Plan PlanSchedule::at(int64_t step, int n_layer, int n_head) const {
+  plan::Plan p = plan::parse(base, n_layer, n_head);
+  for (const auto& [from, spec] : changes)
+    if (from <= step) p = plan::apply(p, spec);
+  return p;
+}
+
+std::string PlanSchedule::to_json() const {
+  nlohmann::json j;
+  j["base"] = base;
+  j["changes"] = nlohmann::json::array();
+  for (const auto& [s, spec] : changes) j["changes"].push_back({s, spec});
+  return j.dump();
+}
+
+PlanSchedule PlanSchedule::from_json(const std::string& text) {
+  PlanSchedule p;
+  try {
+    auto j = nlohmann::json::parse(text);
+    if (!j.is_object()) {  // a plain plan string recorded without a schedule
+      p.base = text;
+      return p;
+    }
+    p.base = j.at("base").get<std::string>();
+    for (const auto& c : j.at("changes")) p.changes.emplace_back(c[0].get<int64_t>(), c[1].get<std::string>());
+  } catch (const nlohmann::json::exception&) {
+    p.base = text;
+    p.changes.clear();
+  }
+  return p;
+}
+
+void PlanSchedule::add_change(const std::string& arg) {
+  auto colon = arg.find(':');
+  if (colon == std::string::npos || colon == 0)
+    throw UsageError("--plan-from: expected STEP:SPEC, got '" + arg + "'");
+  int64_t step = 0;
+  try {
+    size_t used = 0;
+    step = std::stoll(arg.substr(0, colon), &used);
+    if (used != colon || step < 0) throw std::invalid_argument(arg);
+  } catch (const std::logic_error&) {
+    throw UsageError("--plan-from: bad step in '" + arg + "'");
+  }
+  changes.emplace_back(step, arg.substr(colon + 1));
+  std::stable_sort(changes.begin(), changes.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+}
+
+std::string RunSpec::meta_json() const {
+  nlohmann::ordered_json j;
+  j["rewind_version"] = rewind_version();
+  j["torch_version"] = torch_version();
+  j["device"] = device;
+  j["threads"] = threads;
+  j["data_path"] = data_path;
+  j["data_fingerprint"] = data_fingerprint;
+  j["checkpoint_every"] = checkpoint_every;
+  j["digest_every"] = digest_every;
+  j["full_batches"] = full_batches;
+  return j.dump();
+}
+
+RunSpec RunSpec::load(store::Store& s, int64_t run_id) {
+  std::optional<store::RunInfo> info;
+  if (run_id == 0) {
+    auto runs = s.runs();
+    if (runs.empty()) throw Error(ExitCode::kData, "store '" + s.path() + "' holds no recorded run");
+    info = runs.back();
+  } else {
+    info = s.run(run_id);
+    if (!info) throw UsageError("store '" + s.path() + "' has no run " + std::to_string(run_id));
+  }
+  RunSpec r;
+  r.run_id = info->id;
+  r.config = Config::from_json(info->config);
+  r.plan = PlanSchedule::from_json(info->plan);
+  try {
+    auto j = nlohmann::json::parse(info->meta);
+    r.data_path = j.value("data_path", "");
+    r.data_fingerprint = j.value("data_fingerprint", "");
+    r.threads = j.value("threads", 1);
+    r.device = j.value("device", "cpu");
+    r.checkpoint_every = j.value("checkpoint_every", 0);
+    r.digest_every = j.value("digest_every", 1);
+    r.full_batches = j.value("full_batches", false);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ExitCode::kData, std::string("run metadata is not valid: ") + e.what());
+  }
+  return r;
+}
+
+}  // namespace rwd::replay

@@ -1,0 +1,51 @@
+// What a recording says about its run (config, plan schedule, data, environment) and how a
+// recorded run is turned back into a Trainer. Shared by train, replay, step and bisect.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "replay/config.h"
+#include "replay/plan.h"
+
+namespace rwd::store {
+class Store;
+}
+
+namespace rwd::replay {
+
+// A plan that changes at given steps: `base` from step 0, then each (step, spec) applied on
+// top of the base from that step on (the last one whose step <= s wins).
+struct PlanSchedule {
+  std::string base;
+  std::vector<std::pair<int64_t, std::string>> changes;  // sorted by step
+
+  plan::Plan at(int64_t step, int n_layer, int n_head) const;
+  std::string to_json() const;
+  static PlanSchedule from_json(const std::string& text);
+  // "STEP:SPEC" as given to --plan-from; throws UsageError.
+  void add_change(const std::string& step_colon_spec);
+};
+
+struct RunSpec {
+  int64_t run_id = 0;
+  Config config;
+  PlanSchedule plan;
+  std::string data_path;
+  std::string data_fingerprint;
+  int threads = 1;
+  std::string device = "cpu";
+  int checkpoint_every = 0;
+  int digest_every = 1;
+  bool full_batches = false;
+
+  std::string meta_json() const;  // everything but config and plan, plus versions
+  static RunSpec load(store::Store& s, int64_t run_id);  // run_id 0 = the last run
+};
+
+std::string rewind_version();
+std::string torch_version();
+
+}  // namespace rwd::replay

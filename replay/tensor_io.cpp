@@ -1,0 +1,91 @@
+// Tensor <-> store conversions and whole-state checkpoints.
+#include "replay/tensor_io.h"
+
+#include <cstring>
+
+#include "common/error.h"
+
+namespace rwd::replay {
+
+store::Dtype store_dtype(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat32: return store::Dtype::kF32;
+    case torch::kFloat64: return store::Dtype::kF64;
+    case torch::kBFloat16: return store::Dtype::kBF16;
+    case torch::kFloat16: return store::Dtype::kF16;
+    case torch::kInt64: return store::Dtype::kI64;
+    case torch::kInt32: return store::Dtype::kI32;
+    case torch::kUInt8: return store::Dtype::kU8;
+    case torch::kBool: return store::Dtype::kBool;
+    default: throw Error(ExitCode::kInternal, "tensor dtype not storable");
+  }
+}
+
+namespace {
+
+torch::ScalarType torch_dtype(store::Dtype d) {
+  switch (d) {
+    case store::Dtype::kF32: return torch::kFloat32;
+    case store::Dtype::kF64: return torch::kFloat64;
+    case store::Dtype::kBF16: return torch::kBFloat16;
+    case store::Dtype::kF16: return torch::kFloat16;
+    case store::Dtype::kI64: return torch::kInt64;
+    case store::Dtype::kI32: return torch::kInt32;
+    case store::Dtype::kU8: return torch::kUInt8;
+    case store::Dtype::kBool: return torch::kBool;
+    case store::Dtype::kU16: return torch::kInt32;  // widened below
+  }
+  return torch::kFloat32;
+}
+
+}  // namespace
+
+std::vector<int64_t> shape_of(const torch::Tensor& t) {
+  return std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+}
+
+torch::Tensor to_torch(const store::TensorRecord& r) {
+  const auto& shape = r.info.shape;
+  if (r.info.dtype == store::Dtype::kU16) {
+    std::vector<int32_t> wide(r.bytes.size() / 2);
+    const auto* p = reinterpret_cast<const uint16_t*>(r.bytes.data());
+    for (size_t i = 0; i < wide.size(); ++i) wide[i] = p[i];
+    return torch::from_blob(wide.data(), shape, torch::kInt32).clone();
+  }
+  torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(torch_dtype(r.info.dtype)));
+  if (static_cast<size_t>(t.numel() * t.element_size()) != r.bytes.size())
+    throw Error(ExitCode::kData, "stored tensor '" + r.info.key.name + "' has " +
+                                     std::to_string(r.bytes.size()) + " bytes, shape says otherwise");
+  if (!r.bytes.empty()) std::memcpy(t.data_ptr(), r.bytes.data(), r.bytes.size());
+  return t;
+}
+
+void write_checkpoint(store::Store& s, int64_t run, int64_t step, const NamedTensors& state) {
+  std::vector<torch::Tensor> host;
+  for (const auto& [name, t] : state) {
+    host.push_back(t.detach().to(torch::kCPU).contiguous());
+    s.put_blob(host.back().data_ptr(), host.back().numel() * host.back().element_size());
+  }
+  auto tx = s.begin_step();
+  for (size_t i = 0; i < state.size(); ++i) {
+    const torch::Tensor& t = host[i];
+    s.put_checkpoint_tensor(run, step, state[i].first, store_dtype(t), shape_of(t), t.data_ptr(),
+                            t.numel() * t.element_size());
+  }
+  tx.commit();
+}
+
+NamedTensors read_checkpoint(store::Store& s, int64_t run, int64_t step) {
+  NamedTensors out;
+  for (const auto& info : s.checkpoint_entries(run, step)) {
+    auto rec = s.get_checkpoint_tensor(run, step, info.key.name);
+    if (!rec) throw Error(ExitCode::kData, "checkpoint tensor '" + info.key.name + "' vanished");
+    out.emplace_back(info.key.name, to_torch(*rec));
+  }
+  if (out.empty())
+    throw Error(ExitCode::kData, "missing checkpoint: run " + std::to_string(run) + " step " +
+                                     std::to_string(step) + " has no tensors");
+  return out;
+}
+
+}  // namespace rwd::replay

@@ -1,0 +1,24 @@
+// Conversions between LibTorch tensors and store records (dtype, shape, raw bytes).
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+#include <vector>
+
+#include "replay/trainer.h"
+#include "store/store.h"
+
+namespace rwd::replay {
+
+store::Dtype store_dtype(const torch::Tensor& t);  // throws Error(kInternal) for others
+torch::Tensor to_torch(const store::TensorRecord& r);
+std::vector<int64_t> shape_of(const torch::Tensor& t);
+
+// Writes a whole training state as one checkpoint at `step`: blobs first (each in its own
+// short transaction, so the writer lock is held briefly), then every row in ONE transaction,
+// so a crash leaves either the complete checkpoint or none of it.
+void write_checkpoint(store::Store& s, int64_t run, int64_t step, const NamedTensors& state);
+NamedTensors read_checkpoint(store::Store& s, int64_t run, int64_t step);
+
+}  // namespace rwd::replay

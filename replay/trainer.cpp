@@ -1,0 +1,220 @@
+// AdamW training loop with gradient accumulation, clipping and monitors.
+#include "replay/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "common/error.h"
+#include "common/hash.h"
+
+namespace rwd::replay {
+
+namespace {
+
+constexpr double kAdamEps = 1e-8;
+
+// Adds the monitor counters of another micro-batch into `into` (max for the max logit).
+void merge_stats(std::vector<kernels::HeadStats>& into, const std::vector<kernels::HeadStats>& from) {
+  if (into.size() < from.size()) into.resize(from.size());
+  for (size_t i = 0; i < from.size(); ++i) {
+    into[i].max_logit = std::max(into[i].max_logit, from[i].max_logit);
+    into[i].rows += from[i].rows;
+    into[i].repeated_max_rows += from[i].repeated_max_rows;
+    into[i].pbar_one += from[i].pbar_one;
+    into[i].stable_pos += from[i].stable_pos;
+    into[i].stable_neg += from[i].stable_neg;
+    into[i].stable_guard += from[i].stable_guard;
+  }
+}
+
+torch::Tensor to_long(const std::vector<int64_t>& v, int64_t rows, int64_t cols) {
+  return torch::tensor(v, torch::kLong).view({rows, cols});
+}
+
+}  // namespace
+
+double spectral_norm(const torch::Tensor& w, int iters) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor a = w.detach().to(torch::kCPU).to(torch::kFloat64);  // (D, C)
+  torch::Tensor v = torch::ones({a.size(1)}, torch::kFloat64) / std::sqrt(double(a.size(1)));
+  double sigma = 0;
+  for (int i = 0; i < iters; ++i) {
+    torch::Tensor u = torch::mv(a, v);
+    double un = u.norm().item<double>();
+    if (un == 0 || !std::isfinite(un)) return un;
+    u /= un;
+    v = torch::mv(a.t(), u);
+    sigma = v.norm().item<double>();
+    if (sigma == 0) return 0;
+    v /= sigma;
+  }
+  return sigma;
+}
+
+Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& data)
+    : config_(config), plan_(plan), data_(data), model_(config) {
+  if (plan.n_layer != config.n_layer || plan.n_head != config.n_head)
+    throw UsageError("plan is for a different model size");
+  if (data.max_token() >= config.vocab_size)
+    throw Error(ExitCode::kData, "token file '" + data.path() + "' has token " +
+                                     std::to_string(data.max_token()) + " >= vocab_size " +
+                                     std::to_string(config.vocab_size));
+  model_->init_weights(config.seed);
+  for (auto& kv : model_->named_parameters()) {
+    param_names_.push_back(kv.key());
+    params_.push_back(kv.value());
+    exp_avg_.push_back(torch::zeros_like(kv.value()));
+    exp_avg_sq_.push_back(torch::zeros_like(kv.value()));
+  }
+}
+
+StepResult Trainer::forward_backward(const plan::Plan& plan,
+                                     const std::vector<int>& capture_layers) {
+  StepResult r;
+  r.step = step_;
+  const int accum = config_.gradient_accumulation_steps;
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  std::vector<std::shared_ptr<kernels::AttentionCapture>> all_caps;
+  float loss_sum = 0;  // FP32, summed in micro-batch order
+  uint64_t h = kFnvOffset;
+  for (int micro = 0; micro < accum; ++micro) {
+    Batch b = sample_batch(data_, config_.seed, step_, micro, config_.batch_size,
+                           config_.block_size);
+    h = fnv1a64(&b.hash, sizeof b.hash, h);
+    r.offsets.push_back(b.offsets);
+    ForwardTap tap;
+    if (micro == 0) tap.tensor_layers = capture_layers;
+    torch::Tensor x = to_long(b.x, config_.batch_size, config_.block_size);
+    torch::Tensor y = to_long(b.y, config_.batch_size, config_.block_size);
+    torch::Tensor loss = model_->loss(x, y, plan, &tap);
+    (loss / accum).backward();
+    loss_sum += loss.item<float>();
+    for (size_t l = 0; l < tap.layers.size(); ++l) {
+      if (micro == 0) {
+        all_caps.push_back(tap.layers[l]);
+        if (tap.layers[l]->keep_tensors) r.captures[static_cast<int>(l)] = tap.layers[l];
+      } else {
+        merge_stats(all_caps[l]->stats, tap.layers[l]->stats);
+      }
+    }
+  }
+  r.batch_hash = h;
+  r.loss = loss_sum / static_cast<float>(accum);
+  // Global gradient norm in FP64, accumulated in parameter order (deterministic).
+  double sq = 0;
+  for (auto& p : params_) {
+    if (p.grad().defined()) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+  }
+  r.grad_norm = static_cast<float>(std::sqrt(sq));
+  r.monitors = monitors(all_caps);
+  return r;
+}
+
+std::vector<HeadMonitor> Trainer::monitors(
+    const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) const {
+  std::vector<HeadMonitor> out;
+  for (int l = 0; l < config_.n_layer; ++l) {
+    for (int hd = 0; hd < config_.n_head; ++hd) {
+      HeadMonitor m;
+      m.layer = l;
+      m.head = hd;
+      m.wq_sn = spectral_norm(model_->wq_slice(l, hd));
+      if (l < static_cast<int>(caps.size()) && caps[l] && hd < static_cast<int>(caps[l]->stats.size())) {
+        const kernels::HeadStats& s = caps[l]->stats[hd];
+        m.max_logit = s.max_logit;
+        m.repmax_rate = s.rows ? double(s.repeated_max_rows) / double(s.rows) : 0.0;
+        m.pbar_one = double(s.pbar_one);
+        m.stable_guard = double(s.stable_guard);
+      }
+      out.push_back(m);
+    }
+  }
+  return out;
+}
+
+void Trainer::adamw_update(double lr) {
+  torch::NoGradGuard no_grad;
+  const double b1 = config_.beta1, b2 = config_.beta2;
+  const double t = static_cast<double>(step_ + 1);
+  const double bc1 = 1.0 - std::pow(b1, t), bc2 = 1.0 - std::pow(b2, t);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    const torch::Tensor& g = p.grad();
+    // nanoGPT decays only matrices (dim >= 2), decoupled from the gradient.
+    if (config_.weight_decay > 0 && p.dim() >= 2) p.mul_(1.0 - lr * config_.weight_decay);
+    exp_avg_[i].mul_(b1).add_(g, 1.0 - b1);
+    exp_avg_sq_[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
+    torch::Tensor denom = (exp_avg_sq_[i] / bc2).sqrt_().add_(kAdamEps);
+    p.addcdiv_(exp_avg_[i], denom, -lr / bc1);
+  }
+}
+
+StepResult Trainer::train_step(const std::vector<int>& capture_layers) {
+  auto t0 = std::chrono::steady_clock::now();
+  StepResult r = forward_backward(plan_, capture_layers);
+  r.lr = lr_at(config_, step_);
+  if (config_.grad_clip > 0 && std::isfinite(r.grad_norm) && r.grad_norm > config_.grad_clip) {
+    const double coef = config_.grad_clip / (static_cast<double>(r.grad_norm) + 1e-6);
+    torch::NoGradGuard no_grad;
+    for (auto& p : params_)
+      if (p.grad().defined()) p.mutable_grad().mul_(coef);
+  }
+  adamw_update(r.lr);
+  ++step_;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+StepResult Trainer::probe_step(const plan::Plan& plan, const std::vector<int>& capture_layers,
+                               std::map<std::string, torch::Tensor>* grads) {
+  StepResult r = forward_backward(plan, capture_layers);
+  r.lr = lr_at(config_, step_);
+  if (grads) {
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (params_[i].grad().defined()) (*grads)[param_names_[i]] = params_[i].grad().clone();
+  }
+  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  return r;
+}
+
+NamedTensors Trainer::state() const {
+  NamedTensors s;
+  for (size_t i = 0; i < params_.size(); ++i) s.emplace_back("param/" + param_names_[i], params_[i].detach());
+  for (size_t i = 0; i < params_.size(); ++i) s.emplace_back("adam_m/" + param_names_[i], exp_avg_[i]);
+  for (size_t i = 0; i < params_.size(); ++i) s.emplace_back("adam_v/" + param_names_[i], exp_avg_sq_[i]);
+  s.emplace_back("step", torch::tensor({step_}, torch::kLong));
+  return s;
+}
+
+void Trainer::load_state(const NamedTensors& s) {
+  std::map<std::string, torch::Tensor> m(s.begin(), s.end());
+  torch::NoGradGuard no_grad;
+  auto fetch = [&](const std::string& name, const torch::Tensor& like) {
+    auto it = m.find(name);
+    if (it == m.end()) throw Error(ExitCode::kData, "checkpoint lacks tensor '" + name + "'");
+    if (it->second.sizes() != like.sizes())
+      throw Error(ExitCode::kData, "checkpoint tensor '" + name + "' has the wrong shape (store from a different model config?)");
+    return it->second;
+  };
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].copy_(fetch("param/" + param_names_[i], params_[i]));
+    exp_avg_[i].copy_(fetch("adam_m/" + param_names_[i], exp_avg_[i]));
+    exp_avg_sq_[i].copy_(fetch("adam_v/" + param_names_[i], exp_avg_sq_[i]));
+  }
+  auto it = m.find("step");
+  if (it == m.end()) throw Error(ExitCode::kData, "checkpoint lacks 'step'");
+  step_ = it->second.item<int64_t>();
+}
+
+std::string Trainer::param_digest() const {
+  uint64_t h = kFnvOffset;
+  for (const auto& p : params_) {
+    torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
+    h = fnv1a64(c.data_ptr(), c.numel() * c.element_size(), h);
+  }
+  return hex64(h);
+}
+
+}  // namespace rwd::replay

@@ -1,0 +1,87 @@
+// The training loop: AdamW, cosine LR with warmup, global gradient clipping, gradient
+// accumulation, per-step monitors. Bitwise deterministic for a fixed thread count.
+#pragma once
+
+#include <torch/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "replay/config.h"
+#include "replay/data.h"
+#include "replay/model.h"
+#include "replay/plan.h"
+
+namespace rwd::replay {
+
+// Per-(layer, head) monitors of one step (DESIGN.md §6).
+struct HeadMonitor {
+  int layer = 0, head = 0;
+  double wq_sn = 0;        // spectral norm of the head's W_Q slice (power iteration)
+  double max_logit = 0;    // max unmasked S over the step's forward passes
+  double repmax_rate = 0;  // fraction of query rows whose max repeats
+  double pbar_one = 0;     // count of extra P̄ == 1 entries (ties) per step
+  double stable_guard = 0; // stabilized softmax: guard firings
+};
+
+struct StepResult {
+  int64_t step = 0;
+  double lr = 0;
+  float loss = 0;        // mean over micro-batches, FP32 bits are what replay compares
+  float grad_norm = 0;   // global L2 norm before clipping
+  std::vector<std::vector<int64_t>> offsets;  // per micro-batch sample offsets
+  uint64_t batch_hash = 0;
+  std::vector<HeadMonitor> monitors;
+  double seconds = 0;
+  // Attention tensors of the layers asked for (first micro-batch), name -> (B,H,T,D)/(B,H,T).
+  std::map<int, std::shared_ptr<kernels::AttentionCapture>> captures;
+};
+
+// A named FP32/int64 tensor of the trainer state (model + optimizer), in a fixed order.
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+class Trainer {
+ public:
+  // `data_seed` seeds batch sampling; the model is initialised from config.seed.
+  Trainer(const Config& config, const plan::Plan& plan, const TokenFile& data);
+
+  // Runs step `step()` and advances. capture_layers: layers whose attention tensors are kept.
+  StepResult train_step(const std::vector<int>& capture_layers = {});
+  // Forward+backward of one step without the optimizer update (for `rewind step`).
+  StepResult probe_step(const plan::Plan& plan, const std::vector<int>& capture_layers,
+                        std::map<std::string, torch::Tensor>* grads);
+
+  int64_t step() const { return step_; }
+  void set_plan(const plan::Plan& p) { plan_ = p; }
+  const plan::Plan& plan() const { return plan_; }
+  const Config& config() const { return config_; }
+  GPT& model() { return model_; }
+
+  // Model parameters, then AdamW moments, then the step counter, in a fixed order.
+  NamedTensors state() const;
+  void load_state(const NamedTensors& s);
+  // fnv1a64 over the bytes of every parameter, hex: the cheap per-step digest.
+  std::string param_digest() const;
+
+ private:
+  StepResult forward_backward(const plan::Plan& plan, const std::vector<int>& capture_layers);
+  void adamw_update(double lr);
+  std::vector<HeadMonitor> monitors(const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) const;
+
+  Config config_;
+  plan::Plan plan_;
+  const TokenFile& data_;
+  GPT model_;
+  std::vector<torch::Tensor> params_;      // fixed order: named_parameters()
+  std::vector<std::string> param_names_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  int64_t step_ = 0;
+};
+
+// Spectral norm of a matrix by power iteration in FP64 from a fixed start vector
+// (deterministic; 30 iterations is ample for a monitor).
+double spectral_norm(const torch::Tensor& w, int iters = 30);
+
+}  // namespace rwd::replay

@@ -1,0 +1,30 @@
+# Shared by scripts/demo.sh and scripts/test.sh: install what is missing, configure, build.
+# Debian bookworm, run as root (or with sudo available). Idempotent.
+set -euo pipefail
+
+REWIND_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$REWIND_ROOT/build}"
+DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libtorch-dev libsqlite3-dev
+              libzstd-dev libcxxopts-dev googletest libgtest-dev libopenblas0-pthread
+              nlohmann-json3-dev)
+
+install_deps() {
+  local missing=()
+  for p in "${DEB_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "== installing: ${missing[*]}"
+    local sudo=""
+    [[ $(id -u) -ne 0 ]] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+}
+
+build_rewind() {
+  echo "== configuring $BUILD_DIR"
+  cmake -S "$REWIND_ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  echo "== building (this takes a few minutes on 2 cores)"
+  cmake --build "$BUILD_DIR" -j "$(nproc)"
+}

@@ -1,0 +1,216 @@
+// The rewind store schema (version 1), the checks that recognize a store, and the migration
+// hook. Foreign keys tie every blob reference to the blobs table.
+#include "store/schema.h"
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "store/store.h"
+
+namespace rwd::store {
+namespace {
+
+// Tables of schema version 1. Sizes are bytes; timestamps ISO-8601 UTC text.
+// blobs.shuffle: element size of the byte shuffle applied per chunk before zstd (1 = none).
+// blob_chunks' foreign key is deferred so that a blob's frames can be inserted before its row
+// (the row needs the total stored size); both land in the same transaction.
+const char* const kSchemaV1 = R"sql(
+CREATE TABLE runs(
+  id INTEGER PRIMARY KEY,
+  created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now')),
+  config TEXT NOT NULL CHECK (json_valid(config)),
+  plan TEXT NOT NULL,
+  meta TEXT NOT NULL CHECK (json_valid(meta)));
+CREATE TABLE blobs(
+  hash TEXT PRIMARY KEY,
+  raw_size INTEGER NOT NULL CHECK (raw_size >= 0),
+  stored_size INTEGER NOT NULL,
+  n_chunks INTEGER NOT NULL CHECK (n_chunks >= 1),
+  level INTEGER NOT NULL,
+  shuffle INTEGER NOT NULL CHECK (shuffle IN (1, 2, 4, 8))) WITHOUT ROWID;
+CREATE TABLE blob_chunks(
+  hash TEXT NOT NULL REFERENCES blobs(hash) DEFERRABLE INITIALLY DEFERRED,
+  idx INTEGER NOT NULL,
+  frame BLOB NOT NULL,
+  UNIQUE (hash, idx));
+CREATE TABLE steps(
+  run INTEGER NOT NULL REFERENCES runs(id),
+  step INTEGER NOT NULL,
+  lr REAL NOT NULL,
+  loss_bits INTEGER NOT NULL,
+  grad_norm_bits INTEGER NOT NULL,
+  param_digest TEXT,
+  batch_ref TEXT REFERENCES blobs(hash),
+  batch_hash TEXT NOT NULL,
+  rng_ref TEXT REFERENCES blobs(hash),
+  extra TEXT CHECK (extra IS NULL OR json_valid(extra)),
+  PRIMARY KEY (run, step)) WITHOUT ROWID;
+CREATE TABLE checkpoints(
+  run INTEGER NOT NULL REFERENCES runs(id),
+  step INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  blob TEXT NOT NULL REFERENCES blobs(hash),
+  dtype TEXT NOT NULL,
+  shape TEXT NOT NULL,
+  PRIMARY KEY (run, step, name)) WITHOUT ROWID;
+CREATE TABLE tensors(
+  run INTEGER NOT NULL REFERENCES runs(id),
+  step INTEGER NOT NULL,
+  layer INTEGER NOT NULL,
+  head INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  dtype TEXT NOT NULL,
+  shape TEXT NOT NULL,
+  blob TEXT NOT NULL REFERENCES blobs(hash),
+  PRIMARY KEY (run, step, layer, head, name)) WITHOUT ROWID;
+CREATE TABLE metrics(
+  run INTEGER NOT NULL REFERENCES runs(id),
+  step INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  value REAL,
+  PRIMARY KEY (run, step, key)) WITHOUT ROWID;
+CREATE TABLE probes(
+  key TEXT PRIMARY KEY,
+  job TEXT NOT NULL,
+  plan TEXT NOT NULL,
+  plan_hash TEXT NOT NULL,
+  window TEXT NOT NULL,
+  verdict TEXT NOT NULL,
+  metrics TEXT NOT NULL CHECK (json_valid(metrics)),
+  wall_s REAL NOT NULL,
+  created TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ','now'))) WITHOUT ROWID;
+CREATE INDEX probes_by_job ON probes(job);
+CREATE TABLE kv(
+  run INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  value TEXT NOT NULL,
+  PRIMARY KEY (run, key)) WITHOUT ROWID;
+)sql";
+
+const char* const kTables[] = {"runs",    "blobs",   "blob_chunks", "steps", "checkpoints",
+                               "tensors", "metrics", "probes",      "kv"};
+
+// A migration rewrites a store of version `from` into version `from + 1`. None exist yet:
+// version 1 is the first schema. Append {1, migrate_1_to_2} here when version 2 arrives.
+struct Migration {
+  int from;
+  std::function<void(Db&)> apply;
+};
+const std::vector<Migration>& migrations() {
+  static const std::vector<Migration> kMigrations;
+  return kMigrations;
+}
+
+}  // namespace
+
+void precheck_store_file(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw data_error("store " + path + ": no such file");
+  if (S_ISDIR(st.st_mode)) throw data_error("store " + path + ": is a directory, not a store");
+  if (!S_ISREG(st.st_mode)) throw data_error("store " + path + ": not a regular file");
+  // The SQLite header: 16 magic bytes, then the page size (big-endian; 1 means 65536).
+  unsigned char header[100] = {};
+  size_t got = 0;
+  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+    got = std::fread(header, 1, sizeof header, f);
+    std::fclose(f);
+  } else {
+    throw data_error("store " + path + ": cannot read the file");
+  }
+  static const char kMagic[] = "SQLite format 3";  // 15 chars + NUL = 16 bytes
+  if (got < sizeof header || std::memcmp(header, kMagic, 16) != 0) {
+    throw data_error("store " + path + ": not a rewind store (not an SQLite database)");
+  }
+  long page = (header[16] << 8) | header[17];
+  if (page == 1) page = 65536;
+  if (page < 512 || (page & (page - 1)) != 0) {
+    throw data_error("store " + path + ": not a rewind store (corrupt SQLite header)");
+  }
+  // In-header page count (offset 28), trusted by SQLite when the change counter (24) matches
+  // offset 92. Without a WAL the main file must hold every page, else it was truncated.
+  auto be32 = [&](int o) {
+    return (uint32_t(header[o]) << 24) | (uint32_t(header[o + 1]) << 16) |
+           (uint32_t(header[o + 2]) << 8) | uint32_t(header[o + 3]);
+  };
+  struct stat wal;
+  const bool has_wal = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
+  const uint32_t pages = be32(28);
+  if (!has_wal && pages != 0 && be32(24) == be32(92) &&
+      static_cast<int64_t>(pages) * page > static_cast<int64_t>(st.st_size)) {
+    throw data_error("store " + path + ": truncated (" + std::to_string(st.st_size) +
+                     " bytes, its header says " + std::to_string(int64_t(pages) * page) + ")");
+  }
+  if (st.st_size % page != 0) {
+    throw data_error("store " + path + ": truncated or corrupt (" + std::to_string(st.st_size) +
+                     " bytes is not a whole number of " + std::to_string(page) + "-byte pages)");
+  }
+}
+
+void configure_connection(Db& db, Mode mode, int busy_timeout_ms) {
+  int rc = sqlite3_busy_timeout(db.get(), busy_timeout_ms);
+  if (rc != SQLITE_OK) db.fail(rc, "setting busy timeout");
+  db.exec("PRAGMA foreign_keys=ON", "enabling foreign keys");
+  if (mode == Mode::kReadWrite) db.exec("PRAGMA synchronous=NORMAL", "setting synchronous");
+}
+
+void create_schema(Db& db, const StoreOptions& options) {
+  db.exec("PRAGMA page_size=" + std::to_string(options.page_size), "setting page size");
+  {
+    Statement wal(db, "PRAGMA journal_mode=WAL");
+    if (!wal.step() || wal.col_text(0) != "wal") {
+      throw data_error("store " + db.path() + ": cannot switch to WAL journal mode");
+    }
+  }
+  Transaction txn(db);
+  db.exec(kSchemaV1, "creating tables");
+  db.exec("PRAGMA application_id=" + std::to_string(kApplicationId), "stamping application id");
+  db.exec("PRAGMA user_version=" + std::to_string(kSchemaVersion), "stamping schema version");
+  txn.commit();
+}
+
+int check_schema(Db& db, Mode mode) {
+  const std::string where = "store " + db.path() + ": ";
+  int64_t app = db.query_int("PRAGMA application_id", "reading application id");
+  if (app != kApplicationId) {
+    throw data_error(where + "not a rewind store (SQLite database without rewind tables)");
+  }
+  int version = static_cast<int>(db.query_int("PRAGMA user_version", "reading schema version"));
+  if (version > kSchemaVersion) {
+    throw data_error(where + "schema version " + std::to_string(version) +
+                     " is newer than this rewind supports (" + std::to_string(kSchemaVersion) +
+                     "); upgrade rewind");
+  }
+  if (version < kSchemaVersion) {
+    if (mode == Mode::kReadOnly) {
+      throw data_error(where + "schema version " + std::to_string(version) + " is older than " +
+                       std::to_string(kSchemaVersion) + "; open it read-write once to migrate");
+    }
+    Transaction txn(db);
+    while (version < kSchemaVersion) {
+      const Migration* m = nullptr;
+      for (const Migration& cand : migrations()) {
+        if (cand.from == version) m = &cand;
+      }
+      if (!m) {
+        throw data_error(where + "no migration from schema version " + std::to_string(version));
+      }
+      m->apply(db);
+      ++version;
+      db.exec("PRAGMA user_version=" + std::to_string(version), "stamping schema version");
+    }
+    txn.commit();
+  }
+  for (const char* table : kTables) {
+    Statement st(db, "SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?");
+    st.bind(1, std::string(table));
+    if (!st.step()) throw data_error(where + "damaged store: table '" + table + "' is missing");
+  }
+  return version;
+}
+
+}  // namespace rwd::store

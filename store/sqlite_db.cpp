@@ -1,0 +1,179 @@
+// SQLite RAII wrappers; every call is checked and failures become one-line StoreErrors.
+#include "store/sqlite_db.h"
+
+#include <utility>
+
+#include "store/store_error.h"
+
+namespace rwd::store {
+namespace {
+
+// Problems with the file itself map to kData; API misuse (our bug) maps to kInternal.
+ExitCode exit_code_for(int rc) {
+  switch (rc & 0xFF) {
+    case SQLITE_MISUSE:
+    case SQLITE_RANGE:
+    case SQLITE_ERROR:
+    case SQLITE_NOMEM:
+      return ExitCode::kInternal;
+    default:
+      return ExitCode::kData;
+  }
+}
+
+}  // namespace
+
+Db::Db(const std::string& path, int flags) : path_(path) {
+  int rc = sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    throw StoreError(
+        ExitCode::kData,
+        "store " + path + ": cannot open: " + msg + " (sqlite code " + std::to_string(rc) + ")",
+        rc);
+  }
+  sqlite3_extended_result_codes(db_, 1);
+}
+
+Db::~Db() {
+  // close_v2 never fails for a valid handle; statements are finalized by their owners first.
+  if (db_) sqlite3_close_v2(db_);
+}
+
+Db::Db(Db&& other) noexcept
+    : db_(std::exchange(other.db_, nullptr)), path_(std::move(other.path_)) {}
+
+Db& Db::operator=(Db&& other) noexcept {
+  if (this != &other) {
+    if (db_) sqlite3_close_v2(db_);
+    db_ = std::exchange(other.db_, nullptr);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+void Db::fail(int rc, const std::string& doing) const {
+  std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+  throw StoreError(
+      exit_code_for(rc),
+      "store " + path_ + ": " + doing + ": " + msg + " (sqlite code " + std::to_string(rc) + ")",
+      rc);
+}
+
+void Db::exec(const std::string& sql, const char* doing) {
+  int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) fail(rc, doing);
+}
+
+int64_t Db::query_int(const std::string& sql, const char* doing) {
+  Statement st(*this, sql.c_str());
+  if (!st.step()) fail(SQLITE_ERROR, std::string(doing) + ": no row");
+  return st.col_int(0);
+}
+
+Statement::Statement(Db& db, const char* sql) : db_(&db), sql_(sql) {
+  int rc = sqlite3_prepare_v2(db.get(), sql, -1, &stmt_, nullptr);
+  if (rc != SQLITE_OK) db.fail(rc, std::string("preparing \"") + sql + "\"");
+}
+
+Statement::~Statement() {
+  if (stmt_) sqlite3_finalize(stmt_);
+}
+
+Statement::Statement(Statement&& other) noexcept
+    : db_(other.db_), stmt_(std::exchange(other.stmt_, nullptr)), sql_(std::move(other.sql_)) {}
+
+Statement& Statement::bind(int i, int64_t v) {
+  int rc = sqlite3_bind_int64(stmt_, i, v);
+  if (rc != SQLITE_OK) db_->fail(rc, "binding to \"" + sql_ + "\"");
+  return *this;
+}
+
+Statement& Statement::bind(int i, double v) {
+  int rc = sqlite3_bind_double(stmt_, i, v);
+  if (rc != SQLITE_OK) db_->fail(rc, "binding to \"" + sql_ + "\"");
+  return *this;
+}
+
+Statement& Statement::bind(int i, const std::string& v) {
+  int rc = sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  if (rc != SQLITE_OK) db_->fail(rc, "binding to \"" + sql_ + "\"");
+  return *this;
+}
+
+Statement& Statement::bind_blob(int i, const void* data, size_t size) {
+  // A zero-length blob must still be a BLOB, not NULL: give SQLite a non-null pointer.
+  static const char kEmpty = 0;
+  int rc = sqlite3_bind_blob64(stmt_, i, size ? data : &kEmpty, size, SQLITE_STATIC);
+  if (rc != SQLITE_OK) db_->fail(rc, "binding to \"" + sql_ + "\"");
+  return *this;
+}
+
+Statement& Statement::bind_null(int i) {
+  int rc = sqlite3_bind_null(stmt_, i);
+  if (rc != SQLITE_OK) db_->fail(rc, "binding to \"" + sql_ + "\"");
+  return *this;
+}
+
+Statement& Statement::bind_opt(int i, const std::optional<std::string>& v) {
+  return v ? bind(i, *v) : bind_null(i);
+}
+
+bool Statement::step() {
+  int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  db_->fail(rc, "running \"" + sql_ + "\"");
+}
+
+void Statement::run() {
+  while (step()) {
+  }
+}
+
+void Statement::reset() {
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+}
+
+bool Statement::is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+int64_t Statement::col_int(int col) const { return sqlite3_column_int64(stmt_, col); }
+double Statement::col_double(int col) const { return sqlite3_column_double(stmt_, col); }
+
+std::string Statement::col_text(int col) const {
+  const unsigned char* p = sqlite3_column_text(stmt_, col);
+  int n = sqlite3_column_bytes(stmt_, col);
+  return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(n)) : std::string();
+}
+
+std::optional<std::string> Statement::col_opt_text(int col) const {
+  if (is_null(col)) return std::nullopt;
+  return col_text(col);
+}
+
+const void* Statement::col_blob(int col) const { return sqlite3_column_blob(stmt_, col); }
+size_t Statement::col_bytes(int col) const {
+  return static_cast<size_t>(sqlite3_column_bytes(stmt_, col));
+}
+
+Transaction::Transaction(Db& db) : db_(&db) {
+  db.exec("BEGIN IMMEDIATE", "starting a write transaction");
+}
+
+Transaction::~Transaction() {
+  // Destructors never throw: a failed rollback leaves SQLite to roll back on close.
+  if (db_) sqlite3_exec(db_->get(), "ROLLBACK", nullptr, nullptr, nullptr);
+}
+
+Transaction::Transaction(Transaction&& other) noexcept : db_(std::exchange(other.db_, nullptr)) {}
+
+void Transaction::commit() {
+  if (!db_) throw StoreError(ExitCode::kInternal, "commit of a finished transaction");
+  Db* db = db_;
+  db->exec("COMMIT", "committing a transaction");
+  db_ = nullptr;
+}
+
+}  // namespace rwd::store

@@ -1,0 +1,246 @@
+// Store access to checkpoints, per-step tensors, metrics, bisect probes and the kv table.
+#include <limits>
+#include <utility>
+
+#include "store/store.h"
+
+namespace rwd::store {
+namespace {
+
+void check_size(Dtype dtype, const std::vector<int64_t>& shape, size_t nbytes,
+                const std::string& name) {
+  for (int64_t d : shape) {
+    if (d < 0) throw StoreError(ExitCode::kInternal, "tensor '" + name + "': negative dimension");
+  }
+  const uint64_t want = static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (want != nbytes) {
+    throw StoreError(ExitCode::kInternal, "tensor '" + name + "': " + std::to_string(nbytes) +
+                                              " bytes given, shape " + shape_to_json(shape) +
+                                              " of " + dtype_name(dtype) + " needs " +
+                                              std::to_string(want));
+  }
+}
+
+// Columns: run, step, layer, head, name, dtype, shape, blob, raw_size, stored_size.
+TensorInfo read_info(const Statement& st) {
+  TensorInfo t;
+  t.key.run = st.col_int(0);
+  t.key.step = st.col_int(1);
+  t.key.layer = static_cast<int>(st.col_int(2));
+  t.key.head = static_cast<int>(st.col_int(3));
+  t.key.name = st.col_text(4);
+  t.dtype = dtype_from_name(st.col_text(5));
+  t.shape = shape_from_json(st.col_text(6));
+  t.blob = st.col_text(7);
+  t.raw_size = st.col_int(8);
+  t.stored_size = st.col_int(9);
+  return t;
+}
+
+constexpr const char* kCheckpointColumns =
+    "SELECT c.run, c.step, -1, -1, c.name, c.dtype, c.shape, c.blob, "
+    "coalesce(b.raw_size, -1), coalesce(b.stored_size, -1) "
+    "FROM checkpoints c LEFT JOIN blobs b ON b.hash = c.blob ";
+constexpr const char* kTensorColumns =
+    "SELECT t.run, t.step, t.layer, t.head, t.name, t.dtype, t.shape, t.blob, "
+    "coalesce(b.raw_size, -1), coalesce(b.stored_size, -1) "
+    "FROM tensors t LEFT JOIN blobs b ON b.hash = t.blob ";
+
+ProbeRecord read_probe(const Statement& st) {
+  ProbeRecord p;
+  p.key = st.col_text(0);
+  p.job = st.col_text(1);
+  p.plan = st.col_text(2);
+  p.plan_hash = st.col_text(3);
+  p.window = st.col_text(4);
+  p.verdict = st.col_text(5);
+  p.metrics = st.col_text(6);
+  p.wall_s = st.col_double(7);
+  p.created = st.col_text(8);
+  return p;
+}
+
+}  // namespace
+
+void Store::put_checkpoint_tensor(int64_t run, int64_t step, const std::string& name, Dtype dtype,
+                                  const std::vector<int64_t>& shape, const void* data,
+                                  size_t nbytes) {
+  require_writable("writing a checkpoint");
+  check_size(dtype, shape, nbytes, name);
+  in_transaction(db_, [&] {
+    const std::string hash = write_blob(data, nbytes, tensor_shuffle(dtype));
+    Statement st(db_,
+                 "INSERT INTO checkpoints(run, step, name, blob, dtype, shape) "
+                 "VALUES (?, ?, ?, ?, ?, ?)");
+    st.bind(1, run).bind(2, step).bind(3, name).bind(4, hash);
+    st.bind(5, std::string(dtype_name(dtype))).bind(6, shape_to_json(shape));
+    st.run();
+  });
+}
+
+std::vector<int64_t> Store::checkpoint_steps(int64_t run) {
+  std::vector<int64_t> out;
+  Statement st(db_, "SELECT DISTINCT step FROM checkpoints WHERE run=? ORDER BY step");
+  st.bind(1, run);
+  while (st.step()) out.push_back(st.col_int(0));
+  return out;
+}
+
+std::optional<int64_t> Store::nearest_checkpoint(int64_t run, int64_t step) {
+  Statement st(db_, "SELECT max(step) FROM checkpoints WHERE run=? AND step<=?");
+  st.bind(1, run).bind(2, step);
+  if (!st.step() || st.is_null(0)) return std::nullopt;
+  return st.col_int(0);
+}
+
+std::vector<TensorInfo> Store::checkpoint_entries(int64_t run, int64_t step) {
+  std::vector<TensorInfo> out;
+  Statement st(
+      db_,
+      (std::string(kCheckpointColumns) + "WHERE c.run=? AND c.step=? ORDER BY c.name").c_str());
+  st.bind(1, run).bind(2, step);
+  while (st.step()) out.push_back(read_info(st));
+  return out;
+}
+
+std::optional<TensorRecord> Store::read_tensor(TensorInfo info) {
+  TensorRecord rec;
+  rec.bytes = get_blob(info.blob);
+  const uint64_t want = static_cast<uint64_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
+  if (rec.bytes.size() != want) {
+    throw data_error("store " + path() + ": tensor '" + info.key.name + "' at step " +
+                     std::to_string(info.key.step) + " has " + std::to_string(rec.bytes.size()) +
+                     " bytes, its shape needs " + std::to_string(want));
+  }
+  rec.info = std::move(info);
+  return rec;
+}
+
+std::optional<TensorRecord> Store::get_checkpoint_tensor(int64_t run, int64_t step,
+                                                         const std::string& name) {
+  Statement st(
+      db_, (std::string(kCheckpointColumns) + "WHERE c.run=? AND c.step=? AND c.name=?").c_str());
+  st.bind(1, run).bind(2, step).bind(3, name);
+  if (!st.step()) return std::nullopt;
+  return read_tensor(read_info(st));
+}
+
+void Store::put_tensor(const TensorKey& key, Dtype dtype, const std::vector<int64_t>& shape,
+                       const void* data, size_t nbytes) {
+  require_writable("writing a tensor");
+  check_size(dtype, shape, nbytes, key.name);
+  in_transaction(db_, [&] {
+    const std::string hash = write_blob(data, nbytes, tensor_shuffle(dtype));
+    Statement st(db_,
+                 "INSERT INTO tensors(run, step, layer, head, name, dtype, shape, blob) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    st.bind(1, key.run).bind(2, key.step).bind(3, int64_t{key.layer}).bind(4, int64_t{key.head});
+    st.bind(5, key.name).bind(6, std::string(dtype_name(dtype))).bind(7, shape_to_json(shape));
+    st.bind(8, hash);
+    st.run();
+  });
+}
+
+std::optional<TensorRecord> Store::get_tensor(const TensorKey& key) {
+  Statement st(db_, (std::string(kTensorColumns) +
+                     "WHERE t.run=? AND t.step=? AND t.layer=? AND t.head=? AND t.name=?")
+                        .c_str());
+  st.bind(1, key.run).bind(2, key.step).bind(3, int64_t{key.layer}).bind(4, int64_t{key.head});
+  st.bind(5, key.name);
+  if (!st.step()) return std::nullopt;
+  return read_tensor(read_info(st));
+}
+
+std::vector<TensorInfo> Store::tensors(int64_t run, int64_t from, int64_t to) {
+  std::vector<TensorInfo> out;
+  Statement st(db_, (std::string(kTensorColumns) + "WHERE t.run=? AND t.step BETWEEN ? AND ? "
+                                                   "ORDER BY t.step, t.layer, t.head, t.name")
+                        .c_str());
+  st.bind(1, run).bind(2, from).bind(3, to);
+  while (st.step()) out.push_back(read_info(st));
+  return out;
+}
+
+void Store::put_metric(int64_t run, int64_t step, const std::string& key, double value) {
+  require_writable("writing a metric");
+  Statement st(db_, "INSERT OR REPLACE INTO metrics(run, step, key, value) VALUES (?, ?, ?, ?)");
+  st.bind(1, run).bind(2, step).bind(3, key).bind(4, value);
+  st.run();
+}
+
+std::vector<MetricRow> Store::metrics(int64_t run, int64_t from, int64_t to,
+                                      const std::string& key_prefix) {
+  std::vector<MetricRow> out;
+  // NaN is stored by SQLite as NULL; it comes back as NaN.
+  Statement st(db_,
+               "SELECT step, key, value FROM metrics WHERE run=? AND step BETWEEN ? AND ? "
+               "AND substr(key, 1, ?) = ? ORDER BY step, key");
+  st.bind(1, run).bind(2, from).bind(3, to);
+  st.bind(4, static_cast<int64_t>(key_prefix.size())).bind(5, key_prefix);
+  while (st.step()) {
+    double v = st.is_null(2) ? std::numeric_limits<double>::quiet_NaN() : st.col_double(2);
+    out.push_back({st.col_int(0), st.col_text(1), v});
+  }
+  return out;
+}
+
+std::vector<std::string> Store::metric_keys(int64_t run) {
+  std::vector<std::string> out;
+  Statement st(db_, "SELECT DISTINCT key FROM metrics WHERE run=? ORDER BY key");
+  st.bind(1, run);
+  while (st.step()) out.push_back(st.col_text(0));
+  return out;
+}
+
+void Store::put_probe(const ProbeRecord& p) {
+  require_writable("writing a probe");
+  Statement st(db_,
+               "INSERT OR REPLACE INTO probes(key, job, plan, plan_hash, window, verdict, "
+               "metrics, wall_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  st.bind(1, p.key).bind(2, p.job).bind(3, p.plan).bind(4, p.plan_hash).bind(5, p.window);
+  st.bind(6, p.verdict).bind(7, p.metrics).bind(8, p.wall_s);
+  st.run();
+}
+
+std::optional<ProbeRecord> Store::get_probe(const std::string& key) {
+  Statement st(db_,
+               "SELECT key, job, plan, plan_hash, window, verdict, metrics, wall_s, created "
+               "FROM probes WHERE key=?");
+  st.bind(1, key);
+  if (!st.step()) return std::nullopt;
+  return read_probe(st);
+}
+
+std::vector<ProbeRecord> Store::probes(const std::string& job) {
+  std::vector<ProbeRecord> out;
+  Statement st(db_,
+               "SELECT key, job, plan, plan_hash, window, verdict, metrics, wall_s, created "
+               "FROM probes WHERE ?='' OR job=? ORDER BY created, key");
+  st.bind(1, job).bind(2, job);
+  while (st.step()) out.push_back(read_probe(st));
+  return out;
+}
+
+void Store::put_kv(int64_t run, const std::string& key, const std::string& value) {
+  require_writable("writing a kv entry");
+  Statement st(db_, "INSERT OR REPLACE INTO kv(run, key, value) VALUES (?, ?, ?)");
+  st.bind(1, run).bind(2, key).bind(3, value);
+  st.run();
+}
+
+std::optional<std::string> Store::get_kv(int64_t run, const std::string& key) {
+  Statement st(db_, "SELECT value FROM kv WHERE run=? AND key=?");
+  st.bind(1, run).bind(2, key);
+  if (!st.step()) return std::nullopt;
+  return st.col_text(0);
+}
+
+std::vector<std::string> Store::kv_keys(int64_t run, const std::string& prefix) {
+  std::vector<std::string> out;
+  Statement st(db_, "SELECT key FROM kv WHERE run=? AND substr(key, 1, ?) = ? ORDER BY key");
+  st.bind(1, run).bind(2, static_cast<int64_t>(prefix.size())).bind(3, prefix);
+  while (st.step()) out.push_back(st.col_text(0));
+  return out;
+}
+
+}  // namespace rwd::store

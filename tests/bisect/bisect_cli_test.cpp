@@ -1,0 +1,167 @@
+// End-to-end `rewind bisect` on tiny recorded runs with planted faults: exact localization,
+// two culprits, not-a-precision-failure, kill-and-resume through the probe cache, --jobs 2
+// against serial, and the time bisection (--find-window) cases of issue 9.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+
+#include <chrono>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "bisect_test_util.h"
+
+extern char** environ;
+
+namespace rwd::bisect::testing {
+namespace {
+
+const char* kFail = "'nan || max(loss) > 1.5 * loss[20]'";
+const char* kFault = "fault(strength=64)";
+
+class BisectCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(temp_dir("bisect_cli"));
+    data_ = new std::string(*dir_ + "/data.bin");
+    Cmd c = rewind_cmd("data synth -o " + *data_ + " --tokens 300000 --vocab 64");
+    ASSERT_EQ(c.code, 0) << c.out;
+  }
+  static void TearDownTestSuite() {
+    std::system(("rm -rf " + *dir_).c_str());
+    delete dir_;
+    delete data_;
+  }
+
+  // Records a 40-step run with `plan` (checkpoints every 20) into a fresh store.
+  std::string record(const std::string& name, const std::string& plan, const std::string& extra = "") {
+    const std::string store = *dir_ + "/" + name + ".db";
+    Cmd c = rewind_cmd(train_args(*data_, store, 40, 20, "--plan '" + plan + "' " + extra));
+    EXPECT_EQ(c.code, 0) << c.out;
+    return store;
+  }
+
+  nlohmann::json bisect(const std::string& store, const std::string& name, const std::string& extra,
+                        int want_code) {
+    const std::string report = *dir_ + "/" + name;
+    Cmd c = rewind_cmd("bisect --store " + store + " --window 20:39 --fail " + kFail + " --quiet --report " +
+                       report + " " + extra);
+    EXPECT_EQ(c.code, want_code) << c.out;
+    return read_json(report + "/report.json");
+  }
+
+  static std::string* dir_;
+  static std::string* data_;
+};
+std::string* BisectCli::dir_ = nullptr;
+std::string* BisectCli::data_ = nullptr;
+
+std::vector<std::string> strings(const nlohmann::json& a) {
+  std::vector<std::string> v;
+  for (const auto& x : a) v.push_back(x.get<std::string>());
+  return v;
+}
+
+TEST_F(BisectCli, UnfaultedRunIsNotReproducible) {
+  const std::string store = record("clean", "");
+  nlohmann::json r = bisect(store, "clean_report", "", 0);
+  EXPECT_EQ(r["narrowing"]["status"], "not-reproducible");
+  EXPECT_EQ(r["probes_total"], 1);
+}
+
+// One planted fault, over several heads and ops, is found exactly (failing and fixing set).
+TEST_F(BisectCli, PlantedFaultFoundExactly) {
+  for (const std::string loc : {"L1.H2.o", "L0.H1.o", "L1.H0.pv"}) {
+    const std::string name = "one_" + loc;
+    const std::string store = record(name, loc + "=" + kFault);
+    nlohmann::json r = bisect(store, name + "_report", "", 4);
+    const auto& w = r["narrowing"];
+    EXPECT_EQ(w["status"], "localized") << loc;
+    EXPECT_EQ(strings(w["failing_set"]), std::vector<std::string>{loc});
+    EXPECT_EQ(strings(w["fixing_set"]), std::vector<std::string>{loc});
+    EXPECT_LE(r["probes_total"].get<int>(), 30) << loc;
+    EXPECT_LT(r["probes_total"].get<int>(), w["naive_sweep"].get<int>()) << loc;
+  }
+}
+
+// Two faults that each fail alone: the failing set is one of them, the fixing set both.
+TEST_F(BisectCli, TwoFaultsInDifferentLayersBothFound) {
+  const std::string store = record("two", std::string("L0.H3.o=") + kFault + ";L1.H1.o=" + kFault);
+  nlohmann::json r = bisect(store, "two_report", "", 4);
+  const auto& w = r["narrowing"];
+  EXPECT_EQ(w["status"], "separate-fix");
+  EXPECT_EQ(strings(w["fixing_set"]), (std::vector<std::string>{"L0.H3.o", "L1.H1.o"}));
+  ASSERT_EQ(w["failing_set"].size(), 1u);
+  const std::string f = w["failing_set"][0];
+  EXPECT_TRUE(f == "L0.H3.o" || f == "L1.H1.o") << f;
+}
+
+// A learning rate far too high explodes in FP32 too: no narrowing, exit 0.
+TEST_F(BisectCli, AllFp32FailureIsNotAPrecisionFailure) {
+  const std::string store = record("hot", "", "--learning-rate 0.5 --warmup-iters 0");
+  nlohmann::json r = bisect(store, "hot_report", "", 0);
+  EXPECT_EQ(r["narrowing"]["status"], "not-a-precision-failure");
+  EXPECT_EQ(r["probes_total"], 2);  // baseline and all-FP32 only
+  EXPECT_EQ(r["narrowing"]["failing_set"].size(), 0u);
+}
+
+// SIGKILL a bisect midway; the rerun reuses every finished probe and reaches the same
+// verdict; a third run costs no probes at all.
+TEST_F(BisectCli, KilledBisectResumesFromTheCache) {
+  const std::string store = record("kill", std::string("L1.H3.o=") + kFault);
+  const std::string args = std::string("bisect --store ") + store + " --window 20:39 --fail " + kFail + " --quiet";
+  std::vector<std::string> argv_s = {"/bin/sh", "-c", std::string("exec ") + REWIND_BIN + " " + args + " >/dev/null 2>&1"};
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, argv.data(), environ), 0);
+  // Wait until a few probes are in the cache, then kill -9.
+  int cached = 0;
+  for (int i = 0; i < 600 && cached < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Cmd info = rewind_cmd("store info " + store);
+    auto at = info.out.find("probes");
+    if (at != std::string::npos) cached = std::atoi(info.out.c_str() + info.out.find_first_of("0123456789", at));
+  }
+  kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFSIGNALED(st)) << "bisect finished before it could be killed";
+  ASSERT_GE(cached, 5);
+
+  nlohmann::json resumed = bisect(store, "kill_resumed", "", 4);
+  EXPECT_GE(resumed["probes_cached"].get<int>(), cached);
+  EXPECT_EQ(resumed["probes_run"].get<int>() + resumed["probes_cached"].get<int>(),
+            resumed["probes_total"].get<int>());
+  EXPECT_EQ(strings(resumed["narrowing"]["failing_set"]), std::vector<std::string>{"L1.H3.o"});
+  nlohmann::json again = bisect(store, "kill_again", "", 4);
+  EXPECT_EQ(again["probes_run"], 0);
+  EXPECT_EQ(again["verdict_text"].get<std::string>().substr(0, 200),
+            resumed["verdict_text"].get<std::string>().substr(0, 200));
+  EXPECT_EQ(again["narrowing"]["failing_set"], resumed["narrowing"]["failing_set"]);
+  EXPECT_EQ(again["narrowing"]["fixing_set"], resumed["narrowing"]["fixing_set"]);
+  Cmd log = rewind_cmd("bisect log --store " + store);
+  EXPECT_EQ(log.code, 0);
+  EXPECT_NE(log.out.find("localized"), std::string::npos) << log.out;
+}
+
+// Worker processes (--jobs 2, --gpus recorded per probe) and the serial run agree.
+TEST_F(BisectCli, ParallelAndSerialGiveTheSameVerdict) {
+  const std::string store = record("par", std::string("L0.H0.o=") + kFault + ";L1.H2.o=" + kFault);
+  nlohmann::json serial = bisect(store, "par_serial", "--fresh", 4);
+  nlohmann::json par = bisect(store, "par_jobs", "--fresh --jobs 2 --gpus 0,1", 4);
+  EXPECT_EQ(serial["narrowing"]["status"], par["narrowing"]["status"]);
+  EXPECT_EQ(serial["narrowing"]["failing_set"], par["narrowing"]["failing_set"]);
+  EXPECT_EQ(serial["narrowing"]["fixing_set"], par["narrowing"]["fixing_set"]);
+  EXPECT_GT(par["probes_run"].get<int>(), 0);
+  std::set<std::string> devices;
+  for (const auto& p : par["probes"]) devices.insert(p["device"].get<std::string>());
+  EXPECT_TRUE(devices.count("cpu (CUDA_VISIBLE_DEVICES=0)") || devices.count("cpu (CUDA_VISIBLE_DEVICES=1)"));
+  for (size_t i = 0; i < serial["narrowing"]["fix_checks"].size(); ++i)
+    EXPECT_EQ(serial["narrowing"]["fix_checks"][i]["fixes"], par["narrowing"]["fix_checks"][i]["fixes"]);
+}
+
+}  // namespace
+}  // namespace rwd::bisect::testing

@@ -1,0 +1,110 @@
+// `rewind bisect --find-window` (issue 9) on tiny recorded runs: a fault switched on at step s
+// yields the window starting at the last checkpoint before s; a fault from the start yields the
+// earliest checkpoint; time probes ~ log2(#checkpoints); the edge cases give clear answers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "bisect_test_util.h"
+
+namespace rwd::bisect::testing {
+namespace {
+
+const char* kFail = "'nan || max(loss) > 4.5'";
+const char* kFault = "L1.H2.o=fault(strength=64)";
+
+class BisectTime : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(temp_dir("bisect_time"));
+    data_ = new std::string(*dir_ + "/data.bin");
+    Cmd c = rewind_cmd("data synth -o " + *data_ + " --tokens 300000 --vocab 64");
+    ASSERT_EQ(c.code, 0) << c.out;
+  }
+  static void TearDownTestSuite() {
+    std::system(("rm -rf " + *dir_).c_str());
+    delete dir_;
+    delete data_;
+  }
+
+  // 60 steps, a checkpoint every 5.
+  std::string record(const std::string& name, const std::string& extra) {
+    const std::string store = *dir_ + "/" + name + ".db";
+    Cmd c = rewind_cmd(train_args(*data_, store, 60, 5, extra));
+    EXPECT_EQ(c.code, 0) << c.out;
+    return store;
+  }
+
+  nlohmann::json find(const std::string& store, const std::string& name, const std::string& extra, int want_code,
+                      std::string* out = nullptr) {
+    const std::string report = *dir_ + "/" + name;
+    Cmd c = rewind_cmd("bisect --store " + store + " --find-window --fail " + kFail + " --quiet --report " + report +
+                       " " + extra);
+    EXPECT_EQ(c.code, want_code) << c.out;
+    if (out) *out = c.out;
+    return read_json(report + "/report.json");
+  }
+
+  static std::string* dir_;
+  static std::string* data_;
+};
+std::string* BisectTime::dir_ = nullptr;
+std::string* BisectTime::data_ = nullptr;
+
+// The fault starts at step 27 (a plan change recorded in the store): the causal window starts
+// at checkpoint 25, the last one before 27, and contains 27; then narrowing finds the head.
+TEST_F(BisectTime, FaultSwitchedOnMidRunGivesTheWindowAroundIt) {
+  const std::string store = record("mid", std::string("--plan-from '27:") + kFault + "'");
+  std::string out;
+  nlohmann::json r = find(store, "mid_report", "", 4, &out);
+  const auto& t = r["time"];
+  EXPECT_EQ(t["status"], "window");
+  EXPECT_EQ(t["c_star"], 25) << out;
+  EXPECT_GT(t["fail_step"].get<int>(), 27);
+  const int n = static_cast<int>(t["checkpoints_before_failure"].size());
+  EXPECT_LE(t["time_probes"].get<int>(), static_cast<int>(std::ceil(std::log2(n + 1.0))));
+  EXPECT_NE(out.find("time probe(s)"), std::string::npos);
+  ASSERT_TRUE(r.contains("narrowing"));
+  EXPECT_EQ(r["narrowing"]["window"][0], 25);
+  EXPECT_EQ(r["narrowing"]["failing_set"], nlohmann::json::array({"L1.H2.o"}));
+  // The all-FP32 probe of the narrowing is the time probe at c*: shared through the cache.
+  int cached_all_fp32 = 0;
+  for (const auto& p : r["probes"])
+    if (p["phase"] == "check" && p["candidate"] == "low{}" && p["cached"]) ++cached_all_fp32;
+  EXPECT_EQ(cached_all_fp32, 1);
+}
+
+// With the fault on from step 0 the earliest checkpoint is c*, and the report says so.
+TEST_F(BisectTime, FaultFromTheStartGivesTheEarliestCheckpoint) {
+  const std::string store = record("start", std::string("--plan '") + kFault + "'");
+  std::string out;
+  nlohmann::json r = find(store, "start_report", "--window-only", 4, &out);
+  EXPECT_EQ(r["time"]["status"], "window");
+  EXPECT_EQ(r["time"]["c_star"], 0);
+  EXPECT_NE(out.find("earliest checkpoint"), std::string::npos) << out;
+  EXPECT_FALSE(r.contains("narrowing"));
+}
+
+// Edge cases: F outside the recording (usage), no checkpoint before F (data), a failure that
+// all-FP32 from step 0 also has (not a precision failure, exit 0), a clean run (exit 0).
+TEST_F(BisectTime, EdgeCasesHaveClearAnswers) {
+  const std::string store = record("edge", std::string("--plan-from '27:") + kFault + "'");
+  Cmd outside = rewind_cmd("bisect --store " + store + " --find-window --until 500 --fail " + kFail + " --quiet");
+  EXPECT_EQ(outside.code, 2) << outside.out;
+  EXPECT_NE(outside.out.find("outside the recording"), std::string::npos) << outside.out;
+  Cmd none = rewind_cmd("bisect --store " + store + " --find-window --until 0 --fail " + kFail + " --quiet");
+  EXPECT_EQ(none.code, 3) << none.out;
+  EXPECT_NE(none.out.find("no checkpoint before the failure step"), std::string::npos) << none.out;
+
+  const std::string hot = record("hot", "--learning-rate 0.5 --warmup-iters 0");
+  nlohmann::json r = find(hot, "hot_report", "--until 40", 0);
+  EXPECT_EQ(r["time"]["status"], "not-a-precision-failure");
+
+  const std::string clean = record("clean", "");
+  nlohmann::json c = find(clean, "clean_report", "", 0);
+  EXPECT_EQ(c["time"]["status"], "not-reproducible");
+  EXPECT_EQ(c["probes_total"], 0);
+}
+
+}  // namespace
+}  // namespace rwd::bisect::testing

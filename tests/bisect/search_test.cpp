@@ -1,0 +1,255 @@
+// Search engine against synthetic oracles on a 12-layer x 12-head x 5-op (+ mlp) space: known
+// culprits must be found exactly, within probe budgets, with verdicts independent of batching.
+#include "bisect/search.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <set>
+#include <string>
+
+#include "common/error.h"
+
+namespace rwd::bisect {
+namespace {
+
+using LowSet = std::set<std::string>;  // leaves that run in low precision
+
+SearchSpace paper_space() {
+  SearchSpace s;
+  s.n_layer = 12;
+  s.n_head = 12;
+  s.ops = {"qk", "softmax", "pv", "o", "delta"};
+  s.modules = {"mlp"};
+  s.model_head = false;
+  return s;
+}
+
+SearchSpace full_space(const SearchSpace& s) {
+  SearchSpace f;
+  f.n_layer = s.n_layer;
+  f.n_head = s.n_head;
+  return f;
+}
+
+// The leaves that are low in the run a candidate stands for, over the FULL model (so things
+// outside the searched space are low in kPromote runs and FP32 in kKeepLow runs).
+LowSet low_leaves(const Candidate& c, const SearchSpace& space) {
+  LowSet chosen, low;
+  for (const auto& e : c.elements)
+    for (const auto& l : space.leaves(e)) chosen.insert(to_string(l));
+  if (c.mode == Mode::kKeepLow) return chosen;
+  SearchSpace full = full_space(space);
+  for (const auto& e : full.top_level())
+    for (const auto& l : full.leaves(e))
+      if (!chosen.count(to_string(l))) low.insert(to_string(l));
+  return low;
+}
+
+// Wraps a rule over low leaves as a batch oracle and counts batch sizes.
+struct SyntheticOracle {
+  SearchSpace space;
+  std::function<bool(const LowSet&)> rule;
+  int max_seen_batch = 0;
+  Oracle oracle() {
+    return [this](const std::vector<Candidate>& cands) {
+      max_seen_batch = std::max(max_seen_batch, static_cast<int>(cands.size()));
+      std::vector<bool> out;
+      for (const auto& c : cands) out.push_back(rule(low_leaves(c, space)));
+      return out;
+    };
+  }
+};
+
+SearchResult run(const SearchSpace& space, std::function<bool(const LowSet&)> rule,
+                 int max_batch) {
+  SyntheticOracle o{space, std::move(rule)};
+  SearchResult r = search(space, o.oracle(), SearchOptions{max_batch});
+  EXPECT_LE(o.max_seen_batch, max_batch);
+  // Every probe is logged with the verdict the oracle gave, and no run is probed twice.
+  std::set<LowSet> seen;
+  for (const auto& p : r.probes) {
+    LowSet low = low_leaves(p.candidate, space);
+    EXPECT_EQ(p.fails, o.rule(low)) << to_string(p.candidate);
+    EXPECT_TRUE(seen.insert(low).second) << "probed twice: " << to_string(p.candidate);
+  }
+  int sum = 0;
+  for (const auto& ph : r.phases) sum += ph.probes;
+  EXPECT_EQ(sum, static_cast<int>(r.probes.size()));
+  return r;
+}
+
+std::vector<std::string> names(const std::vector<Element>& set) {
+  std::vector<std::string> out;
+  for (const auto& e : set) out.push_back(to_string(e));
+  return out;
+}
+
+using Names = std::vector<std::string>;
+
+TEST(Search, SingleCulpritFoundExactlyWithinThirtyProbes) {
+  SearchSpace space = paper_space();
+  EXPECT_EQ(space.sweep_size(), 12 * 12 * 5 + 12);
+  std::mt19937 rng(2024);
+  for (int seed = 0; seed < 12; ++seed) {
+    std::string culprit;
+    if (seed % 6 == 5) {
+      culprit = "L" + std::to_string(rng() % 12) + ".mlp";
+    } else {
+      culprit = "L" + std::to_string(rng() % 12) + ".H" + std::to_string(rng() % 12) + "." +
+                space.ops[rng() % 5];
+    }
+    for (int batch : {1, 2, 8}) {
+      SearchResult r = run(space, [&](const LowSet& low) { return low.count(culprit) > 0; },
+                           batch);
+      EXPECT_EQ(r.status, Status::kLocalized) << r.summary;
+      EXPECT_EQ(names(r.failing_set), Names{culprit});
+      EXPECT_EQ(names(r.fixing_set), Names{culprit});
+      EXPECT_LE(r.probes.size(), 30u) << culprit << " batch " << batch;
+      std::printf("single culprit %-14s batch %d: %2zu probes in %2d oracle calls (naive %d)\n",
+                  culprit.c_str(), batch, r.probes.size(), r.batches, space.sweep_size());
+    }
+  }
+}
+
+TEST(Search, TwoIndependentCulpritsNeedBothPromoted) {
+  // Each culprit alone makes the run fail: the minimal failing set is either one, and the
+  // minimal fixing set is both. "Found" = fixing set == both and failing set is one of them.
+  SearchSpace space = paper_space();
+  const std::string a = "L3.H5.pv", b = "L9.mlp";
+  for (int batch : {1, 4}) {
+    SearchResult r = run(space, [&](const LowSet& low) { return low.count(a) || low.count(b); },
+                         batch);
+    EXPECT_EQ(r.status, Status::kSeparateFix) << r.summary;
+    Names f = names(r.failing_set);
+    EXPECT_TRUE(f == Names{a} || f == Names{b}) << r.summary;
+    EXPECT_EQ(names(r.fixing_set), (Names{a, b}));
+    std::printf("two independent culprits, batch %d: %zu probes (naive %d)\n", batch,
+                r.probes.size(), space.sweep_size());
+  }
+}
+
+TEST(Search, AndInteractionNeedsBothLow) {
+  // Fails only when both are low: minimal failing set = both; promoting either one fixes it.
+  SearchSpace space = paper_space();
+  const std::string a = "L1.H2.qk", b = "L10.H11.delta";
+  SearchResult r = run(space, [&](const LowSet& low) { return low.count(a) && low.count(b); }, 2);
+  EXPECT_EQ(r.status, Status::kLocalized) << r.summary;
+  EXPECT_EQ(names(r.failing_set), (Names{a, b}));
+  ASSERT_EQ(r.fixing_set.size(), 1u);
+  EXPECT_TRUE(names(r.fixing_set) == Names{a} || names(r.fixing_set) == Names{b});
+  std::printf("AND interaction: %zu probes (naive %d)\n", r.probes.size(), space.sweep_size());
+}
+
+TEST(Search, PaperCaseSixHeadsMustAllBePromoted) {
+  // Any of six heads of L2 kept low (their P-bar V op) makes the run fail, as in the paper
+  // where all six heads had to be fixed together.
+  SearchSpace space = paper_space();
+  Names six;
+  for (int h : {1, 3, 4, 7, 8, 10}) six.push_back("L2.H" + std::to_string(h) + ".pv");
+  auto rule = [&](const LowSet& low) {
+    for (const auto& s : six) if (low.count(s)) return true;
+    return false;
+  };
+  for (int batch : {1, 8}) {
+    SearchResult r = run(space, rule, batch);
+    EXPECT_EQ(r.status, Status::kSeparateFix) << r.summary;
+    ASSERT_EQ(r.failing_set.size(), 1u);
+    EXPECT_NE(std::find(six.begin(), six.end(), names(r.failing_set)[0]), six.end());
+    EXPECT_EQ(names(r.fixing_set), six);
+    std::printf("paper case (6 heads), batch %d: %zu probes (naive %d)\n", batch,
+                r.probes.size(), space.sweep_size());
+    for (const auto& ph : r.phases) std::printf("  %-16s %d\n", ph.phase.c_str(), ph.probes);
+  }
+}
+
+TEST(Search, NotAPrecisionFailureStopsAfterTheAnchors) {
+  for (int batch : {1, 2}) {
+    SearchResult r = run(paper_space(), [](const LowSet&) { return true; }, batch);
+    EXPECT_EQ(r.status, Status::kNotPrecision);
+    EXPECT_EQ(r.probes.size(), 2u);  // baseline + all-FP32, no narrowing
+    for (const auto& p : r.probes) EXPECT_EQ(p.phase, "check");
+    EXPECT_TRUE(r.failing_set.empty());
+    EXPECT_TRUE(r.fixing_set.empty());
+  }
+}
+
+TEST(Search, NotReproducibleWhenTheBaselinePasses) {
+  SearchResult r = run(paper_space(), [](const LowSet&) { return false; }, 1);
+  EXPECT_EQ(r.status, Status::kNotReproducible);
+  EXPECT_EQ(r.probes.size(), 1u);  // sequential: the baseline alone decides
+  r = run(paper_space(), [](const LowSet&) { return false; }, 2);
+  EXPECT_EQ(r.status, Status::kNotReproducible);
+  EXPECT_EQ(r.probes.size(), 2u);  // parallel: both anchors in one call
+  EXPECT_EQ(r.batches, 1);
+}
+
+TEST(Search, CauseOutsideTheSpaceIsReported) {
+  // bwd is not in the searched ops: keep-low runs promote it, so they never fail.
+  SearchResult r = run(paper_space(), [](const LowSet& low) { return low.count("L4.H4.bwd") > 0; },
+                       1);
+  EXPECT_EQ(r.status, Status::kOutsideSpace) << r.summary;
+  EXPECT_EQ(r.probes.size(), 3u);
+}
+
+TEST(Search, FullSpaceFindsModulesAndTheModelHead) {
+  SearchSpace space = full_space(paper_space());
+  space.n_layer = 4;
+  space.n_head = 4;
+  ASSERT_TRUE(space.covers_everything());
+  for (const std::string culprit : {"head", "L2.ln", "L0.H3.bwd"}) {
+    SearchResult r = run(space, [&](const LowSet& low) { return low.count(culprit) > 0; }, 1);
+    EXPECT_EQ(r.status, Status::kLocalized) << r.summary;
+    EXPECT_EQ(names(r.failing_set), Names{culprit});
+  }
+}
+
+TEST(Search, VerdictDoesNotDependOnBatchSize) {
+  SearchSpace space = paper_space();
+  const std::vector<std::function<bool(const LowSet&)>> rules = {
+      [](const LowSet& l) { return l.count("L7.H0.softmax") > 0; },
+      [](const LowSet& l) { return l.count("L0.H1.o") || l.count("L11.H11.o"); },
+      [](const LowSet& l) { return l.count("L5.H5.pv") && l.count("L5.mlp"); },
+      [](const LowSet& l) {  // a threshold rule: at least 3 of the o ops of L6 low
+        int n = 0;
+        for (int h = 0; h < 12; ++h) n += l.count("L6.H" + std::to_string(h) + ".o") > 0;
+        return n >= 3;
+      },
+  };
+  for (size_t k = 0; k < rules.size(); ++k) {
+    SearchResult ref = run(space, rules[k], 1);
+    for (int batch : {2, 3, 7, 64}) {
+      SearchResult r = run(space, rules[k], batch);
+      EXPECT_EQ(r.status, ref.status) << "rule " << k << " batch " << batch;
+      EXPECT_EQ(names(r.failing_set), names(ref.failing_set)) << "rule " << k;
+      EXPECT_EQ(names(r.fixing_set), names(ref.fixing_set)) << "rule " << k;
+      EXPECT_LE(r.batches, static_cast<int>(r.probes.size()));
+    }
+    std::printf("rule %zu: %s\n", k, ref.summary.c_str());
+  }
+}
+
+TEST(Search, RunningTwiceGivesTheSameProbeSequence) {
+  SearchSpace space = paper_space();
+  auto rule = [](const LowSet& l) { return l.count("L2.H9.delta") || l.count("L8.H1.qk"); };
+  SearchResult a = run(space, rule, 3), b = run(space, rule, 3);
+  ASSERT_EQ(a.probes.size(), b.probes.size());
+  for (size_t i = 0; i < a.probes.size(); ++i) {
+    EXPECT_EQ(to_string(a.probes[i].candidate), to_string(b.probes[i].candidate));
+    EXPECT_EQ(a.probes[i].batch, b.probes[i].batch);
+  }
+}
+
+TEST(Search, OracleAnsweringTheWrongCountIsAnError) {
+  Oracle bad = [](const std::vector<Candidate>&) { return std::vector<bool>{}; };
+  EXPECT_THROW(search(paper_space(), bad), Error);
+  SearchSpace s = paper_space();
+  s.ops.push_back("pvv");
+  EXPECT_THROW(search(s, bad), UsageError);
+}
+
+}  // namespace
+}  // namespace rwd::bisect

@@ -1,0 +1,264 @@
+// CUDA flash attention vs the FP64 reference (error bounded by twice a plain BF16 attention's),
+// vs the CPU BF16 emulation (to rounding), per-head flag isolation, the stabilized softmax on
+// tied maxima, FP32 promotion, error codes, and a bitwise-deterministic backward.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/bf16.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace rwd::kernels::test {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+// Rounds FP32 gradients to BF16 as the caller does.
+std::vector<float> r16(const std::vector<float>& x) { return bf16_round(x); }
+
+struct Shape {
+  int b, h, t, d;
+  bool causal;
+};
+
+const Shape kShapes[] = {{2, 2, 128, 64, true},   {1, 3, 200, 64, true}, {1, 2, 77, 64, false},
+                         {2, 2, 130, 128, true},  {1, 2, 300, 128, false}};
+
+// Plain BF16 attention (eager PyTorch under autocast): S rounded to BF16, softmax in FP32, P in
+// BF16, one tile. That is the CPU emulation with s_bf16 and naive set on every head.
+Outputs plain_bf16(Inputs in) {
+  in.p.naive = true;
+  for (auto& f : in.flags) f.s_bf16 = true;
+  return run_cpu(in);
+}
+
+TEST(AttentionCuda, ErrorAtMostTwicePlainBf16) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 1;
+  for (const Shape& s : kShapes) {
+    for (float peak : {1.0f, 3.0f}) {
+      Inputs in = make_inputs(s.b, s.h, s.t, s.d, s.causal, peak, seed++);
+      const Outputs gpu = run_gpu(in), ref = run_reference(in, true), plain = plain_bf16(in);
+      ASSERT_EQ(gpu.fwd_status, 0);
+      ASSERT_EQ(gpu.bwd_status, 0);
+      SCOPED_TRACE(testing::Message() << "T=" << s.t << " D=" << s.d << " causal=" << s.causal
+                                      << " peak=" << peak);
+      const int d = s.d;
+      EXPECT_LE(max_abs_diff(gpu.o, ref.o, in, d), 2.0 * max_abs_diff(plain.o, ref.o, in, d));
+      EXPECT_LE(max_abs_diff(r16(gpu.dq), ref.dq, in, d), 2.0 * max_abs_diff(plain.dq, ref.dq, in, d));
+      EXPECT_LE(max_abs_diff(r16(gpu.dk), ref.dk, in, d), 2.0 * max_abs_diff(plain.dk, ref.dk, in, d));
+      EXPECT_LE(max_abs_diff(r16(gpu.dv), ref.dv, in, d), 2.0 * max_abs_diff(plain.dv, ref.dv, in, d));
+      // LSE is FP32 on both sides of the same BF16 inputs: only FP32 rounding separates them.
+      EXPECT_LE(max_abs_diff(gpu.lse, ref.lse, in, 1), 1e-4 * (1.0 + max_abs(ref.lse)));
+    }
+  }
+}
+
+// One configuration of per-head flags for the emulation-agreement sweep.
+struct FlagCase {
+  const char* name;
+  void (*apply)(Inputs&);
+};
+
+void set_prec(Inputs& in, Op op, Prec pr, float fault = 0.0f) {
+  for (auto& f : in.flags) {
+    f.prec[static_cast<int>(op)] = pr;
+    f.fault[static_cast<int>(op)] = fault;
+  }
+}
+
+const FlagCase kFlagCases[] = {
+    {"default", [](Inputs&) {}},
+    {"stable", [](Inputs& in) { for (auto& f : in.flags) f.stable = true; }},
+    {"stable_eps", [](Inputs& in) { for (auto& f : in.flags) { f.stable = true; f.eps = 0.05f; f.s_bf16 = true; } }},
+    {"s_bf16", [](Inputs& in) { for (auto& f : in.flags) f.s_bf16 = true; }},
+    {"acc_bf16", [](Inputs& in) { for (auto& f : in.flags) f.acc_bf16 = true; }},
+    {"qk_fp32", [](Inputs& in) { set_prec(in, Op::kQk, Prec::kFp32); }},
+    {"softmax_fp32", [](Inputs& in) { set_prec(in, Op::kSoftmax, Prec::kFp32); }},
+    {"pv_fp32", [](Inputs& in) { set_prec(in, Op::kPv, Prec::kFp32); }},
+    {"o_fp32", [](Inputs& in) { set_prec(in, Op::kO, Prec::kFp32); }},
+    {"delta_fp32", [](Inputs& in) { set_prec(in, Op::kDelta, Prec::kFp32); }},
+    {"bwd_fp32", [](Inputs& in) { set_prec(in, Op::kBwd, Prec::kFp32); }},
+    {"delta_dpp", [](Inputs& in) { for (auto& f : in.flags) f.delta_dpp = true; }},
+    {"qk_fault", [](Inputs& in) { set_prec(in, Op::kQk, Prec::kFault, 2.0f); }},
+    {"softmax_fault", [](Inputs& in) { set_prec(in, Op::kSoftmax, Prec::kFault, 2.0f); }},
+    {"pv_fault", [](Inputs& in) { set_prec(in, Op::kPv, Prec::kFault, 4.0f); }},
+    {"o_fault", [](Inputs& in) { set_prec(in, Op::kO, Prec::kFault, 1.0f); }},
+    {"delta_fault", [](Inputs& in) { set_prec(in, Op::kDelta, Prec::kFault, 2.0f); }},
+    {"tiling_off", [](Inputs& in) { in.p.block_k = 0; }},
+    {"tiling_off_stable", [](Inputs& in) { in.p.block_k = 0; for (auto& f : in.flags) f.stable = true; }},
+    {"naive", [](Inputs& in) { in.p.naive = true; }},
+};
+
+// GPU and CPU emulation round at the same points; only FP32 summation order differs. O is
+// allowed 2 BF16 ulps of its magnitude; gradients (BF16-rounded) 2^-6 of the tensor's max,
+// which a misplaced rounding point or a wrong formula exceeds by far (see the fault cases:
+// a 4-ulp pv fault must not pass as default, checked in FlagsChangeOnlyNamedHeads).
+void expect_agree(const std::vector<float>& gpu, const std::vector<float>& cpu, double rel,
+                  const char* what) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  const double scale = max_abs(cpu);
+  size_t bad = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    const double tol = rel * std::fabs(cpu[i]) + 1e-3 * scale + 1e-6;
+    const double diff = std::fabs(static_cast<double>(gpu[i]) - cpu[i]);
+    ASSERT_TRUE(std::isfinite(diff)) << what << " element " << i;
+    if (!(diff <= tol)) ++bad;
+  }
+  // A logit that lands on a BF16 rounding boundary (s_bf16, acc_bf16) may round the other way
+  // under a different FP32 summation order; allow such isolated flips (1 in 500), nothing more.
+  EXPECT_LE(bad, gpu.size() / 500) << what << ": " << bad << " of " << gpu.size() << " differ";
+}
+
+TEST(AttentionCuda, AgreesWithCpuEmulation) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 100;
+  for (const FlagCase& fc : kFlagCases) {
+    for (const Shape& s : {Shape{1, 2, 150, 64, true}, Shape{1, 2, 96, 128, false}}) {
+      Inputs in = make_inputs(s.b, s.h, s.t, s.d, s.causal, 2.0f, seed++);
+      fc.apply(in);
+      SCOPED_TRACE(testing::Message() << fc.name << " D=" << s.d);
+      const Outputs gpu = run_gpu(in), cpu = run_cpu(in);
+      ASSERT_EQ(gpu.fwd_status, 0);
+      ASSERT_EQ(gpu.bwd_status, 0);
+      expect_agree(gpu.o, r16(cpu.o), 2.0 / 128, "O");
+      expect_agree(gpu.lse, cpu.lse, 1e-5, "LSE");
+      expect_agree(gpu.delta, cpu.delta, 1e-3, "delta");
+      expect_agree(r16(gpu.dq), r16(cpu.dq), 2.0 / 128, "dQ");
+      expect_agree(r16(gpu.dk), r16(cpu.dk), 2.0 / 128, "dK");
+      expect_agree(r16(gpu.dv), r16(cpu.dv), 2.0 / 128, "dV");
+      for (int h = 0; h < in.p.heads; ++h) {
+        EXPECT_EQ(gpu.stats[h].rows, cpu.stats[h].rows);
+        // Tie counts depend on exact logits, which differ by summation order: near, not equal.
+        EXPECT_NEAR(gpu.stats[h].stable_pos + gpu.stats[h].stable_neg,
+                    cpu.stats[h].stable_pos + cpu.stats[h].stable_neg, 2 + cpu.stats[h].rows / 50);
+        EXPECT_NEAR(gpu.stats[h].max_logit, cpu.stats[h].max_logit,
+                    1e-5 * (1.0 + std::fabs(cpu.stats[h].max_logit)));
+      }
+    }
+  }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b, const Inputs& in,
+               int per_row, int head) {
+  const size_t per_head = static_cast<size_t>(in.p.seq) * per_row;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (static_cast<int>((i / per_head) % in.p.heads) != head) continue;
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+TEST(AttentionCuda, FlagsChangeOnlyNamedHeads) {
+  SKIP_WITHOUT_GPU();
+  const FlagCase cases[] = {kFlagCases[2], kFlagCases[3], kFlagCases[4], kFlagCases[7],
+                            kFlagCases[10], kFlagCases[11], kFlagCases[14], kFlagCases[15]};
+  const Inputs base = make_inputs(2, 4, 192, 64, true, 3.0f, 7);
+  const Outputs ref = run_gpu(base);
+  for (const FlagCase& fc : cases) {
+    SCOPED_TRACE(fc.name);
+    Inputs all = base;
+    fc.apply(all);
+    Inputs in = base;
+    in.flags[2] = all.flags[2];  // only head 2 gets the flag
+    const Outputs out = run_gpu(in);
+    ASSERT_EQ(out.fwd_status, 0);
+    ASSERT_EQ(out.bwd_status, 0);
+    for (int h = 0; h < 4; ++h) {
+      const bool same = same_bits(out.o32, ref.o32, in, 64, h) && same_bits(out.lse, ref.lse, in, 1, h) &&
+                        same_bits(out.dq, ref.dq, in, 64, h) && same_bits(out.dk, ref.dk, in, 64, h) &&
+                        same_bits(out.dv, ref.dv, in, 64, h);
+      EXPECT_EQ(same, h != 2) << "head " << h;
+    }
+  }
+}
+
+TEST(AttentionCuda, StabilizedSoftmaxKeepsPbarBelowOneOnTiedMaxima) {
+  SKIP_WITHOUT_GPU();
+  // Every key of head 0 is the same vector, so each row's logits tie exactly; the row max is
+  // set to +-100 or +-1000 through the query norm. Head 1 is standard, head 2 stable.
+  for (float target : {100.0f, -100.0f, 1000.0f, -1000.0f, 0.5f}) {
+    SCOPED_TRACE(testing::Message() << "max logit " << target);
+    Inputs in = make_inputs(1, 2, 160, 64, true, 1.0f, 11);
+    const int t = in.p.seq, d = in.p.dim;
+    for (int h = 0; h < 2; ++h) {
+      const size_t off = static_cast<size_t>(h) * t * d;
+      for (int r = 0; r < t; ++r) {
+        for (int c = 0; c < d; ++c) {
+          in.k[off + static_cast<size_t>(r) * d + c] = c == 0 ? 1.0f : 0.0f;
+          in.q[off + static_cast<size_t>(r) * d + c] = c == 0 ? target / in.p.scale : 0.0f;
+        }
+      }
+    }
+    in.flags[1].stable = true;
+    const Outputs gpu = run_gpu(in), cpu = run_cpu(in), ref = run_reference(in, true);
+    ASSERT_EQ(gpu.fwd_status, 0);
+    ASSERT_EQ(gpu.bwd_status, 0);
+    EXPECT_GT(gpu.stats[0].pbar_one, 0);   // standard: P̄ == 1 for every tied key
+    EXPECT_EQ(gpu.stats[1].pbar_one, 0);   // stable: the shift keeps bf16(P̄) < 1
+    EXPECT_GT(gpu.stats[1].stable_pos + gpu.stats[1].stable_neg, 0);
+    EXPECT_EQ(gpu.stats[1].stable_guard, cpu.stats[1].stable_guard);
+    EXPECT_EQ(gpu.stats[0].repeated_max_rows, cpu.stats[0].repeated_max_rows);
+    for (float x : gpu.o) ASSERT_TRUE(std::isfinite(x));
+    for (float x : gpu.dq) ASSERT_TRUE(std::isfinite(x));
+    // Exact arithmetic is unchanged by the shift: O stays a uniform average of V.
+    const Outputs plain = plain_bf16(in);
+    EXPECT_LE(max_abs_diff(gpu.o, ref.o, in, d, 1), 2.0 * max_abs_diff(plain.o, ref.o, in, d, 1) + 1e-2);
+  }
+}
+
+TEST(AttentionCuda, Fp32FlagsMoveTowardReference) {
+  SKIP_WITHOUT_GPU();
+  // The reference sees the unrounded FP32 inputs; qk=fp32 and pv=fp32 keep them (peaky logits,
+  // where BF16 operands cost the most). Compared on Ō/l (o_f32), before the output rounding.
+  const Inputs in = make_inputs(1, 2, 256, 64, true, 4.0f, 21);
+  Inputs promoted = in;
+  set_prec(promoted, Op::kQk, Prec::kFp32);
+  set_prec(promoted, Op::kPv, Prec::kFp32);
+  const Outputs low = run_gpu(in), high = run_gpu(promoted), ref = run_reference(in, false);
+  ASSERT_EQ(low.fwd_status, 0);
+  ASSERT_EQ(high.fwd_status, 0);
+  ASSERT_EQ(high.bwd_status, 0);
+  EXPECT_LT(mean_abs_diff(high.o32, ref.o), 0.5 * mean_abs_diff(low.o32, ref.o));
+  Inputs bwd = promoted;
+  set_prec(bwd, Op::kBwd, Prec::kFp32);
+  const Outputs high_bwd = run_gpu(bwd);
+  ASSERT_EQ(high_bwd.bwd_status, 0);
+  EXPECT_LT(mean_abs_diff(high_bwd.dk, ref.dk), mean_abs_diff(low.dk, ref.dk));
+}
+
+TEST(AttentionCuda, BackwardIsBitwiseDeterministic) {
+  SKIP_WITHOUT_GPU();
+  for (int d : {64, 128}) {
+    Inputs in = make_inputs(2, 4, 320, d, true, 2.0f, 31 + d);
+    in.flags[1].prec[static_cast<int>(Op::kPv)] = Prec::kFp32;  // one SIMT head as well
+    in.flags[2].delta_dpp = true;
+    const Outputs first = run_gpu(in);
+    ASSERT_EQ(first.bwd_status, 0);
+    for (int run = 1; run < 50; ++run) {
+      const Outputs again = run_gpu(in);
+      ASSERT_EQ(again.bwd_status, 0);
+      ASSERT_EQ(std::memcmp(first.dq.data(), again.dq.data(), first.dq.size() * 4), 0) << run;
+      ASSERT_EQ(std::memcmp(first.dk.data(), again.dk.data(), first.dk.size() * 4), 0) << run;
+      ASSERT_EQ(std::memcmp(first.dv.data(), again.dv.data(), first.dv.size() * 4), 0) << run;
+    }
+  }
+}
+
+TEST(AttentionCuda, UnsupportedRequestsReturnErrors) {
+  SKIP_WITHOUT_GPU();
+  Inputs in = make_inputs(1, 2, 64, 64, true, 1.0f, 41);
+  in.flags[1].prec[static_cast<int>(Op::kBwd)] = Prec::kFault;  // no defined meaning
+  EXPECT_EQ(run_gpu(in).fwd_status, static_cast<int>(cudaErrorNotSupported));
+  Inputs tile = make_inputs(1, 2, 256, 64, true, 1.0f, 42);
+  tile.p.block_k = 32;  // the stable rule is defined per 64-key tile on the GPU
+  EXPECT_EQ(run_gpu(tile).fwd_status, static_cast<int>(cudaErrorNotSupported));
+  Inputs dim = make_inputs(1, 1, 64, 32, true, 1.0f, 43);
+  EXPECT_EQ(run_gpu(dim).fwd_status, static_cast<int>(cudaErrorInvalidValue));
+}
+
+}  // namespace
+}  // namespace rwd::kernels::test

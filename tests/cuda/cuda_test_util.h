@@ -1,0 +1,63 @@
+// Test helpers for the CUDA attention kernels: RAII device buffers, random inputs, and one-call
+// runners for the GPU kernels and their CPU twins (kernels/attention_cpu.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/attention_params.h"
+
+namespace rwd::kernels::test {
+
+bool have_gpu();
+
+// Owns one cudaMalloc allocation; never throws from the destructor.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return ptr_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+// FP32 model inputs of one attention call, (B, H, T, D); the kernels see bf16(x) plus x.
+struct Inputs {
+  AttentionParams p;
+  std::vector<HeadFlags> flags;
+  std::vector<float> q, k, v, d_o;
+};
+
+// Random normal q, k, v, dO; q and k are multiplied by `peak` (peakier logits).
+Inputs make_inputs(int b, int h, int t, int d, bool causal, float peak, uint64_t seed);
+
+// Outputs in FP32 storage. o holds BF16 values; o32 is Ō/l; grads are FP32 from the GPU, and
+// BF16-rounded (or FP32 for bwd=fp32 heads) from the CPU twin.
+struct Outputs {
+  std::vector<float> o, o32, lse, dq, dk, dv, delta;
+  std::vector<HeadStats> stats;
+  int fwd_status = 0, bwd_status = 0;
+};
+
+Outputs run_gpu(const Inputs& in, bool backward = true);
+Outputs run_cpu(const Inputs& in, bool backward = true);
+// FP64 reference on the given inputs (rounded to BF16 first when round_inputs).
+Outputs run_reference(const Inputs& in, bool round_inputs);
+
+float bf16_round(float x);
+std::vector<float> bf16_round(const std::vector<float>& x);
+
+// Max |a - b| over the elements of head h (all heads when h < 0) of a (B, H, T, per) array.
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b, const Inputs& in,
+                    int per_row, int head = -1);
+double mean_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+double max_abs(const std::vector<float>& a);
+
+}  // namespace rwd::kernels::test

@@ -1,0 +1,191 @@
+// End to end through the `rewind` binary: record, replay --verify, tampering, a SIGKILLed
+// recorder resumed bitwise, `rewind step`, and the one-line errors of bad requests.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "store/store.h"
+
+namespace {
+
+const std::string kBin = REWIND_BIN;
+// A model small enough that a step takes a few milliseconds on one thread.
+const std::string kModel = " --vocab-size 64 --n-embd 32 --block-size 32 --threads 1 --log-every 1000";
+
+struct Cmd {
+  int code;
+  std::string out;
+};
+
+Cmd sh(const std::string& cmd) {
+  std::string full = cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  Cmd r{-1, ""};
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+class RecordReplay : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    char tmpl[] = "/tmp/rewind_rr_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    data_ = dir_ + "/train.bin";
+    store_ = dir_ + "/run.db";
+    ASSERT_EQ(sh(kBin + " data synth --tokens 200000 --vocab 64 -o " + data_).code, 0);
+    Cmd r = sh(kBin + " train --data " + data_ + " --steps 60 --checkpoint-every 20 --record " + store_ + kModel);
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  static void TearDownTestSuite() { std::system(("rm -rf " + dir_).c_str()); }
+
+  static std::vector<uint32_t> loss_bits(const std::string& path, int64_t from, int64_t to) {
+    auto s = rwd::store::Store::open(path, rwd::store::Mode::kReadOnly);
+    std::vector<uint32_t> out;
+    for (const auto& st : s.steps(1, from, to)) out.push_back(st.loss_bits);
+    return out;
+  }
+
+  static std::string dir_, data_, store_;
+};
+std::string RecordReplay::dir_, RecordReplay::data_, RecordReplay::store_;
+
+TEST_F(RecordReplay, WindowsAtAndBetweenCheckpointsReplayBitwise) {
+  for (const char* w : {"--from 20 --to 29", "--from 25 --to 34", "--from 0 --to 5", "--from 41 --to 59"}) {
+    Cmd r = sh(kBin + " replay --store " + store_ + " " + w + " --verify");
+    EXPECT_EQ(r.code, 0) << w << "\n" << r.out;
+    EXPECT_NE(r.out.find("bitwise identical"), std::string::npos) << r.out;
+  }
+}
+
+TEST_F(RecordReplay, TamperedLossIsReportedAtItsStep) {
+  const std::string copy = dir_ + "/tampered.db";
+  ASSERT_EQ(sh("cp " + store_ + " " + copy).code, 0);
+  {
+    rwd::store::Db db(copy, SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE steps SET loss_bits = loss_bits + 1 WHERE step = 27", "tamper");
+  }
+  Cmd r = sh(kBin + " replay --store " + copy + " --from 25 --to 30 --verify");
+  EXPECT_EQ(r.code, 4) << r.out;
+  EXPECT_NE(r.out.find("replay diverged at step 27: loss"), std::string::npos) << r.out;
+}
+
+TEST_F(RecordReplay, KilledRecorderVerifiesReplaysAndResumesBitwise) {
+  const std::string whole = dir_ + "/whole.db", killed = dir_ + "/killed.db";
+  const std::string args = " train --data " + data_ + " --steps 300 --checkpoint-every 20" + kModel;
+  ASSERT_EQ(sh(kBin + args + " --record " + whole).code, 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::string cmd = kBin + args + " --record " + killed + " >/dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Kill once a few checkpoints exist but before the end.
+  for (int i = 0; i < 400; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    try {
+      auto s = rwd::store::Store::open(killed, rwd::store::Mode::kReadOnly);
+      auto range = s.step_range(1);
+      if (range && range->second >= 70) break;
+    } catch (const std::exception&) {
+    }
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "recorder finished before it could be killed";
+
+  EXPECT_EQ(sh(kBin + " store verify " + killed).code, 0);
+  int64_t last;
+  {
+    auto s = rwd::store::Store::open(killed, rwd::store::Mode::kReadOnly);
+    last = s.step_range(1)->second;
+  }
+  ASSERT_LT(last, 299);
+  Cmd rp = sh(kBin + " replay --store " + killed + " --from " + std::to_string(last - 5) + " --to " +
+              std::to_string(last) + " --verify");
+  EXPECT_EQ(rp.code, 0) << rp.out;
+  Cmd rs = sh(kBin + " train --resume " + killed + " --steps 300");
+  ASSERT_EQ(rs.code, 0) << rs.out;
+  EXPECT_EQ(loss_bits(killed, 0, 299), loss_bits(whole, 0, 299));
+  EXPECT_EQ(loss_bits(killed, 0, 299).size(), 300u);
+}
+
+TEST_F(RecordReplay, StepProbeAllFp32DiffersAndRecordedPlanIsExactlyZero) {
+  const std::string a = dir_ + "/all.json", z = dir_ + "/zero.json";
+  Cmd r1 = sh(kBin + " step --store " + store_ + " --step 30 --fp32 all --json " + a);
+  ASSERT_EQ(r1.code, 0) << r1.out;
+  Cmd r2 = sh(kBin + " step --store " + store_ + " --step 30 --fp32 'L0.H0.pv=low' --json " + z);
+  ASSERT_EQ(r2.code, 0) << r2.out;
+  auto read = [](const std::string& p) {
+    std::ifstream in(p);
+    return nlohmann::json::parse(in);
+  };
+  auto ja = read(a), jz = read(z);
+  ASSERT_EQ(ja["heads"].size(), 8u);
+  double total = 0;
+  for (const auto& h : ja["heads"]) {
+    for (const char* k : {"o_mean", "o_max_abs", "delta_sum", "dwq_norm"}) ASSERT_TRUE(std::isfinite(h[k].get<double>()));
+    total += h["o_max_abs"].get<double>() + std::fabs(h["delta_sum"].get<double>());
+  }
+  EXPECT_GT(total, 0.0);
+  EXPECT_NE(ja["loss_lp"].get<double>(), ja["loss_hp"].get<double>());
+  for (const auto& h : jz["heads"]) {
+    for (const char* k : {"o_mean", "o_max_abs", "delta_sum", "dwq_norm"}) EXPECT_EQ(h[k].get<double>(), 0.0) << k;
+  }
+  EXPECT_EQ(jz["loss_lp"].get<double>(), jz["loss_hp"].get<double>());
+}
+
+TEST_F(RecordReplay, PlanOverrideGivesDivergenceCurveNotFailure) {
+  Cmd r = sh(kBin + " replay --store " + store_ + " --from 20 --to 25 --verify --plan 'all=fp32'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("differs from the recording"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("divergence curve stored"), std::string::npos) << r.out;
+}
+
+TEST_F(RecordReplay, BadRequestsFailWithOneLineAndNothingChanges) {
+  Cmd out_of_range = sh(kBin + " replay --store " + store_ + " --from 50 --to 70");
+  EXPECT_EQ(out_of_range.code, 2) << out_of_range.out;
+  EXPECT_NE(out_of_range.out.find("outside the recording"), std::string::npos);
+
+  const std::string other = dir_ + "/other.bin";
+  ASSERT_EQ(sh(kBin + " data synth --tokens 200000 --vocab 64 --seed 9 -o " + other).code, 0);
+  Cmd wrong_data = sh(kBin + " replay --store " + store_ + " --from 20 --to 22 --data " + other);
+  EXPECT_EQ(wrong_data.code, 3) << wrong_data.out;
+  EXPECT_NE(wrong_data.out.find("differs from the recording"), std::string::npos);
+
+  const std::string nock = dir_ + "/nock.db";
+  ASSERT_EQ(sh(kBin + " train --data " + data_ + " --steps 5 --checkpoint-every 0 --record " + nock + kModel).code, 0);
+  Cmd missing = sh(kBin + " replay --store " + nock + " --from 1 --to 3");
+  EXPECT_EQ(missing.code, 3) << missing.out;
+  EXPECT_NE(missing.out.find("missing checkpoint"), std::string::npos) << missing.out;
+
+  Cmd exists = sh(kBin + " train --data " + data_ + " --steps 2 --record " + store_ + kModel);
+  EXPECT_EQ(exists.code, 3) << exists.out;
+  EXPECT_EQ(loss_bits(store_, 0, 59).size(), 60u);
+
+  Cmd bad_plan = sh(kBin + " train --data " + data_ + " --steps 2 --plan 'L9.H0.pv=fp32'" + kModel);
+  EXPECT_EQ(bad_plan.code, 2) << bad_plan.out;
+  EXPECT_NE(bad_plan.out.find("position"), std::string::npos) << bad_plan.out;
+
+  Cmd not_store = sh(kBin + " replay --store " + data_ + " --from 0 --to 1");
+  EXPECT_EQ(not_store.code, 3) << not_store.out;
+  for (const Cmd* r : {&out_of_range, &wrong_data, &missing, &bad_plan, &not_store}) {
+    std::string err = r->out.substr(r->out.find("rewind: error:"));
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+}
+
+}  // namespace
