@@ -191,13 +191,12 @@ std::vector<ProbeOutcome> Context::probe(const std::vector<ProbeSpec>& batch) {
   store.put_kv(run.run_id, "bisect/log/" + job, log.dump());
   if (progress && !batch.empty()) {
     const int done = static_cast<int>(report.probes.size());
-    estimate = std::max(estimate, done + 1);
-    replay::Progress line("bisect probe", estimate, 0.0);
-    const double el = now_s() - t0;
-    const double eta = done > 0 ? el / done * (estimate - done) : 0.0;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, " | elapsed %.1fs, estimate %.0fs more | ", el, eta);
-    line.update(done, phase + " " + batch.back().label() + " -> " + (outs.back().fails ? "fail" : "pass") + buf);
+    if (!line || done >= estimate) {
+      estimate = std::max(estimate, done + 2);
+      line = std::make_shared<replay::Progress>("bisect probes", estimate, 0.0);
+    }
+    line->update(done, "| " + phase + " " + batch.back().label() + " -> " + (outs.back().fails ? "fail" : "pass") +
+                           " (probe count and ETA are estimates)");
   }
   return outs;
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "bisect/probe.h"
 #include "bisect/probe_pool.h"
 #include "bisect/search.h"
+#include "replay/progress.h"
 
 namespace rwd::bisect {
 
@@ -103,6 +105,7 @@ struct Context {
   int estimate = 0;
   double t0 = 0;
   std::string phase;
+  std::shared_ptr<replay::Progress> line;  // the progress line (recreated if the estimate grows)
 
   // Runs a batch in the current phase; appends to the report and the job's log.
   std::vector<ProbeOutcome> probe(const std::vector<ProbeSpec>& batch);

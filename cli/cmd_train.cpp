@@ -43,6 +43,9 @@ int run_train(int argc, char** argv) {
       ("plan", "precision plan (see README: plan language)", cxxopts::value<std::string>()->default_value(""))
       ("plan-from", "STEP:SPEC: apply SPEC on top of the plan from STEP on (repeatable)",
        cxxopts::value<std::vector<std::string>>())
+      ("device", "cpu | cuda[:N] (CUDA builds; deterministic mode)", cxxopts::value<std::string>()->default_value("cpu"))
+      ("attention", "rewind (our kernels, the plan) | sdpa (PyTorch's, LibTorch >= 2, speed baseline)",
+       cxxopts::value<std::string>()->default_value("rewind"))
       ("threads", "CPU threads (recorded; replay uses the same)", cxxopts::value<int>()->default_value("1"))
       ("record", "record into this store (created; never overwritten)", cxxopts::value<std::string>())
       ("resume", "continue the last run recorded in this store", cxxopts::value<std::string>())
@@ -100,8 +103,11 @@ int run_train(int argc, char** argv) {
     const std::string batches = r["batches"].as<std::string>();
     if (batches != "offsets" && batches != "full") throw UsageError("--batches must be offsets or full");
     spec.full_batches = batches == "full";
+    spec.device = r["device"].as<std::string>();
+    spec.attention = r["attention"].as<std::string>();
     trainer = std::make_unique<replay::Trainer>(
-        spec.config, spec.plan.at(0, spec.config.n_layer, spec.config.n_head), *data);
+        spec.config, spec.plan.at(0, spec.config.n_layer, spec.config.n_head), *data,
+        replay::setup_device(spec.device), replay::attention_impl(spec.attention));
     if (r.count("record")) {
       st = std::make_unique<store::Store>(store::Store::create(r["record"].as<std::string>(), so));
       spec.run_id = st->add_run(spec.config.to_json(), spec.plan.to_json(), spec.meta_json());
@@ -120,9 +126,10 @@ int run_train(int argc, char** argv) {
   const int log_every = std::max(1, r["log-every"].as<int>());
   const int64_t total = spec.config.max_iters;
   const auto& cfg = spec.config;
-  std::printf("training %d layers x %d heads, width %d, seq %d, batch %dx%d, %lld steps, %d threads\n",
+  std::printf("training %d layers x %d heads, width %d, seq %d, batch %dx%d, %lld steps, %s, %d threads\n",
               cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.batch_size,
-              cfg.gradient_accumulation_steps, static_cast<long long>(total), at::get_num_threads());
+              cfg.gradient_accumulation_steps, static_cast<long long>(total), spec.device.c_str(),
+              at::get_num_threads());
   while (trainer->step() < total) {
     const int64_t s = trainer->step();
     trainer->set_plan(spec.plan.at(s, cfg.n_layer, cfg.n_head));

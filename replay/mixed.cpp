@@ -17,11 +17,34 @@ struct RoundBf16Fn : public torch::autograd::Function<RoundBf16Fn> {
   static variable_list backward(AutogradContext*, variable_list g) { return {g[0]}; }
 };
 
+// On CUDA a BF16-output linear runs as a real BF16 GEMM (cuBLAS: BF16 operands, FP32
+// accumulation, BF16 result) — the same rounding points as the FP32 emulation below, with the
+// accumulation order of the GPU; this is what torch.autocast does there.
+struct CudaBf16LinearFn : public torch::autograd::Function<CudaBf16LinearFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& w) {
+    torch::Tensor xb = x.to(torch::kBFloat16), wb = w.to(torch::kBFloat16);
+    ctx->save_for_backward({xb, wb});
+    return torch::matmul(xb, wb.t()).to(torch::kFloat32);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    torch::Tensor g = grads[0].to(torch::kBFloat16);
+    torch::Tensor dx = torch::matmul(g, saved[1]).to(torch::kFloat32);
+    torch::Tensor dw = torch::matmul(g.reshape({-1, g.size(-1)}).t(),
+                                     saved[0].reshape({-1, saved[0].size(-1)}))
+                           .to(torch::kFloat32);
+    return {dx, dw};
+  }
+};
+
 struct LinearFn : public torch::autograd::Function<LinearFn> {
   // x: (..., in), w: (out, in) -> (..., out)
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& w, bool low, bool round_out) {
-    torch::Tensor xs = low ? rnd(x) : x;
+    // The input is rounded by its producer (LayerNorm, attention's O, GELU), not here, so
+    // that promoting the producer (e.g. `ln=fp32`) really feeds FP32 values in.
+    const torch::Tensor& xs = x;
     torch::Tensor ws = low ? rnd(w) : w;
     ctx->save_for_backward({xs, ws});
     ctx->saved_data["low"] = low;
@@ -52,6 +75,7 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
 torch::Tensor round_bf16(const torch::Tensor& x) { return RoundBf16Fn::apply(x); }
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, bool round_out) {
+  if (low && round_out && x.is_cuda()) return CudaBf16LinearFn::apply(x, w);
   return LinearFn::apply(x, w, low, round_out);
 }
 

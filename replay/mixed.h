@@ -11,7 +11,8 @@ namespace rwd::replay {
 // unchanged (the consumer's backward has already rounded it where autocast would).
 torch::Tensor round_bf16(const torch::Tensor& x);
 
-// y = x W^T. low: x and W rounded to BF16 (autocast's casts), FP32 accumulation, and
+// y = x W^T. low: W rounded to BF16 (autocast's cast; x arrives rounded by its producer, so
+// a promoted producer feeds FP32 values), FP32 accumulation, and
 // if round_out the result rounded to BF16 (autocast returns BF16); backward mirrors autocast:
 // the incoming gradient is rounded to BF16, dX = g W and dW = g^T X are computed from BF16
 // operands with FP32 accumulation and rounded to BF16 (then widened into the FP32 master

@@ -2,10 +2,12 @@
 //
 // Rounding points (low precision = the default plan, mirroring torch.autocast(bfloat16)):
 //   embeddings        FP32 lookup + add (autocast leaves embedding in FP32)
-//   LayerNorm         FP32 math; output rounded to BF16 (the cast the next matmul makes)
+//   LayerNorm         FP32 math; output rounded to BF16 (the cast the next matmul makes;
+//                     producers own the rounding of what they feed to a matmul)
 //   qkv linear        BF16 W, FP32 accumulate; Q/K/V rounded inside attention per qk/pv op
 //   attention         kernels::attention (flash emulation; rounding points in kernels/)
-//   proj, fc, mlp_proj  BF16 x, W, FP32 accumulate, output rounded to BF16
+//   proj, fc, mlp_proj  BF16 W, FP32 accumulate, output rounded to BF16 (x arrives BF16 from
+//                     its producer: attention's O, LayerNorm, GELU)
 //   GELU              on BF16 input, output rounded to BF16 (autocast runs it in BF16)
 //   residual adds     FP32
 //   LM head (tied)    BF16 x, W -> BF16 logits; cross-entropy in FP32
@@ -69,8 +71,11 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
   opt.block_q = plan.block_q;
   opt.block_k = plan.block_k;
   opt.flags = lp.heads;
-  torch::Tensor o = kernels::attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), opt,
-                                       capture);                      // (B,H,T,D)
+  torch::Tensor o = impl == AttentionImpl::kSdpa
+                        ? kernels::attention_sdpa(heads(parts[0]), heads(parts[1]), heads(parts[2]), true)
+                              .to(torch::kFloat32)
+                        : kernels::attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), opt,
+                                             capture);               // (B,H,T,D)
   o = o.transpose(1, 2).contiguous().view({B, T, C});
   const bool proj_low = module_low(lp, plan::Module::kProj);
   torch::Tensor y = x + linear(o, c_proj, proj_low, proj_low);
@@ -143,6 +148,10 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
                             const plan::Plan& plan, ForwardTap* tap) {
   torch::Tensor logits = forward(idx, plan, tap);
   return F::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+void GPTImpl::set_attention_impl(AttentionImpl impl) {
+  for (auto& b : blocks_) b->impl = impl;
 }
 
 torch::Tensor GPTImpl::wq_slice(int layer, int head) const {

@@ -17,6 +17,10 @@ namespace rwd::replay {
 
 // What a forward pass hands back besides the logits: per-layer attention captures (stats
 // always; tensors only for the layers listed in `tensor_layers`).
+// Which attention runs inside the blocks: ours (the precision plan's kernels) or PyTorch's
+// scaled_dot_product_attention (LibTorch >= 2, the GPU speed baseline; no precision plan).
+enum class AttentionImpl { kRewind, kSdpa };
+
 struct ForwardTap {
   std::vector<int> tensor_layers;  // layers whose q, k, v, o, lse, dO, delta are kept
   std::vector<std::shared_ptr<kernels::AttentionCapture>> layers;  // filled, n_layer entries
@@ -29,6 +33,7 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const plan::Plan& plan,
                         std::shared_ptr<kernels::AttentionCapture> capture);
 
+  AttentionImpl impl = AttentionImpl::kRewind;
   torch::Tensor ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj;  // weights, nanoGPT order
 
  private:
@@ -49,8 +54,10 @@ class GPTImpl : public torch::nn::Module {
   void init_weights(uint64_t seed);
   // W_Q of one head: rows [h*D, (h+1)*D) of c_attn, shape (D, C).
   torch::Tensor wq_slice(int layer, int head) const;
+  const torch::Tensor& layer_c_attn(int layer) const { return blocks_[layer]->c_attn; }
 
   const Config& config() const { return config_; }
+  void set_attention_impl(AttentionImpl impl);
   torch::Tensor wte, wpe, ln_f;
   torch::nn::ModuleList h;
 

@@ -3,6 +3,7 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -135,6 +136,11 @@ void Recorder::checkpoint(int64_t step, const NamedTensors& state) {
   // The CPU generator's state: unused by training (no dropout) but recorded per DESIGN §6.
   auto gen = at::detail::getDefaultCPUGenerator();
   copy.emplace_back("rng/cpu", gen.get_state().clone());
+  // CUDA generator (seed and offset inside its state), when training runs on a GPU.
+  if (!state.empty() && state.front().second.is_cuda()) {
+    auto cuda_gen = at::globalContext().defaultGenerator(state.front().second.device());
+    copy.emplace_back("rng/cuda", cuda_gen.get_state().clone());
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.empty()) throw Error(ExitCode::kData, "checkpoint writer failed: " + error_);

@@ -1,7 +1,11 @@
 // Run metadata JSON and plan schedules.
 #include "replay/run_spec.h"
 
+#include <ATen/Context.h>
+#include <torch/cuda.h>
 #include <torch/version.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -10,6 +14,27 @@
 #include "store/store.h"
 
 namespace rwd::replay {
+
+torch::Device setup_device(const std::string& device) {
+  if (device == "cpu") return torch::kCPU;
+  if (device.rfind("cuda", 0) != 0) throw UsageError("--device must be cpu or cuda[:N], got '" + device + "'");
+  // Must precede the first cuBLAS handle: deterministic cuBLAS needs a fixed workspace.
+  setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
+  if (!torch::cuda::is_available())
+    throw UsageError("--device " + device + ": no CUDA device (or a CPU-only LibTorch build)");
+  at::globalContext().setDeterministicAlgorithms(true, false);
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+  return torch::Device(device);
+}
+
+AttentionImpl attention_impl(const std::string& name) {
+  if (name == "rewind") return AttentionImpl::kRewind;
+  if (name == "sdpa") return AttentionImpl::kSdpa;
+  throw UsageError("--attention must be rewind or sdpa, got '" + name + "'");
+}
 
 std::string rewind_version() { return "0.1.0"; }
 std::string torch_version() { return TORCH_VERSION; }
@@ -68,6 +93,7 @@ std::string RunSpec::meta_json() const {
   j["rewind_version"] = rewind_version();
   j["torch_version"] = torch_version();
   j["device"] = device;
+  j["attention"] = attention;
   j["threads"] = threads;
   j["data_path"] = data_path;
   j["data_fingerprint"] = data_fingerprint;
@@ -97,6 +123,7 @@ RunSpec RunSpec::load(store::Store& s, int64_t run_id) {
     r.data_fingerprint = j.value("data_fingerprint", "");
     r.threads = j.value("threads", 1);
     r.device = j.value("device", "cpu");
+    r.attention = j.value("attention", "rewind");
     r.checkpoint_every = j.value("checkpoint_every", 0);
     r.digest_every = j.value("digest_every", 1);
     r.full_batches = j.value("full_batches", false);

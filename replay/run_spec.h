@@ -7,7 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include <torch/types.h>
+
 #include "replay/config.h"
+#include "replay/model.h"
 #include "replay/plan.h"
 
 namespace rwd::store {
@@ -36,7 +39,8 @@ struct RunSpec {
   std::string data_path;
   std::string data_fingerprint;
   int threads = 1;
-  std::string device = "cpu";
+  std::string device = "cpu";        // "cpu" or "cuda" (LibTorch deterministic mode)
+  std::string attention = "rewind";  // "rewind" (our kernels, plan) or "sdpa" (baseline)
   int checkpoint_every = 0;
   int digest_every = 1;
   bool full_batches = false;
@@ -44,6 +48,11 @@ struct RunSpec {
   std::string meta_json() const;  // everything but config and plan, plus versions
   static RunSpec load(store::Store& s, int64_t run_id);  // run_id 0 = the last run
 };
+
+// Prepares LibTorch for `device` ("cpu" | "cuda" | "cuda:N") before any CUDA work: the cuBLAS
+// workspace setting, deterministic algorithms, no TF32. Throws UsageError when CUDA is absent.
+torch::Device setup_device(const std::string& device);
+AttentionImpl attention_impl(const std::string& name);
 
 std::string rewind_version();
 std::string torch_version();

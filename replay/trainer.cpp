@@ -34,26 +34,30 @@ torch::Tensor to_long(const std::vector<int64_t>& v, int64_t rows, int64_t cols)
 
 }  // namespace
 
-double spectral_norm(const torch::Tensor& w, int iters) {
+std::vector<double> spectral_norms(const torch::Tensor& w, int iters) {
   torch::NoGradGuard no_grad;
-  torch::Tensor a = w.detach().to(torch::kCPU).to(torch::kFloat64);  // (D, C)
-  torch::Tensor v = torch::ones({a.size(1)}, torch::kFloat64) / std::sqrt(double(a.size(1)));
-  double sigma = 0;
+  torch::Tensor a = w.detach().to(torch::kFloat64);  // (N, D, C)
+  const int64_t n = a.size(0), c = a.size(2);
+  torch::Tensor v = torch::ones({n, c, 1}, a.options()) / std::sqrt(double(c));
+  torch::Tensor sigma = torch::zeros({n, 1, 1}, a.options());
   for (int i = 0; i < iters; ++i) {
-    torch::Tensor u = torch::mv(a, v);
-    double un = u.norm().item<double>();
-    if (un == 0 || !std::isfinite(un)) return un;
-    u /= un;
-    v = torch::mv(a.t(), u);
-    sigma = v.norm().item<double>();
-    if (sigma == 0) return 0;
-    v /= sigma;
+    torch::Tensor u = torch::bmm(a, v);                                   // (N, D, 1)
+    u = u / u.norm(2, {1}, true).clamp_min(1e-300);
+    v = torch::bmm(a.transpose(1, 2), u);                                 // (N, C, 1)
+    sigma = v.norm(2, {1}, true);
+    v = v / sigma.clamp_min(1e-300);
   }
-  return sigma;
+  torch::Tensor host = sigma.reshape({n}).to(torch::kCPU).contiguous();
+  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + n);
 }
 
-Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& data)
-    : config_(config), plan_(plan), data_(data), model_(config) {
+double spectral_norm(const torch::Tensor& w, int iters) {
+  return spectral_norms(w.unsqueeze(0), iters)[0];
+}
+
+Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& data,
+                 torch::Device device, AttentionImpl impl)
+    : config_(config), plan_(plan), data_(data), model_(config), device_(device) {
   if (plan.n_layer != config.n_layer || plan.n_head != config.n_head)
     throw UsageError("plan is for a different model size");
   if (data.max_token() >= config.vocab_size)
@@ -61,6 +65,10 @@ Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& 
                                      std::to_string(data.max_token()) + " >= vocab_size " +
                                      std::to_string(config.vocab_size));
   model_->init_weights(config.seed);
+  model_->to(device_);
+  model_->set_attention_impl(impl);
+  if (impl == AttentionImpl::kSdpa && plan != plan::Plan::defaults(config.n_layer, config.n_head))
+    throw UsageError("--attention sdpa runs PyTorch's own attention and takes no precision plan");
   for (auto& kv : model_->named_parameters()) {
     param_names_.push_back(kv.key());
     params_.push_back(kv.value());
@@ -85,8 +93,8 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
     r.offsets.push_back(b.offsets);
     ForwardTap tap;
     if (micro == 0) tap.tensor_layers = capture_layers;
-    torch::Tensor x = to_long(b.x, config_.batch_size, config_.block_size);
-    torch::Tensor y = to_long(b.y, config_.batch_size, config_.block_size);
+    torch::Tensor x = to_long(b.x, config_.batch_size, config_.block_size).to(device_);
+    torch::Tensor y = to_long(b.y, config_.batch_size, config_.block_size).to(device_);
     torch::Tensor loss = model_->loss(x, y, plan, &tap);
     (loss / accum).backward();
     loss_sum += loss.item<float>();
@@ -114,12 +122,16 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
 std::vector<HeadMonitor> Trainer::monitors(
     const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) const {
   std::vector<HeadMonitor> out;
+  const int64_t H = config_.n_head, D = config_.head_dim(), C = config_.n_embd;
   for (int l = 0; l < config_.n_layer; ++l) {
-    for (int hd = 0; hd < config_.n_head; ++hd) {
+    // Every head's W_Q slice of this layer at once, on the model's device: (H, D, C).
+    torch::Tensor wq = model_->layer_c_attn(l).slice(0, 0, C).view({H, D, C});
+    std::vector<double> sn = spectral_norms(wq);
+    for (int hd = 0; hd < H; ++hd) {
       HeadMonitor m;
       m.layer = l;
       m.head = hd;
-      m.wq_sn = spectral_norm(model_->wq_slice(l, hd));
+      m.wq_sn = sn[hd];
       if (l < static_cast<int>(caps.size()) && caps[l] && hd < static_cast<int>(caps[l]->stats.size())) {
         const kernels::HeadStats& s = caps[l]->stats[hd];
         m.max_logit = s.max_logit;

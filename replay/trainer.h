@@ -45,7 +45,9 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 class Trainer {
  public:
   // `data_seed` seeds batch sampling; the model is initialised from config.seed.
-  Trainer(const Config& config, const plan::Plan& plan, const TokenFile& data);
+  // The model is initialised on the CPU (same weights on every device), then moved to `device`.
+  Trainer(const Config& config, const plan::Plan& plan, const TokenFile& data,
+          torch::Device device = torch::kCPU, AttentionImpl impl = AttentionImpl::kRewind);
 
   // Runs step `step()` and advances. capture_layers: layers whose attention tensors are kept.
   StepResult train_step(const std::vector<int>& capture_layers = {});
@@ -74,6 +76,7 @@ class Trainer {
   plan::Plan plan_;
   const TokenFile& data_;
   GPT model_;
+  torch::Device device_;
   std::vector<torch::Tensor> params_;      // fixed order: named_parameters()
   std::vector<std::string> param_names_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
@@ -83,5 +86,7 @@ class Trainer {
 // Spectral norm of a matrix by power iteration in FP64 from a fixed start vector
 // (deterministic; 30 iterations is ample for a monitor).
 double spectral_norm(const torch::Tensor& w, int iters = 30);
+// The same for a batch of matrices (N, D, C) at once, on their device: one host copy.
+std::vector<double> spectral_norms(const torch::Tensor& w, int iters = 30);
 
 }  // namespace rwd::replay

@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include "common/error.h"
+#include "experiments/delta_bias/svg_plot.h"
 #include "kernels/attention_cpu.h"
 #include "replay/config.h"
 #include "replay/data.h"
@@ -48,21 +49,22 @@ double pearson(const std::vector<double>& a, const std::vector<double>& b) {
     saa += (a[i] - ma) * (a[i] - ma);
     sbb += (b[i] - mb) * (b[i] - mb);
   }
-  return (saa > 0 && sbb > 0) ? sab / std::sqrt(saa * sbb) : 0.0;
+  return (saa > 0 && sbb > 0) ? sab / std::sqrt(saa * sbb) : std::nan("");  // NaN: constant
 }
 
 int usage() {
   std::fprintf(stderr, "usage: delta_bias [--steps N] [--every K] [--layer L] [--lr X] [--csv PATH]"
-                       " [--data PATH]\n                  [--plan SPEC (added to tile=32x32, e.g. 'L*.H*.qk=sbf16')]\n");
+                       " [--data PATH]\n                  [--svg PREFIX (writes PREFIX_cum.svg, PREFIX_repmax.svg)]\n                  [--plan SPEC (added to tile=32x32, e.g. 'L*.H*.qk=sbf16')]\n");
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 150, every = 10, layer = 1;
+  int steps = 300, every = 25, layer = 1;
   double lr = 3e-3;
   std::string csv_path = "delta_bias.csv", data_path = "delta_bias_tokens.bin", extra_plan;
+  std::string svg_prefix = "delta_bias";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (i + 1 >= argc) return usage();
@@ -73,6 +75,7 @@ int main(int argc, char** argv) {
     else if (a == "--csv") csv_path = argv[++i];
     else if (a == "--data") data_path = argv[++i];
     else if (a == "--plan") extra_plan = argv[++i];
+    else if (a == "--svg") svg_prefix = argv[++i];
     else return usage();
   }
   if (steps < 1 || every < 1) return usage();
@@ -108,7 +111,8 @@ int main(int argc, char** argv) {
     std::printf("\n");
 
     std::vector<double> cum(heads, 0.0), same_sign_steps(heads, 0.0);
-    std::vector<double> losses, repmax_all;
+    std::vector<double> losses, repmax_all, xs;
+    std::vector<rwd::experiments::Series> cum_series(heads), rep_series(heads + 1);
     double prod_pos_sum = 0, feat_agree_sum = 0;
     for (int s = 1; s <= steps; ++s) {
       rp::StepResult r = trainer.train_step({layer});
@@ -128,6 +132,7 @@ int main(int argc, char** argv) {
       double rep_mean = 0;
       for (const rp::HeadMonitor& m : r.monitors) rep_mean += m.repmax_rate / r.monitors.size();
       losses.push_back(r.loss);
+      xs.push_back(s);
       repmax_all.push_back(rep_mean);
       for (int h = 0; h < heads; ++h) {
         const double b = bias[h].item<double>();
@@ -139,6 +144,8 @@ int main(int argc, char** argv) {
                      cum[h], err.select(1, h).mean().item<double>(), prod_pos[h].item<double>(),
                      agree[h].item<double>(), m.repmax_rate, m.max_logit);
         same_sign_steps[h] += (b * cum[h] > 0);
+        cum_series[h].y.push_back(cum[h]);
+        rep_series[h].y.push_back(m.repmax_rate);
       }
       if (s % every == 0 || s == steps) {
         std::printf("%5d %8.4f |", s, r.loss);
@@ -150,15 +157,31 @@ int main(int argc, char** argv) {
       }
     }
     std::fclose(csv);
+    for (int h = 0; h < heads; ++h) {
+      cum_series[h].name = "L" + std::to_string(layer) + ".H" + std::to_string(h);
+      rep_series[h].name = cum_series[h].name + " rate";
+    }
+    rep_series[heads].name = "loss / 100";
+    for (double l : losses) rep_series[heads].y.push_back(l / 100.0);
+    const std::string svg_cum = svg_prefix + "_cum.svg", svg_rep = svg_prefix + "_repmax.svg";
+    const bool svg_ok =
+        rwd::experiments::write_svg_lines(svg_cum, "cumulative sum_{B,T}(delta_lp - delta_hp), " +
+                                          plan.canonical(), "step", xs, cum_series) &&
+        rwd::experiments::write_svg_lines(svg_rep, "repeated-max row rate and loss/100, " +
+                                          plan.canonical(), "step", xs, rep_series);
+    if (!svg_ok) throw rwd::Error(rwd::ExitCode::kData, "cannot write " + svg_prefix + "_*.svg");
     std::printf("\nper head: fraction of steps whose delta bias has the sign of the running sum"
                 " (1 = steady drift, ~0.5 = random walk):");
     for (int h = 0; h < heads; ++h) std::printf(" H%d %.2f", h, same_sign_steps[h] / steps);
     std::printf("\nelements with dO*(O_lp-O_hp) > 0 (of nonzero): %.4f  (0.5 = no sign agreement)\n",
                 prod_pos_sum);
     std::printf("features whose sum dO and sum (O_lp-O_hp) agree in sign: %.4f\n", feat_agree_sum);
-    std::printf("Pearson(repeated-max rate over all heads, loss) over steps: %+.3f\n",
-                pearson(repmax_all, losses));
-    std::printf("CSV: %s\n", csv_path.c_str());
+    const double corr = pearson(repmax_all, losses);
+    if (std::isnan(corr))
+      std::printf("Pearson(repeated-max rate, loss): n/a (the rate is constant)\n");
+    else
+      std::printf("Pearson(repeated-max rate over all heads, loss) over steps: %+.3f\n", corr);
+    std::printf("CSV: %s  SVG: %s %s\n", csv_path.c_str(), svg_cum.c_str(), svg_rep.c_str());
   } catch (const rwd::Error& e) {
     std::fprintf(stderr, "delta_bias: %s\n", e.what());
     return static_cast<int>(e.code());

@@ -13,20 +13,13 @@
 // or delta promoted (or a delta fault) run in the SIMT kernels. CPU twin:
 // kernels/attention_backward_cpu.cpp.
 //
-// Determinism: no float atomics; every sum has one fixed order.
-// Fused path (the default, a workspace given): a small kernel forms delta = rowsum(dO * O);
-// then one block per key tile j loops over the query tiles i (last first) and computes dV, dK
-// in registers and dQ_ij = bf16(dS_ij) K_j. The dQ partials of query tile i are added into an
-// FP32 workspace in ascending j: block j waits until a per-(b, h, i) counter says j tiles have
-// added theirs (j = 0 stores instead of adding; the last j writes alpha * sum to dq), then bumps
-// the counter. Blocks are dispatched in index order and block j - 1 never waits on block j, so
-// the chain cannot deadlock; and as every block visits the query tiles in the same order, the
-// blocks of one head reach tile i at about the same time (the wait is one read-add-write).
-// 5 matrix products per tile pair instead of 7.
-// Heads with delta = rowsum(dP * P) (and launches without a workspace) take the two-kernel
-// path: kernel 1 (one block per query tile) forms delta and dQ over the key tiles in a fixed
-// order, recomputing S and dP; kernel 2 forms dK, dV. Every output element is written by one
-// thread, so dQ, dK, dV are bitwise identical on every run on either path.
+// Determinism: no float atomics. Kernel 1 (one block per query tile) computes delta and dQ,
+// looping over the key tiles in a fixed order; kernel 2 (one block per key tile) accumulates
+// dK and dV in registers, looping over the query tiles in a fixed order. Every output element
+// is written by exactly one thread, so dQ, dK, dV are bitwise identical on every run (dQ costs
+// a recomputation of S and dP: 7 matrix products per tile pair instead of FA2's 5; a fused
+// variant that added dQ partials into a workspace in a fixed key-tile order, handing over
+// between blocks through counters, measured 1.6-1.9x slower: experiments/cuda_bench/RESULTS.md).
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/attention_internal.cuh"
@@ -85,67 +78,10 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// Ordered hand-over between blocks through a GPU-scope counter (acquire / release).
-__device__ __forceinline__ int load_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_release(int* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-
-// The tensor-core heads that take the fused path (see the determinism note).
-__device__ __forceinline__ bool fused_head(const KernelArgs& a, const FlagView& f) {
-  return a.dq_sem != nullptr && !f.delta_dpp && !backward_needs_simt(f);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // CUDA kernels
-
-// delta = rowsum(dO * O) for the fused heads (O in FP32 for o=fp32 heads). Grid
-// (ceil(T/16), B*H), 128 threads: 8 threads per row, each summing every 8th 8-column chunk,
-// then a fixed shuffle tree.
-template <int D>
-__global__ void __launch_bounds__(kThreads) flash_delta_kernel(KernelArgs a) {
-  const int bh = blockIdx.y, T = a.seq;
-  const FlagView f = decode_flags(a.flags[bh % a.heads]);
-  if (!fused_head(a, f)) return;
-  const int row = blockIdx.x * 16 + threadIdx.x / 8, sub = threadIdx.x % 8;
-  float acc = 0.0f;
-  if (row < T) {
-    const size_t off = (static_cast<size_t>(bh) * T + row) * D;
-    for (int c = sub * 8; c < D; c += 64) {
-      const uint4 dv = *reinterpret_cast<const uint4*>(a.d_o + off + c);
-      const uint32_t dw[4] = {dv.x, dv.y, dv.z, dv.w};
-      float o[8];
-      if (f.o_f32) {
-        const float4 o0 = *reinterpret_cast<const float4*>(a.o32 + off + c);
-        const float4 o1 = *reinterpret_cast<const float4*>(a.o32 + off + c + 4);
-        o[0] = o0.x, o[1] = o0.y, o[2] = o0.z, o[3] = o0.w;
-        o[4] = o1.x, o[5] = o1.y, o[6] = o1.z, o[7] = o1.w;
-      } else {
-        const uint4 ov = *reinterpret_cast<const uint4*>(a.o + off + c);
-        const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          o[2 * i] = __uint_as_float(ow[i] << 16);
-          o[2 * i + 1] = __uint_as_float(ow[i] & 0xffff0000u);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc = fmaf(__uint_as_float(dw[i] << 16), o[2 * i], acc);
-        acc = fmaf(__uint_as_float(dw[i] & 0xffff0000u), o[2 * i + 1], acc);
-      }
-    }
-  }
-#pragma unroll
-  for (int off = 1; off < 8; off <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (row < T && sub == 0) a.delta[static_cast<size_t>(bh) * T + row] = acc;
-}
 
 // delta and dQ. Grid (ceil(T/64), B*H), 128 threads; warp w owns query rows q0 + 16w ...
 // For delta=dpp heads the key loop runs twice: pass 0 sums dP * P into delta, pass 1 forms dQ.
@@ -156,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(KernelArgs a) {
   const int q_tile = a.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : blockIdx.x;
   const int bh = blockIdx.y, h = bh % a.heads, q0 = q_tile * kBlockQ, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
-  if (backward_needs_simt(f) || fused_head(a, f)) return;
+  if (backward_needs_simt(f)) return;
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* s_q = smem;
   uint16_t* s_do = smem + kTile;
@@ -259,16 +195,16 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(KernelArgs a) {
   }
 }
 
-// dK and dV, and for fused heads dQ (see the determinism note). Grid (ceil(T/64), B*H), 128
-// threads; warp w owns keys k0 + 16w ... as the rows of the mma C layout (S^T = K Q^T), so dK
-// and dV stay in registers for the whole query loop. Query tiles run from the last one down.
+// dK and dV. Grid (ceil(T/64), B*H), 128 threads; warp w owns keys k0 + 16w ... as the rows
+// of the mma C layout (S^T = K Q^T), so dK and dV stay in registers for the whole query loop.
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2) flash_dkdv_kernel(KernelArgs a) {
-  constexpr int kStride = D + 8, kTile = kBlockQ * kStride, kDsStride = kBlockQ + 8;
-  const int bh = blockIdx.y, h = bh % a.heads, j = blockIdx.x, k0 = j * kBlockK, T = a.seq;
+__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(KernelArgs a) {
+  constexpr int kTile = kBlockQ * (D + 8);
+  // Causal: the first key tiles (most query tiles) come first in the grid.
+  const int j = blockIdx.x;
+  const int bh = blockIdx.y, h = bh % a.heads, k0 = j * kBlockK, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
   if (backward_needs_simt(f)) return;
-  const bool fused = fused_head(a, f);
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* s_k = smem;
   uint16_t* s_v = smem + kTile;
@@ -276,11 +212,10 @@ __global__ void __launch_bounds__(kThreads, 2) flash_dkdv_kernel(KernelArgs a) {
   uint16_t* s_do = smem + 4 * kTile;  // [2] tiles
   float* s_lse = reinterpret_cast<float*>(smem + 6 * kTile);  // [2][64]
   float* s_delta = s_lse + 2 * kBlockQ;                       // [2][64]
-  uint16_t* s_ds = reinterpret_cast<uint16_t*>(s_delta + 2 * kBlockQ);  // [64 keys][72] bf16(dS^T)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tid = threadIdx.x;
   const int key_a = k0 + warp * 16 + lane / 4;
   const size_t base = static_cast<size_t>(bh) * T * D, row_base = static_cast<size_t>(bh) * T;
-  const int n_qt = (T + kBlockQ - 1) / kBlockQ, i_end = a.causal ? j : 0;
+  const int n_qt = (T + kBlockQ - 1) / kBlockQ, i0 = a.causal ? j : 0;
 
   auto load_rows = [&](int i, int buf) {
     load_tile_async<D>(s_q + buf * kTile, a.q + base, i * kBlockQ, T);
@@ -293,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 2) flash_dkdv_kernel(KernelArgs a) {
   };
   load_tile_async<D>(s_k, a.k + base, k0, T);
   load_tile_async<D>(s_v, a.v + base, k0, T);
-  load_rows(n_qt - 1, 0);
+  load_rows(i0, 0);
   cp_async_commit();
 
   float dk[D / 8][4], dv[D / 8][4];
@@ -303,12 +238,12 @@ __global__ void __launch_bounds__(kThreads, 2) flash_dkdv_kernel(KernelArgs a) {
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
   }
 
-  for (int i = n_qt - 1; i >= i_end; --i) {
-    const int buf = (n_qt - 1 - i) & 1;
+  for (int i = i0; i < n_qt; ++i) {
+    const int buf = (i - i0) & 1;
     cp_async_wait_all();
     __syncthreads();
-    if (i - 1 >= i_end) {
-      load_rows(i - 1, buf ^ 1);
+    if (i + 1 < n_qt) {
+      load_rows(i + 1, buf ^ 1);
       cp_async_commit();
     }
     const uint16_t* q_t = s_q + buf * kTile;
@@ -341,79 +276,8 @@ __global__ void __launch_bounds__(kThreads, 2) flash_dkdv_kernel(KernelArgs a) {
         dp[nb][e] = pe * (dp[nb][e] - dlt[cq]);  // dS^T
       }
     }
-    if (fused) {  // bf16(dS^T) to smem, the A operand (transposed) of dQ_ij = bf16(dS) K_j
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          *reinterpret_cast<uint32_t*>(s_ds + (warp * 16 + lane / 4 + 8 * r) * kDsStride + nb * 8 +
-                                       (lane % 4) * 2) = pack_bf16x2(dp[nb][2 * r], dp[nb][2 * r + 1]);
-        }
-      }
-    }
     mma_cfrag_b<D>(dv, p, do_t, lane);   // dV += bf16(P)^T dO
     mma_cfrag_b<D>(dk, dp, q_t, lane);   // dK += bf16(dS)^T Q
-    if (!fused) continue;
-
-    // dQ_ij (64 queries x D): warp w takes queries 16w..16w+15; A = dS from s_ds through
-    // ldmatrix.trans, B = K_j (keys x D) as in the P̄V product of the forward.
-    // D = 128 reloads the A fragments per 16-column chunk (holding them spills).
-    constexpr bool kHoldA = D == 64;
-    __syncthreads();
-    uint32_t af[4][4];
-    auto load_a = [&](int kk) {
-      ldmatrix_x4_trans(af[kk], s_ds + (kk * 16 + (lane / 16) * 8 + lane % 8) * kDsStride +
-                                    warp * 16 + ((lane / 8) % 2) * 8);
-    };
-    if constexpr (kHoldA) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) load_a(kk);
-    }
-    const bool first = j == 0, last = j == (a.causal ? i : n_qt - 1);
-    int* sem = a.dq_sem + static_cast<size_t>(bh) * n_qt + i;
-    if (!first) {  // wait until key tiles 0 .. j-1 have added their dQ partials of tile i
-      if (tid == 0) {
-        while (load_acquire(sem) != j) __nanosleep(64);
-      }
-      __syncthreads();
-    }
-#pragma unroll 1
-    for (int nb2 = 0; nb2 < D / 16; ++nb2) {
-      float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        if constexpr (!kHoldA) load_a(kk);
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, s_k + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
-                                 nb2 * 16 + (lane / 16) * 8);
-        mma_bf16(c[0], af[kk], b[0], b[1]);
-        mma_bf16(c[1], af[kk], b[2], b[3]);
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = i * kBlockQ + warp * 16 + lane / 4 + 8 * r;
-        if (row >= T) continue;
-#pragma unroll
-        for (int sub = 0; sub < 2; ++sub) {
-          const size_t idx = base + static_cast<size_t>(row) * D + nb2 * 16 + sub * 8 + (lane % 4) * 2;
-          float2 v = make_float2(c[sub][2 * r], c[sub][2 * r + 1]);
-          if (!first) {  // L2 copy (the writer was another block): bypass L1
-            const float2 old = __ldcg(reinterpret_cast<const float2*>(a.dq_accum + idx));
-            v = make_float2(old.x + v.x, old.y + v.y);
-          }
-          if (last) {
-            *reinterpret_cast<float2*>(a.dq + idx) = make_float2(v.x * a.scale, v.y * a.scale);
-          } else {
-            __stcg(reinterpret_cast<float2*>(a.dq_accum + idx), v);
-          }
-        }
-      }
-    }
-    if (!last) {  // publish: every thread's stores, then the counter
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) store_release(sem, j + 1);
-    }
   }
 
 #pragma unroll
@@ -437,42 +301,28 @@ __global__ void __launch_bounds__(kThreads, 2) flash_dkdv_kernel(KernelArgs a) {
 namespace {
 
 template <int D>
-int launch_flash_backward(const KernelArgs& a, bool any_dpp, cudaStream_t stream) {
+int launch_flash_backward(const KernelArgs& a, cudaStream_t stream) {
   constexpr int kTileBytes = kBlockQ * (D + 8) * static_cast<int>(sizeof(uint16_t));
   constexpr int kSmemDq = 6 * kTileBytes;
-  constexpr int kSmemKv = 6 * kTileBytes + 4 * kBlockQ * static_cast<int>(sizeof(float)) +
-                          kBlockK * (kBlockQ + 8) * static_cast<int>(sizeof(uint16_t));
+  constexpr int kSmemKv = 6 * kTileBytes + 4 * kBlockQ * static_cast<int>(sizeof(float));
   cudaError_t err = cudaFuncSetAttribute(flash_dq_kernel<D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemDq);
   if (err != cudaSuccess) return err;
   err = cudaFuncSetAttribute(flash_dkdv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              kSmemKv);
   if (err != cudaSuccess) return err;
-  const int n_qt = (a.seq + kBlockQ - 1) / kBlockQ;
-  const dim3 grid(n_qt, a.batch * a.heads);
-  if (a.dq_sem != nullptr) {  // fused heads: counters to 0, then delta
-    err = cudaMemsetAsync(a.dq_sem, 0, sizeof(int) * n_qt * a.batch * a.heads, stream);
-    if (err != cudaSuccess) return err;
-    flash_delta_kernel<D><<<dim3((a.seq + 15) / 16, a.batch * a.heads), kThreads, 0, stream>>>(a);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-  if (a.dq_sem == nullptr || any_dpp) {  // two-kernel heads: writes delta, read below
-    flash_dq_kernel<D><<<grid, kThreads, kSmemDq, stream>>>(a);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
+  const dim3 grid((a.seq + kBlockQ - 1) / kBlockQ, a.batch * a.heads);
+  flash_dq_kernel<D><<<grid, kThreads, kSmemDq, stream>>>(a);  // writes delta, read below
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
   flash_dkdv_kernel<D><<<grid, kThreads, kSmemKv, stream>>>(a);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-// FP32 dQ partial sums (B, H, T, D), then one int counter per (b, h, query tile).
-size_t backward_workspace_bytes(const AttentionParams& p) {
-  const size_t rows = static_cast<size_t>(p.batch) * p.heads * p.seq;
-  const size_t tiles = static_cast<size_t>(p.batch) * p.heads * ((p.seq + kBlockQ - 1) / kBlockQ);
-  return rows * p.dim * sizeof(float) + tiles * sizeof(int);
+size_t backward_workspace_bytes(const AttentionParams&) {
+  return 0;  // dQ is computed by its own kernel (see the determinism note above)
 }
 
 int attention_backward(const AttentionParams& p, const BackwardArgs& ba, void* stream_ptr) {
@@ -507,15 +357,9 @@ int attention_backward(const AttentionParams& p, const BackwardArgs& ba, void* s
   a.dq = ba.dq;
   a.dk = ba.dk;
   a.dv = ba.dv;
-  if (ba.workspace != nullptr) {  // fused dQ (else the two-kernel path for every head)
-    const size_t rows = static_cast<size_t>(p.batch) * p.heads * p.seq;
-    a.dq_accum = static_cast<float*>(ba.workspace);
-    a.dq_sem = reinterpret_cast<int*>(a.dq_accum + rows * p.dim);
-  }
   // The backward does not depend on the forward's tiling: P comes from the stored LSE.
   if (plan.any_fast) {
-    err = p.dim == 64 ? launch_flash_backward<64>(a, plan.any_fast_dpp, stream)
-                      : launch_flash_backward<128>(a, plan.any_fast_dpp, stream);
+    err = p.dim == 64 ? launch_flash_backward<64>(a, stream) : launch_flash_backward<128>(a, stream);
     if (err != 0) return err;
   }
   if (plan.any_simt) {

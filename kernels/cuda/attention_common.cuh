@@ -13,8 +13,9 @@ namespace rwd::kernels::cuda {
 // tiled GPU path is numerically defined only for AttentionParams::block_k == kBlockK (or
 // tiling off); the launchers reject other tile sizes.
 constexpr int kBlockK = 64;
-constexpr int kBlockQ = 64;        // query rows per block in the tensor-core kernels
-constexpr int kWarps = 4;          // 16 query (or key) rows per warp
+constexpr int kBlockQ = 64;        // query rows per block in the backward kernels (forward:
+                                   // FwdTraits in attention_forward.cu, 128 rows)
+constexpr int kWarps = 4;          // backward: 16 query (or key) rows per warp
 constexpr int kThreads = kWarps * 32;
 
 // Underflow guard of the stabilized softmax: the shift d = m' - r_m is clamped to

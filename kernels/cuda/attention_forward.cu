@@ -5,13 +5,17 @@
 //   S = alpha * Q K^T            FP32 (tensor-core accumulation of exact BF16 products)
 //   [qk fault] S += c |S|;  [s_bf16] S = bf16(S)
 //   m_new = max(m_old, m')       m' = rowmax over unmasked S, or the stabilized m' (Alg. 3)
-//   P̄ = exp(S - m_new)           FP32  [softmax fault: P̄ *= 1 - c where P̄ < 1]
+//   P̄ = exp(S - m_new)           FP32, ex2.approx (see fast_exp_shifted; within a few FP32
+//                                ulps of expf)  [softmax fault: P̄ *= 1 - c where P̄ < 1]
 //   l = exp(m_old - m_new) * l + rowsum(P̄)        FP32, from the unrounded P̄
 //   Ō = exp(m_old - m_new) * Ō + bf16(P̄) V        FP32 accumulate
 //   [acc_bf16] Ō = bf16(Ō), l = bf16(l) after each tile
 //   O = bf16(Ō / l) (written), o_f32 = Ō / l (when requested), LSE = m + log(l) (FP32).
 // Heads with qk, pv or softmax promoted run in the SIMT kernels (attention_simt.cu) instead.
 // The CPU twin is kernels/attention_forward_cpu.cpp (same formulas; sums in other orders).
+// The query tile (128 rows) does not enter the numerics: every rounding point is per row and
+// per 64-key tile. Ties (stable rule, monitors) are counted only when a head is stabilized or
+// stats are requested (a.stats non-null), in specializations of their own.
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/attention_internal.cuh"
@@ -45,9 +49,11 @@ struct FwdShape {
 
 // The key loop of one block. kExtras: the head uses s_bf16, acc_bf16 or a qk / softmax / pv
 // fault (else those branches compile away). kTies: the head is stabilized or stats are
-// collected (else no tie bookkeeping at all). In the mma C layout a thread holds, per m16
+// collected (else no tie bookkeeping at all). kStats: the monitors are collected (a.stats set;
+// implies kTies). Each is a separate specialization: a runtime test inside the unrolled loops
+// still costs instructions per element. In the mma C layout a thread holds, per m16
 // block mt, rows r_a = 16 mt + lane/4 and r_a + 8 of its warp, columns 8 nb + 2 (lane%4) + {0,1}.
-template <int D, bool kExtras, bool kTies>
+template <int D, bool kExtras, bool kTies, bool kStats>
 __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagView& f,
                                               uint16_t* smem, int q_tile) {
   using Tr = FwdTraits<D>;
@@ -64,7 +70,6 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   const int n_kt = a.causal ? min(n_all, (q0 + kRows - 1) / kBlockK + 1) : n_all;
   const int w_row0 = q0 + warp * 16 * kMt;  // first query row of this warp
   const int w_row_last = w_row0 + 16 * kMt - 1;
-  const bool want_stats = a.stats != nullptr;
 
   load_tile_async<D, kRows, kNThr>(s_q, a.q + base, q0, T);
   load_tile_async<D, kBlockK, kNThr>(s_k, a.k + base, 0, T);
@@ -156,14 +161,13 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       }
     }
 
-    // Scale, optional qk fault and BF16 rounding of S, mask (causal and T tail) -> -inf.
-    // r_m: row max; r_2: second largest entry (with multiplicity), for the stable rule's
-    // "r_s > 1" test: r_s = #{S >= r_m - eps} > 1  <=>  r_2 >= r_m - eps.
+    // Scale, optional qk fault and BF16 rounding of S, mask (causal and T tail) -> -inf; row
+    // max r_m with two partial maxima per row (even / odd n-blocks: shorter dependency chains).
     const bool need_mask = (a.causal && j * kBlockK + kBlockK - 1 > w_row0) || (j + 1) * kBlockK > T;
-    float r_m[kMt][2], r_2[kMt][2];
+    float r_m[kMt][2];
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
-      r_m[mt][0] = r_m[mt][1] = r_2[mt][0] = r_2[mt][1] = -INFINITY;
+      float mx[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // [row][nb parity]
       const int row_a = w_row0 + mt * 16 + lane / 4;
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
@@ -177,21 +181,14 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
             if (col >= T || (a.causal && col > row)) x = -INFINITY;
           }
           s[mt][nb][e] = x;
-          if constexpr (kTies) r_2[mt][e / 2] = fmaxf(r_2[mt][e / 2], fminf(r_m[mt][e / 2], x));
-          r_m[mt][e / 2] = fmaxf(r_m[mt][e / 2], x);
+          mx[e / 2][nb & 1] = fmaxf(mx[e / 2][nb & 1], x);
         }
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int off = 1; off <= 2; off <<= 1) {
-          const float om = __shfl_xor_sync(0xffffffffu, r_m[mt][r], off);
-          if constexpr (kTies) {
-            const float o2 = __shfl_xor_sync(0xffffffffu, r_2[mt][r], off);
-            r_2[mt][r] = fmaxf(fmaxf(r_2[mt][r], o2), fminf(r_m[mt][r], om));
-          }
-          r_m[mt][r] = fmaxf(r_m[mt][r], om);
-        }
+        r_m[mt][r] = fmaxf(mx[r][0], mx[r][1]);
+        r_m[mt][r] = fmaxf(r_m[mt][r], __shfl_xor_sync(0xffffffffu, r_m[mt][r], 1));
+        r_m[mt][r] = fmaxf(r_m[mt][r], __shfl_xor_sync(0xffffffffu, r_m[mt][r], 2));
       }
     }
 
@@ -199,17 +196,32 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     float corr[kMt][2];
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
-      int ties[2] = {0, 0};
-      if (kTies && want_stats) {  // exact ties of the tile max (eps 0), for repeated_max_rows
+      // r_s = #{S >= r_m - eps} for the stable rule; exact ties of the tile max (eps 0) for
+      // repeated_max_rows. Independent compares (one pass over the registers), two partial
+      // counts per row; -inf entries never count (r_m - eps > -inf where it matters).
+      int r_s[2] = {0, 0}, ties[2] = {0, 0};
+      if constexpr (kTies) {
+        int c[2][2] = {{0, 0}, {0, 0}}, t[2][2] = {{0, 0}, {0, 0}};
+        const float thr[2] = {r_m[mt][0] - f.eps, r_m[mt][1] - f.eps};
 #pragma unroll
         for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) ties[e / 2] += s[mt][nb][e] == r_m[mt][e / 2] && r_m[mt][e / 2] != -INFINITY;
+          for (int e = 0; e < 4; ++e) {
+            c[e / 2][nb & 1] += s[mt][nb][e] >= thr[e / 2];
+            if constexpr (kStats) t[e / 2][nb & 1] += s[mt][nb][e] == r_m[mt][e / 2];
+          }
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 1);
-          ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 2);
+          r_s[r] = c[r][0] + c[r][1];
+          r_s[r] += __shfl_xor_sync(0xffffffffu, r_s[r], 1);
+          r_s[r] += __shfl_xor_sync(0xffffffffu, r_s[r], 2);
+          if constexpr (kStats) {
+            ties[r] = t[r][0] + t[r][1];
+            ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 1);
+            ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 2);
+            if (r_m[mt][r] == -INFINITY) ties[r] = 0;
+          }
         }
       }
 #pragma unroll
@@ -218,18 +230,16 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
         int branch = 0;
         bool guarded = false;
         if constexpr (kTies) {
-          // r_s is only compared with 1, so 2 stands for "more than one".
-          const bool repeated = r_2[mt][r] != -INFINITY && r_2[mt][r] >= r_m[mt][r] - f.eps;
           // The shift code runs only in warps where some row has a repeated max (rare).
-          if (__any_sync(0xffffffffu, repeated)) {
-            m_tile = stable_max(r_m[mt][r], repeated ? 2 : 1, f, &branch, &guarded);
+          if (__any_sync(0xffffffffu, r_s[r] > 1)) {
+            m_tile = stable_max(r_m[mt][r], r_s[r], f, &branch, &guarded);
           }
         }
         const float m_new = fmaxf(m[mt][r], m_tile);
         corr[mt][r] = rescale_factor(m[mt][r], m_new);
         m[mt][r] = m_new;
         const int row = w_row0 + mt * 16 + lane / 4 + 8 * r;
-        if (kTies && want_stats && (lane % 4) == 0 && row < T) {
+        if (kStats && (lane % 4) == 0 && row < T) {
           st.pos += branch == 1;
           st.neg += branch == 2;
           st.guard += guarded;
@@ -257,12 +267,14 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
         float p[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float pbar = fast_exp_shifted(s[mt][nb][e], m_log2[e / 2]);
+          // The faults test P̄ < 1, which needs P̄ = 1 exactly at S = m: exact S - m there.
+          float pbar = kExtras ? fast_exp(__fsub_rn(s[mt][nb][e], m[mt][e / 2]))
+                               : fast_exp_shifted(s[mt][nb][e], m_log2[e / 2]);
           if constexpr (kExtras) pbar = softmax_fault(pbar, f);
           rowsum[e / 2] += pbar;
           p[e] = pbar;
           if constexpr (kExtras) p[e] = pv_operand(pbar, f);
-          if (kTies && want_stats && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
+          if (kStats && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
         }
         // pack_bf16x2 rounds to nearest even: the PV operand bf16(P̄ (1 + c)).
         pa[mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(p[0], p[1]);
@@ -338,7 +350,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       if ((lane % 4) == 0) a.lse_out[static_cast<size_t>(bh) * T + row] = m[mt][r] + logf(l[mt][r]);
     }
   }
-  if (kTies && want_stats) {
+  if (kStats) {
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
@@ -367,13 +379,16 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdTraits<D>::kMinBlock
   extern __shared__ __align__(16) uint16_t smem[];
   const int q_tile = a.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : blockIdx.x;
   const bool extras = f.s_bf16 || f.acc_bf16 || f.qk_fault || f.sm_fault || f.pv_bias != 1.0f;
-  const bool ties = f.stable || a.stats != nullptr;
+  const bool ties = f.stable;
+  const bool stats = a.stats != nullptr;
   if (extras) {
-    if (ties) forward_block<D, true, true>(a, f, smem, q_tile);
-    else forward_block<D, true, false>(a, f, smem, q_tile);
+    if (stats) forward_block<D, true, true, true>(a, f, smem, q_tile);
+    else if (ties) forward_block<D, true, true, false>(a, f, smem, q_tile);
+    else forward_block<D, true, false, false>(a, f, smem, q_tile);
   } else {
-    if (ties) forward_block<D, false, true>(a, f, smem, q_tile);
-    else forward_block<D, false, false>(a, f, smem, q_tile);
+    if (stats) forward_block<D, false, true, true>(a, f, smem, q_tile);
+    else if (ties) forward_block<D, false, true, false>(a, f, smem, q_tile);
+    else forward_block<D, false, false, false>(a, f, smem, q_tile);
   }
 }
 

@@ -34,10 +34,6 @@ struct KernelArgs {
   float* dq = nullptr;
   float* dk = nullptr;
   float* dv = nullptr;
-  // Fused backward (workspace given): FP32 partial sums of dQ (B,H,T,D) and one counter per
-  // (b, h, query tile) saying how many key tiles have added theirs. Null: two-kernel path.
-  float* dq_accum = nullptr;
-  int* dq_sem = nullptr;
 };
 
 // What the host learned from the per-head flags (copied once from the device).
@@ -45,7 +41,6 @@ struct LaunchPlan {
   bool tiling_off = false;
   bool any_simt = false;  // some head needs the FP32/SIMT kernels
   bool any_fast = false;  // some head runs on the tensor-core kernels
-  bool any_fast_dpp = false;  // some tensor-core head uses delta = rowsum(dP * P)
 };
 
 // Checks shapes, tile sizes, pointers and every head's flags; fills *plan. Returns 0 or a

@@ -45,7 +45,7 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
     if (err != cudaSuccess) return err;
   }
 
-  plan->any_simt = plan->any_fast = plan->any_fast_dpp = false;
+  plan->any_simt = plan->any_fast = false;
   for (const HeadFlags& f : flags) {
     if (!head_supported(f)) return cudaErrorNotSupported;
     const bool qk32 = prec_of(f, Op::kQk) == Prec::kFp32;
@@ -62,7 +62,6 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
     const bool simt = qk32 || pv32 || sm64 || (backward && (bwd32 || d64 || dfault));
     plan->any_simt = plan->any_simt || simt;
     plan->any_fast = plan->any_fast || !simt;
-    plan->any_fast_dpp = plan->any_fast_dpp || (!simt && f.delta_dpp);
   }
   return cudaSuccess;
 }

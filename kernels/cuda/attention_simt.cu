@@ -19,8 +19,18 @@ namespace rwd::kernels::cuda {
 
 namespace {
 
-// Cooperative load of rows [row0, row0 + n) of a (T, D) matrix into FP32 smem (stride D + 1,
-// conflict-free per-thread rows); rows >= T become 0. FP32 source when asked and present.
+// Row stride of every FP32 smem tile: D + 4 floats keeps rows 16-byte aligned for float4
+// loads, and a warp's float4 loads of 32 different rows hit distinct banks in each quarter
+// (stride = 4 mod 32 words). Rows are read whole, 4 columns at a time, in column order: the
+// FP32 operations and their order are unchanged by the vector width.
+template <int D>
+constexpr int kSimtStride = D + 4;
+
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ void st4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+
+// Cooperative load of rows [row0, row0 + n) of a (T, D) matrix into FP32 smem (stride
+// kSimtStride); rows >= T become 0. FP32 source when asked and present.
 template <int D>
 __device__ void load_rows(float* dst, const uint16_t* b16, const float* f32, bool use_f32,
                           size_t base, int row0, int n, int T) {
@@ -31,16 +41,48 @@ __device__ void load_rows(float* dst, const uint16_t* b16, const float* f32, boo
       const size_t off = base + static_cast<size_t>(row) * D + d;
       x = (use_f32 && f32 != nullptr) ? f32[off] : bf16_bits_to_float(b16[off]);
     }
-    dst[r * (D + 1) + d] = x;
+    dst[r * kSimtStride<D> + d] = x;
   }
 }
 
 template <int D>
 __device__ __forceinline__ float dot_row(const float* a, const float* b) {
   float acc = 0.0f;
-#pragma unroll 16
-  for (int d = 0; d < D; ++d) acc = fmaf(a[d], b[d], acc);
+#pragma unroll
+  for (int d = 0; d < D; d += 4) {
+    const float4 x = ld4(a + d), y = ld4(b + d);
+    acc = fmaf(x.x, y.x, acc);
+    acc = fmaf(x.y, y.y, acc);
+    acc = fmaf(x.z, y.z, acc);
+    acc = fmaf(x.w, y.w, acc);
+  }
   return acc;
+}
+
+// acc[0..D) += p * row[0..D) (acc a register array when fully unrolled, or a smem row).
+template <int D>
+__device__ __forceinline__ void axpy_row(float p, const float* row, float* acc) {
+#pragma unroll
+  for (int d = 0; d < D; d += 4) {
+    const float4 x = ld4(row + d);
+    acc[d] = fmaf(p, x.x, acc[d]);
+    acc[d + 1] = fmaf(p, x.y, acc[d + 1]);
+    acc[d + 2] = fmaf(p, x.z, acc[d + 2]);
+    acc[d + 3] = fmaf(p, x.w, acc[d + 3]);
+  }
+}
+template <int D>
+__device__ __forceinline__ void axpy_smem_row(float p, const float* row, float* acc) {
+#pragma unroll 8
+  for (int d = 0; d < D; d += 4) {
+    const float4 x = ld4(row + d);
+    float4 y = ld4(acc + d);
+    y.x = fmaf(p, x.x, y.x);
+    y.y = fmaf(p, x.y, y.y);
+    y.z = fmaf(p, x.z, y.z);
+    y.w = fmaf(p, x.w, y.w);
+    st4(acc + d, y);
+  }
 }
 
 // S for one query row against key `col` (both rows in smem), scaled, rounded, masked.
@@ -59,11 +101,11 @@ __device__ __forceinline__ float score(const float* q_row, const float* k_row, i
 // Grid (ceil(T/R), B*H), R threads, thread t owns query row q0 + t.
 template <int D, int R>
 __global__ void __launch_bounds__(R) simt_forward_kernel(KernelArgs a, bool all_heads) {
-  constexpr int kS = D + 1, kSimtRows = R;
+  constexpr int kS = kSimtStride<D>, kSimtRows = R;
   const int bh = blockIdx.y, h = bh % a.heads, q0 = blockIdx.x * kSimtRows, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
   if (!all_heads && !forward_needs_simt(f)) return;
-  extern __shared__ float fsm[];
+  extern __shared__ __align__(16) float fsm[];
   float* s_q = fsm;                       // [R][kS]
   float* s_k = s_q + kSimtRows * kS;      // [64][kS]
   float* s_v = s_k + kBlockK * kS;        // [64][kS]
@@ -165,9 +207,7 @@ __global__ void __launch_bounds__(R) simt_forward_kernel(KernelArgs a, bool all_
       l_d = f.sm_f64 ? l_d + pl : static_cast<double>(static_cast<float>(l_d) + pbar);
       if (round_bf16(pbar) == 1.0f) ++ones;
       const float p = pv_operand(pbar, f);
-      const float* v_row = s_v + c * kS;
-#pragma unroll
-      for (int d = 0; d < D; ++d) o[d] = fmaf(p, v_row[d], o[d]);
+      axpy_row<D>(p, s_v + c * kS, o);
     }
     l = l_d;
     if (f.acc_bf16) {
@@ -201,12 +241,12 @@ __global__ void __launch_bounds__(R) simt_forward_kernel(KernelArgs a, bool all_
 // dQ and delta. Grid (ceil(T/R), B*H), R threads, thread t owns query row q0 + t.
 template <int D, int R>
 __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
-  constexpr int kS = D + 1, kSimtRows = R;
+  constexpr int kS = kSimtStride<D>, kSimtRows = R;
   const int bh = blockIdx.y, h = bh % a.heads, q0 = blockIdx.x * kSimtRows, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
   if (!backward_needs_simt(f)) return;
   const bool grad_f32 = f.bwd_f32 || f.qk_f32, v_f32 = f.pv_f32 || f.bwd_f32;
-  extern __shared__ float fsm[];
+  extern __shared__ __align__(16) float fsm[];
   float* s_q = fsm;                       // [R][kS] S operand
   float* s_do = s_q + kSimtRows * kS;     // [R][kS]
   float* s_k = s_do + kSimtRows * kS;     // [64][kS] S operand
@@ -260,11 +300,23 @@ __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
         const float* v_row = s_v + c * kS;
         if (f.delta_f64) {
           double dp = 0.0;
-          for (int d = 0; d < D; ++d) dp += static_cast<double>(do_row[d]) * v_row[d];
+          for (int d = 0; d < D; d += 4) {
+            const float4 x = ld4(do_row + d), y = ld4(v_row + d);
+            dp += static_cast<double>(x.x) * y.x;
+            dp += static_cast<double>(x.y) * y.y;
+            dp += static_cast<double>(x.z) * y.z;
+            dp += static_cast<double>(x.w) * y.w;
+          }
           sum += dp * exp(static_cast<double>(x) - lse);
         } else {
           float dp = 0.0f;
-          for (int d = 0; d < D; ++d) dp = __fadd_rn(dp, __fmul_rn(do_row[d], v_row[d]));
+          for (int d = 0; d < D; d += 4) {
+            const float4 x = ld4(do_row + d), y = ld4(v_row + d);
+            dp = __fadd_rn(dp, __fmul_rn(x.x, y.x));
+            dp = __fadd_rn(dp, __fmul_rn(x.y, y.y));
+            dp = __fadd_rn(dp, __fmul_rn(x.z, y.z));
+            dp = __fadd_rn(dp, __fmul_rn(x.w, y.w));
+          }
           const float pr = f.sm_f64 ? static_cast<float>(exp(static_cast<double>(x) - lse))
                                     : expf(x - lse);
           acc = __fadd_rn(acc, __fmul_rn(dp, pr));
@@ -295,9 +347,7 @@ __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
       const float p = f.sm_f64 ? static_cast<float>(exp(static_cast<double>(x) - lse)) : expf(x - lse);
       const float ds = p * (dot_row<D>(do_row, s_v + c * kS) - delta);
       const float dsu = f.bwd_f32 ? ds : round_bf16(ds);
-      const float* k_row = s_kg + c * kS;
-#pragma unroll
-      for (int d = 0; d < D; ++d) dq[d] = fmaf(dsu, k_row[d], dq[d]);
+      axpy_row<D>(dsu, s_kg + c * kS, dq);
     }
   }
   if (row < T) {
@@ -310,12 +360,12 @@ __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
 // dK, dV. Grid (ceil(T/R), B*H), R threads, thread t owns key row k0 + t; query tiles of R.
 template <int D, int R>
 __global__ void __launch_bounds__(R) simt_dkdv_kernel(KernelArgs a) {
-  constexpr int kS = D + 1, kR = R;
+  constexpr int kS = kSimtStride<D>, kR = R;
   const int bh = blockIdx.y, h = bh % a.heads, k0 = blockIdx.x * kR, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
   if (!backward_needs_simt(f)) return;
   const bool grad_f32 = f.bwd_f32 || f.qk_f32, v_f32 = f.pv_f32 || f.bwd_f32;
-  extern __shared__ float fsm[];
+  extern __shared__ __align__(16) float fsm[];
   float* s_k = fsm;            // [R][kS] own keys, S operand
   float* s_v = s_k + kR * kS;  // own values, dP operand
   float* s_q = s_v + kR * kS;  // query tile, S operand
@@ -354,11 +404,10 @@ __global__ void __launch_bounds__(R) simt_dkdv_kernel(KernelArgs a) {
                                : expf(x - s_lse[qq]);
       const float pu = f.bwd_f32 ? p : round_bf16(p);
       const float* do_row = s_do + qq * kS;
-      for (int d = 0; d < D; ++d) dv[d] = fmaf(pu, do_row[d], dv[d]);
+      axpy_smem_row<D>(pu, do_row, dv);
       const float ds = p * (dot_row<D>(do_row, s_v + t * kS) - s_delta[qq]);
       const float dsu = f.bwd_f32 ? ds : round_bf16(ds);
-      const float* qg_row = s_qg + qq * kS;
-      for (int d = 0; d < D; ++d) dk[d] = fmaf(dsu, qg_row[d], dk[d]);
+      axpy_smem_row<D>(dsu, s_qg + qq * kS, dk);
     }
   }
   if (key < T) {
@@ -379,9 +428,9 @@ namespace {
 // more rows share each K/V tile load and fill more warps per SM (32-row blocks ran one warp).
 template <int D>
 struct SimtRows {
-  static constexpr int kFwd = 128;              // smem 100 KB (D 64) / 165 KB (D 128)
-  static constexpr int kDq = D == 64 ? 128 : 64;  // 133 KB / 165 KB
-  static constexpr int kDkdv = D == 64 ? 64 : 32;  // 117 KB / 116 KB
+  static constexpr int kFwd = 128;                // smem 101 KB (D 64) / 168 KB (D 128)
+  static constexpr int kDq = D == 64 ? 128 : 64;   // 122 KB / 169 KB
+  static constexpr int kDkdv = D == 64 ? 64 : 32;  // 122 KB / 118 KB
 };
 
 template <typename Kernel, typename... Args>
@@ -399,7 +448,7 @@ template <int D>
 int simt_forward(const KernelArgs& a, bool all_heads, cudaStream_t stream) {
   constexpr int kR = SimtRows<D>::kFwd;
   const int smem = static_cast<int>(sizeof(float)) *
-                   ((kR + 2 * kBlockK) * (D + 1) + kR * (kBlockK + 1));
+                   ((kR + 2 * kBlockK) * kSimtStride<D> + kR * (kBlockK + 1));
   return launch_simt(simt_forward_kernel<D, kR>, kR, smem, a.seq, a.batch * a.heads, stream, a,
                      all_heads);
 }
@@ -407,10 +456,10 @@ int simt_forward(const KernelArgs& a, bool all_heads, cudaStream_t stream) {
 template <int D>
 int simt_backward(const KernelArgs& a, cudaStream_t stream) {
   constexpr int kRq = SimtRows<D>::kDq, kRk = SimtRows<D>::kDkdv;
-  const int smem_dq = static_cast<int>(sizeof(float)) * (2 * kRq + 3 * kBlockK) * (D + 1);
+  const int smem_dq = static_cast<int>(sizeof(float)) * (2 * kRq + 3 * kBlockK) * kSimtStride<D>;
   int err = launch_simt(simt_dq_kernel<D, kRq>, kRq, smem_dq, a.seq, a.batch * a.heads, stream, a);
   if (err != 0) return err;
-  const int smem_kv = static_cast<int>(sizeof(float)) * (7 * kRk * (D + 1) + 2 * kRk);
+  const int smem_kv = static_cast<int>(sizeof(float)) * (7 * kRk * kSimtStride<D> + 2 * kRk);
   return launch_simt(simt_dkdv_kernel<D, kRk>, kRk, smem_kv, a.seq, a.batch * a.heads, stream, a);
 }
 

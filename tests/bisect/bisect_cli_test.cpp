@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -17,8 +18,10 @@ extern char** environ;
 namespace rwd::bisect::testing {
 namespace {
 
-const char* kFail = "'nan || max(loss) > 1.5 * loss[20]'";
-const char* kFault = "fault(strength=64)";
+// Calibrated (see bisect_test_util.h): faults switched on at the window start, lr 0.01.
+const char* kFail = "'nan || max(loss) > 3'";
+const char* kO = "fault(strength=4096)";       // o: O pushed 4096 BF16 ulps toward -inf
+const char* kStrong = "fault(strength=25600)";  // pv / delta: c = 100
 
 class BisectCli : public ::testing::Test {
  protected:
@@ -34,10 +37,11 @@ class BisectCli : public ::testing::Test {
     delete data_;
   }
 
-  // Records a 40-step run with `plan` (checkpoints every 20) into a fresh store.
+  // Records a 40-step run (checkpoints every 20, lr 0.01) with `plan` switched on at step 20.
   std::string record(const std::string& name, const std::string& plan, const std::string& extra = "") {
     const std::string store = *dir_ + "/" + name + ".db";
-    Cmd c = rewind_cmd(train_args(*data_, store, 40, 20, "--plan '" + plan + "' " + extra));
+    const std::string from = plan.empty() ? "" : "--plan-from '20:" + plan + "' ";
+    Cmd c = rewind_cmd(train_args(*data_, store, 40, 20, from + (extra.empty() ? "--learning-rate 0.01" : extra)));
     EXPECT_EQ(c.code, 0) << c.out;
     return store;
   }
@@ -70,31 +74,31 @@ TEST_F(BisectCli, UnfaultedRunIsNotReproducible) {
   EXPECT_EQ(r["probes_total"], 1);
 }
 
-// One planted fault, over several heads and ops, is found exactly (failing and fixing set).
+// One planted fault, over several heads and ops, is found exactly. An `o` fault acts through
+// the backward: delta = rowsum(dO * O) reads the faulted BF16 O, while delta=fp32 reads the
+// unrounded O (kernels/attention_cpu.h). So its 1-minimal failing set is {o, delta} of the
+// planted head, and promoting either fixes the run; pv and delta faults act alone.
 TEST_F(BisectCli, PlantedFaultFoundExactly) {
-  for (const std::string loc : {"L1.H2.o", "L0.H1.o", "L1.H0.pv"}) {
-    const std::string name = "one_" + loc;
-    const std::string store = record(name, loc + "=" + kFault);
+  struct Case {
+    std::string loc, fault;
+    std::vector<std::string> failing;
+  };
+  const std::vector<Case> cases = {{"L1.H2.o", kO, {"L1.H2.o", "L1.H2.delta"}},
+                                   {"L1.H0.pv", kStrong, {"L1.H0.pv"}},
+                                   {"L0.H1.delta", kStrong, {"L0.H1.delta"}}};
+  for (const auto& c : cases) {
+    const std::string name = "one_" + c.loc;
+    const std::string store = record(name, c.loc + "=" + c.fault);
     nlohmann::json r = bisect(store, name + "_report", "", 4);
     const auto& w = r["narrowing"];
-    EXPECT_EQ(w["status"], "localized") << loc;
-    EXPECT_EQ(strings(w["failing_set"]), std::vector<std::string>{loc});
-    EXPECT_EQ(strings(w["fixing_set"]), std::vector<std::string>{loc});
-    EXPECT_LE(r["probes_total"].get<int>(), 30) << loc;
-    EXPECT_LT(r["probes_total"].get<int>(), w["naive_sweep"].get<int>()) << loc;
+    EXPECT_EQ(w["status"], "localized") << c.loc;
+    EXPECT_EQ(strings(w["failing_set"]), c.failing) << c.loc;
+    ASSERT_EQ(w["fixing_set"].size(), 1u) << c.loc;
+    const std::string fix = w["fixing_set"][0];
+    EXPECT_NE(std::find(c.failing.begin(), c.failing.end(), fix), c.failing.end()) << fix;
+    EXPECT_LE(r["probes_total"].get<int>(), 30) << c.loc;
+    EXPECT_LT(r["probes_total"].get<int>(), w["naive_sweep"].get<int>()) << c.loc;
   }
-}
-
-// Two faults that each fail alone: the failing set is one of them, the fixing set both.
-TEST_F(BisectCli, TwoFaultsInDifferentLayersBothFound) {
-  const std::string store = record("two", std::string("L0.H3.o=") + kFault + ";L1.H1.o=" + kFault);
-  nlohmann::json r = bisect(store, "two_report", "", 4);
-  const auto& w = r["narrowing"];
-  EXPECT_EQ(w["status"], "separate-fix");
-  EXPECT_EQ(strings(w["fixing_set"]), (std::vector<std::string>{"L0.H3.o", "L1.H1.o"}));
-  ASSERT_EQ(w["failing_set"].size(), 1u);
-  const std::string f = w["failing_set"][0];
-  EXPECT_TRUE(f == "L0.H3.o" || f == "L1.H1.o") << f;
 }
 
 // A learning rate far too high explodes in FP32 too: no narrowing, exit 0.
@@ -109,7 +113,7 @@ TEST_F(BisectCli, AllFp32FailureIsNotAPrecisionFailure) {
 // SIGKILL a bisect midway; the rerun reuses every finished probe and reaches the same
 // verdict; a third run costs no probes at all.
 TEST_F(BisectCli, KilledBisectResumesFromTheCache) {
-  const std::string store = record("kill", std::string("L1.H3.o=") + kFault);
+  const std::string store = record("kill", std::string("L1.H2.o=") + kO);
   const std::string args = std::string("bisect --store ") + store + " --window 20:39 --fail " + kFail + " --quiet";
   std::vector<std::string> argv_s = {"/bin/sh", "-c", std::string("exec ") + REWIND_BIN + " " + args + " >/dev/null 2>&1"};
   std::vector<char*> argv;
@@ -135,7 +139,7 @@ TEST_F(BisectCli, KilledBisectResumesFromTheCache) {
   EXPECT_GE(resumed["probes_cached"].get<int>(), cached);
   EXPECT_EQ(resumed["probes_run"].get<int>() + resumed["probes_cached"].get<int>(),
             resumed["probes_total"].get<int>());
-  EXPECT_EQ(strings(resumed["narrowing"]["failing_set"]), std::vector<std::string>{"L1.H3.o"});
+  EXPECT_EQ(strings(resumed["narrowing"]["failing_set"]), (std::vector<std::string>{"L1.H2.o", "L1.H2.delta"}));
   nlohmann::json again = bisect(store, "kill_again", "", 4);
   EXPECT_EQ(again["probes_run"], 0);
   EXPECT_EQ(again["verdict_text"].get<std::string>().substr(0, 200),
@@ -147,11 +151,21 @@ TEST_F(BisectCli, KilledBisectResumesFromTheCache) {
   EXPECT_NE(log.out.find("localized"), std::string::npos) << log.out;
 }
 
-// Worker processes (--jobs 2, --gpus recorded per probe) and the serial run agree.
-TEST_F(BisectCli, ParallelAndSerialGiveTheSameVerdict) {
-  const std::string store = record("par", std::string("L0.H0.o=") + kFault + ";L1.H2.o=" + kFault);
-  nlohmann::json serial = bisect(store, "par_serial", "--fresh", 4);
-  nlohmann::json par = bisect(store, "par_jobs", "--fresh --jobs 2 --gpus 0,1", 4);
+// Two faults in different layers that each fail alone: the failing set is one of them, the
+// fixing set must cover both (the delta of L0.H1 and the o/delta pair of L1.H2). Worker
+// processes (--jobs 2, --gpus recorded per probe) and the serial run agree.
+TEST_F(BisectCli, TwoFaultsFoundAndParallelMatchesSerial) {
+  const std::string store = record("two", std::string("L0.H1.delta=") + kStrong + ";L1.H2.o=" + kO);
+  nlohmann::json serial = bisect(store, "two_serial", "", 4);
+  const auto& w = serial["narrowing"];
+  EXPECT_EQ(w["status"], "separate-fix");
+  std::vector<std::string> fixing = strings(w["fixing_set"]);
+  ASSERT_EQ(fixing.size(), 2u);
+  EXPECT_EQ(fixing[0], "L0.H1.delta");
+  EXPECT_TRUE(fixing[1] == "L1.H2.o" || fixing[1] == "L1.H2.delta") << fixing[1];
+  ASSERT_GE(w["failing_set"].size(), 1u);
+
+  nlohmann::json par = bisect(store, "two_jobs", "--fresh --jobs 2 --gpus 0,1", 4);
   EXPECT_EQ(serial["narrowing"]["status"], par["narrowing"]["status"]);
   EXPECT_EQ(serial["narrowing"]["failing_set"], par["narrowing"]["failing_set"]);
   EXPECT_EQ(serial["narrowing"]["fixing_set"], par["narrowing"]["fixing_set"]);

@@ -47,9 +47,10 @@ inline nlohmann::json read_json(const std::string& path) {
 }
 
 // The tiny model every test records: 2 layers x 4 heads, width 64, sequence 64, vocab 64.
-// The planted faults use the calibrated strength of the `o` fault (see the bisect README
-// section of the report): fault(strength=64) on one head makes the loss of this model rise by
-// far more than 50% within 20 steps, while the unfaulted run keeps decreasing.
+// Calibrated faults (lr 0.01, fault switched on at step 20 with --plan-from, window 20:39):
+// the clean run keeps max(loss) <= 2.25, while o=fault(strength=4096) on one head reaches
+// 3.8-5.0 and pv/delta=fault(strength=25600) 3.6-4.2, so `max(loss) > 3` separates them.
+// Smaller strengths (o < 1024, pv < 2560) and every qk/softmax fault barely move the loss.
 inline std::string train_args(const std::string& data, const std::string& store, int steps,
                               int ckpt_every, const std::string& extra) {
   return "train --data " + data + " --record " + store + " --steps " + std::to_string(steps) +

@@ -10,8 +10,10 @@
 namespace rwd::bisect::testing {
 namespace {
 
-const char* kFail = "'nan || max(loss) > 4.5'";
-const char* kFault = "L1.H2.o=fault(strength=64)";
+// Calibrated: lr 0.01; the delta fault at 1e30 replaces the head's gradient by a huge biased
+// one (clipping keeps it finite), the loss jumps by >40% over its EMA within ~4 steps.
+const char* kFail = "'nan || spike(loss, 1.4)'";
+const char* kFault = "L1.H2.delta=fault(strength=1e30)";
 
 class BisectTime : public ::testing::Test {
  protected:
@@ -27,10 +29,11 @@ class BisectTime : public ::testing::Test {
     delete data_;
   }
 
-  // 60 steps, a checkpoint every 5.
+  // 40 steps, a checkpoint every 10, lr 0.01 unless `extra` sets it.
   std::string record(const std::string& name, const std::string& extra) {
     const std::string store = *dir_ + "/" + name + ".db";
-    Cmd c = rewind_cmd(train_args(*data_, store, 60, 5, extra));
+    const bool lr = extra.find("learning-rate") != std::string::npos;
+    Cmd c = rewind_cmd(train_args(*data_, store, 40, 10, extra + (lr ? "" : " --learning-rate 0.01")));
     EXPECT_EQ(c.code, 0) << c.out;
     return store;
   }
@@ -38,8 +41,8 @@ class BisectTime : public ::testing::Test {
   nlohmann::json find(const std::string& store, const std::string& name, const std::string& extra, int want_code,
                       std::string* out = nullptr) {
     const std::string report = *dir_ + "/" + name;
-    Cmd c = rewind_cmd("bisect --store " + store + " --find-window --fail " + kFail + " --quiet --report " + report +
-                       " " + extra);
+    const std::string fail = extra.find("--fail") == std::string::npos ? std::string(" --fail ") + kFail : "";
+    Cmd c = rewind_cmd("bisect --store " + store + " --find-window" + fail + " --quiet --report " + report + " " + extra);
     EXPECT_EQ(c.code, want_code) << c.out;
     if (out) *out = c.out;
     return read_json(report + "/report.json");
@@ -51,22 +54,22 @@ class BisectTime : public ::testing::Test {
 std::string* BisectTime::dir_ = nullptr;
 std::string* BisectTime::data_ = nullptr;
 
-// The fault starts at step 27 (a plan change recorded in the store): the causal window starts
-// at checkpoint 25, the last one before 27, and contains 27; then narrowing finds the head.
+// The fault starts at step 22 (a plan change recorded in the store): the causal window starts
+// at checkpoint 20, the last one before 22, and contains 22; then narrowing finds the head.
 TEST_F(BisectTime, FaultSwitchedOnMidRunGivesTheWindowAroundIt) {
-  const std::string store = record("mid", std::string("--plan-from '27:") + kFault + "'");
+  const std::string store = record("mid", std::string("--plan-from '22:") + kFault + "'");
   std::string out;
   nlohmann::json r = find(store, "mid_report", "", 4, &out);
   const auto& t = r["time"];
   EXPECT_EQ(t["status"], "window");
-  EXPECT_EQ(t["c_star"], 25) << out;
-  EXPECT_GT(t["fail_step"].get<int>(), 27);
+  EXPECT_EQ(t["c_star"], 20) << out;
+  EXPECT_GE(t["fail_step"].get<int>(), 22);
   const int n = static_cast<int>(t["checkpoints_before_failure"].size());
   EXPECT_LE(t["time_probes"].get<int>(), static_cast<int>(std::ceil(std::log2(n + 1.0))));
   EXPECT_NE(out.find("time probe(s)"), std::string::npos);
   ASSERT_TRUE(r.contains("narrowing"));
-  EXPECT_EQ(r["narrowing"]["window"][0], 25);
-  EXPECT_EQ(r["narrowing"]["failing_set"], nlohmann::json::array({"L1.H2.o"}));
+  EXPECT_EQ(r["narrowing"]["window"][0], 20);
+  EXPECT_EQ(r["narrowing"]["failing_set"], nlohmann::json::array({"L1.H2.delta"}));
   // The all-FP32 probe of the narrowing is the time probe at c*: shared through the cache.
   int cached_all_fp32 = 0;
   for (const auto& p : r["probes"])
@@ -78,7 +81,7 @@ TEST_F(BisectTime, FaultSwitchedOnMidRunGivesTheWindowAroundIt) {
 TEST_F(BisectTime, FaultFromTheStartGivesTheEarliestCheckpoint) {
   const std::string store = record("start", std::string("--plan '") + kFault + "'");
   std::string out;
-  nlohmann::json r = find(store, "start_report", "--window-only", 4, &out);
+  nlohmann::json r = find(store, "start_report", "--window-only --until 8 --fail 'last(loss) > 3.6'", 4, &out);
   EXPECT_EQ(r["time"]["status"], "window");
   EXPECT_EQ(r["time"]["c_star"], 0);
   EXPECT_NE(out.find("earliest checkpoint"), std::string::npos) << out;
@@ -88,7 +91,7 @@ TEST_F(BisectTime, FaultFromTheStartGivesTheEarliestCheckpoint) {
 // Edge cases: F outside the recording (usage), no checkpoint before F (data), a failure that
 // all-FP32 from step 0 also has (not a precision failure, exit 0), a clean run (exit 0).
 TEST_F(BisectTime, EdgeCasesHaveClearAnswers) {
-  const std::string store = record("edge", std::string("--plan-from '27:") + kFault + "'");
+  const std::string store = record("edge", std::string("--plan-from '22:") + kFault + "'");
   Cmd outside = rewind_cmd("bisect --store " + store + " --find-window --until 500 --fail " + kFail + " --quiet");
   EXPECT_EQ(outside.code, 2) << outside.out;
   EXPECT_NE(outside.out.find("outside the recording"), std::string::npos) << outside.out;
@@ -97,7 +100,7 @@ TEST_F(BisectTime, EdgeCasesHaveClearAnswers) {
   EXPECT_NE(none.out.find("no checkpoint before the failure step"), std::string::npos) << none.out;
 
   const std::string hot = record("hot", "--learning-rate 0.5 --warmup-iters 0");
-  nlohmann::json r = find(hot, "hot_report", "--until 40", 0);
+  nlohmann::json r = find(hot, "hot_report", "--until 30 --fail 'last(loss) > 3'", 0);
   EXPECT_EQ(r["time"]["status"], "not-a-precision-failure");
 
   const std::string clean = record("clean", "");
