@@ -44,7 +44,7 @@ int run_train(int argc, char** argv) {
       ("plan-from", "STEP:SPEC: apply SPEC on top of the plan from STEP on (repeatable)",
        cxxopts::value<std::vector<std::string>>())
       ("device", "cpu | cuda[:N] (CUDA builds; deterministic mode)", cxxopts::value<std::string>()->default_value("cpu"))
-      ("attention", "rewind (our kernels, the plan) | sdpa (PyTorch's, LibTorch >= 2, speed baseline)",
+      ("attention", "rewind (our kernels, the plan) | sdpa (PyTorch's, LibTorch >= 2) | torch (FP32 math); baselines take no plan",
        cxxopts::value<std::string>()->default_value("rewind"))
       ("threads", "CPU threads (recorded; replay uses the same)", cxxopts::value<int>()->default_value("1"))
       ("record", "record into this store (created; never overwritten)", cxxopts::value<std::string>())

@@ -71,11 +71,13 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
   opt.block_q = plan.block_q;
   opt.block_k = plan.block_k;
   opt.flags = lp.heads;
-  torch::Tensor o = impl == AttentionImpl::kSdpa
-                        ? kernels::attention_sdpa(heads(parts[0]), heads(parts[1]), heads(parts[2]), true)
-                              .to(torch::kFloat32)
-                        : kernels::attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), opt,
-                                             capture);               // (B,H,T,D)
+  torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  torch::Tensor o;                                                    // (B,H,T,D)
+  switch (impl) {
+    case AttentionImpl::kRewind: o = kernels::attention(q, k, v, opt, capture); break;
+    case AttentionImpl::kSdpa: o = kernels::attention_sdpa(q, k, v, true).to(torch::kFloat32); break;
+    case AttentionImpl::kTorchMath: o = kernels::attention_torch_fp32(q, k, v, opt.scale, true); break;
+  }
   o = o.transpose(1, 2).contiguous().view({B, T, C});
   const bool proj_low = module_low(lp, plan::Module::kProj);
   torch::Tensor y = x + linear(o, c_proj, proj_low, proj_low);

@@ -17,9 +17,10 @@ namespace rwd::replay {
 
 // What a forward pass hands back besides the logits: per-layer attention captures (stats
 // always; tensors only for the layers listed in `tensor_layers`).
-// Which attention runs inside the blocks: ours (the precision plan's kernels) or PyTorch's
-// scaled_dot_product_attention (LibTorch >= 2, the GPU speed baseline; no precision plan).
-enum class AttentionImpl { kRewind, kSdpa };
+// Which attention runs inside the blocks: ours (the precision plan's kernels), PyTorch's
+// scaled_dot_product_attention (LibTorch >= 2, the GPU speed baseline), or plain LibTorch
+// FP32 attention math (the CPU cost baseline). The baselines take no precision plan.
+enum class AttentionImpl { kRewind, kSdpa, kTorchMath };
 
 struct ForwardTap {
   std::vector<int> tensor_layers;  // layers whose q, k, v, o, lse, dO, delta are kept

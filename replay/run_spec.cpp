@@ -33,7 +33,8 @@ torch::Device setup_device(const std::string& device) {
 AttentionImpl attention_impl(const std::string& name) {
   if (name == "rewind") return AttentionImpl::kRewind;
   if (name == "sdpa") return AttentionImpl::kSdpa;
-  throw UsageError("--attention must be rewind or sdpa, got '" + name + "'");
+  if (name == "torch") return AttentionImpl::kTorchMath;
+  throw UsageError("--attention must be rewind, sdpa or torch, got '" + name + "'");
 }
 
 std::string rewind_version() { return "0.1.0"; }

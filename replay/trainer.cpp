@@ -67,8 +67,8 @@ Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& 
   model_->init_weights(config.seed);
   model_->to(device_);
   model_->set_attention_impl(impl);
-  if (impl == AttentionImpl::kSdpa && plan != plan::Plan::defaults(config.n_layer, config.n_head))
-    throw UsageError("--attention sdpa runs PyTorch's own attention and takes no precision plan");
+  if (impl != AttentionImpl::kRewind && plan != plan::Plan::defaults(config.n_layer, config.n_head))
+    throw UsageError("--attention sdpa/torch runs PyTorch's own attention and takes no precision plan");
   for (auto& kv : model_->named_parameters()) {
     param_names_.push_back(kv.key());
     params_.push_back(kv.value());

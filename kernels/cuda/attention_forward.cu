@@ -27,7 +27,8 @@ namespace rwd::kernels::cuda {
 
 // Tile shape of the forward: kWarps warps, each owning kMt m16 row blocks (16 kMt query rows),
 // kWarps * 16 * kMt = 128 query rows per block. Each K/V fragment loaded by ldmatrix feeds kMt
-// mma instructions, so kMt = 2 halves the shared-memory reads per FLOP (the limit at kMt = 1).
+// mma instructions, so kMt = 2 halves the shared-memory reads per FLOP (estimated to be the
+// limit at kMt = 1; experiments/cuda_bench/RESULTS.md). Register limits from --resource-usage.
 // kQRegs keeps the Q fragments in registers for the whole key loop (else reloaded per tile).
 template <int D>
 struct FwdTraits;
@@ -198,7 +199,8 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     for (int mt = 0; mt < kMt; ++mt) {
       // r_s = #{S >= r_m - eps} for the stable rule; exact ties of the tile max (eps 0) for
       // repeated_max_rows. Independent compares (one pass over the registers), two partial
-      // counts per row; -inf entries never count (r_m - eps > -inf where it matters).
+      // counts per row. Masked (-inf) entries count only in a row with no visible key in this
+      // tile (r_m = -inf), which stable_max leaves alone.
       int r_s[2] = {0, 0}, ties[2] = {0, 0};
       if constexpr (kTies) {
         int c[2][2] = {{0, 0}, {0, 0}}, t[2][2] = {{0, 0}, {0, 0}};
