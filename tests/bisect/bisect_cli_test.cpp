@@ -32,7 +32,7 @@ class BisectCli : public ::testing::Test {
     ASSERT_EQ(c.code, 0) << c.out;
   }
   static void TearDownTestSuite() {
-    std::system(("rm -rf " + *dir_).c_str());
+    rwd::testing::remove_tree(*dir_);
     delete dir_;
     delete data_;
   }

@@ -2,49 +2,16 @@
 // runs, read report.json. The binary path comes from the REWIND_BIN compile definition.
 #pragma once
 
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
+
+#include "tests/common/cli_run.h"
 
 namespace rwd::bisect::testing {
 
-struct Cmd {
-  int code = -1;
-  std::string out;  // stdout and stderr
-};
-
-// Runs `rewind ARGS` through the shell; ARGS are pasted verbatim (quote them yourself).
-inline Cmd rewind_cmd(const std::string& args) {
-  const std::string line = std::string(REWIND_BIN) + " " + args + " 2>&1";
-  Cmd c;
-  FILE* p = popen(line.c_str(), "r");
-  if (!p) return c;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) c.out.append(buf, n);
-  int st = pclose(p);
-  c.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return c;
-}
-
-inline std::string temp_dir(const std::string& tag) {
-  std::string t = "/tmp/rewind_" + tag + "_XXXXXX";
-  if (!mkdtemp(t.data())) std::abort();
-  return t;
-}
-
-inline nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return nlohmann::json::parse(ss.str());
-}
+using rwd::testing::Cmd;
+using rwd::testing::read_json;
+using rwd::testing::rewind_cmd;
+using rwd::testing::temp_dir;
 
 // The tiny model every test records: 2 layers x 4 heads, width 64, sequence 64, vocab 64.
 // Calibrated faults (lr 0.01, fault switched on at step 20 with --plan-from, window 20:39):

@@ -6,24 +6,15 @@
 #include <cstdio>
 #include <string>
 
+#include "tests/common/cli_run.h"
+
 namespace {
 
 const std::string kBin = REWIND_BIN;
 
-struct Cmd {
-  int code;
-  std::string out;
-};
+using rwd::testing::Cmd;
 
-Cmd sh(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  Cmd r{-1, ""};
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Cmd sh(const std::string& cmd) { return rwd::testing::run_shell(cmd); }
 
 TEST(GpuRecordReplay, ThirtyStepsReplayBitwiseOnTheSameGpu) {
   char tmpl[] = "/tmp/rewind_gpu_XXXXXX";
@@ -35,7 +26,7 @@ TEST(GpuRecordReplay, ThirtyStepsReplayBitwiseOnTheSameGpu) {
   Cmd rec = sh(kBin + " train --device cuda --data " + data + " --steps 30 --checkpoint-every 10 --record " +
                store + model);
   if (rec.code == 2 && rec.out.find("no CUDA device") != std::string::npos) {
-    std::system(("rm -rf " + dir).c_str());
+    rwd::testing::remove_tree(dir);
     GTEST_SKIP() << "no CUDA device: " << rec.out;
   }
   ASSERT_EQ(rec.code, 0) << rec.out;
@@ -43,7 +34,7 @@ TEST(GpuRecordReplay, ThirtyStepsReplayBitwiseOnTheSameGpu) {
     Cmd rp = sh(kBin + " replay --store " + store + " " + w + " --verify");
     EXPECT_EQ(rp.code, 0) << w << "\n" << rp.out;
   }
-  std::system(("rm -rf " + dir).c_str());
+  rwd::testing::remove_tree(dir);
 }
 
 }  // namespace

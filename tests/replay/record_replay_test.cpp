@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "store/store.h"
+#include "tests/common/cli_run.h"
 
 namespace {
 
@@ -22,21 +23,9 @@ const std::string kBin = REWIND_BIN;
 // A model small enough that a step takes a few milliseconds on one thread.
 const std::string kModel = " --vocab-size 64 --n-embd 32 --block-size 32 --threads 1 --log-every 1000";
 
-struct Cmd {
-  int code;
-  std::string out;
-};
+using rwd::testing::Cmd;
 
-Cmd sh(const std::string& cmd) {
-  std::string full = cmd + " 2>&1";
-  FILE* p = popen(full.c_str(), "r");
-  Cmd r{-1, ""};
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Cmd sh(const std::string& cmd) { return rwd::testing::run_shell(cmd); }
 
 class RecordReplay : public ::testing::Test {
  protected:
@@ -49,7 +38,7 @@ class RecordReplay : public ::testing::Test {
     Cmd r = sh(kBin + " train --data " + data_ + " --steps 60 --checkpoint-every 20 --record " + store_ + kModel);
     ASSERT_EQ(r.code, 0) << r.out;
   }
-  static void TearDownTestSuite() { std::system(("rm -rf " + dir_).c_str()); }
+  static void TearDownTestSuite() { rwd::testing::remove_tree(dir_); }
 
   static std::vector<uint32_t> loss_bits(const std::string& path, int64_t from, int64_t to) {
     auto s = rwd::store::Store::open(path, rwd::store::Mode::kReadOnly);
