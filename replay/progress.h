@@ -21,10 +21,11 @@ class Progress {
   void update(int64_t done, const std::string& extra = "") {
     auto now = std::chrono::steady_clock::now();
     const double el = std::chrono::duration<double>(now - t0_).count();
+    if (done > total_) total_ = done;  // the total was an estimate that turned out low
     const bool final = done >= total_;
     if (!tty_ && !final && std::chrono::duration<double>(now - last_).count() < every_) return;
     last_ = now;
-    const double rate = el > 0 ? done / el : 0.0;
+    const double rate = el > 0.5 ? done / el : 0.0;  // no rate from the first instants
     const double eta = rate > 0 ? (total_ - done) / rate : 0.0;
     std::fprintf(stderr, "%s%s %lld/%lld  %.2f/s  elapsed %.0fs  ETA %.0fs  %s%s", tty_ ? "\r\033[K" : "",
                  label_.c_str(), static_cast<long long>(done), static_cast<long long>(total_), rate, el,
