@@ -23,6 +23,7 @@ struct AttentionOptions {
 // in the backward. Tensors are clones (FP32, (B,H,T,D) or (B,H,T)) owned by the capture.
 struct AttentionCapture {
   torch::Tensor q, k, v, o, lse, d_o, delta;
+  torch::Tensor x;  // set by the caller (the GPT block): the input the qkv projection read, (B,T,C)
   std::vector<HeadStats> stats;
   bool keep_tensors = true;  // false: only `stats` is filled (cheap per-step monitors)
 };

@@ -59,6 +59,7 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
 
   // Attention: (B,T,C) -> qkv (B,T,3C) -> q,k,v (B,H,T,D).
   torch::Tensor a = layer_norm(x, ln_1, module_low(lp, plan::Module::kLn));
+  if (capture && capture->keep_tensors) capture->x = a.detach().clone();
   torch::Tensor qkv = linear(a, c_attn, module_low(lp, plan::Module::kQkv), /*round_out=*/false);
   auto parts = qkv.split(C, /*dim=*/2);
   auto heads = [&](const torch::Tensor& t) {

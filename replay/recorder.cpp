@@ -194,6 +194,11 @@ void Recorder::record_step(const StepResult& r, const std::string& digest, const
     const kernels::AttentionCapture& c = *it->second;
     const std::pair<const char*, const torch::Tensor*> items[] = {
         {"q", &c.q}, {"k", &c.k}, {"v", &c.v}, {"o", &c.o}, {"lse", &c.lse}, {"do", &c.d_o}, {"delta", &c.delta}};
+    if (c.x.defined()) {  // the layer input, shared by all heads: head -1
+      torch::Tensor t = c.x.contiguous().to(torch::kCPU);  // (B,T,C)
+      store::TensorKey key{run_, r.step, layer, -1, "x"};
+      store_.put_tensor(key, store_dtype(t), shape_of(t), t.data_ptr(), t.numel() * t.element_size());
+    }
     for (int head : opt_.capture.heads[i]) {
       for (const auto& [name, tensor] : items) {
         if (!tensor->defined()) continue;

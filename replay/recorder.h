@@ -17,7 +17,7 @@
 namespace rwd::replay {
 
 // `steps=6600:6620;L2.H*` (or `steps=5;L0,L1.H{1,3}`): which steps, layers and heads keep
-// their attention tensors Q, K, V, O, LSE, dO, delta.
+// their attention tensors Q, K, V, O, LSE, dO, delta, and the layer input X (head -1).
 struct CaptureSpec {
   int64_t from = -1, to = -1;               // inclusive; -1: nothing
   std::vector<int> layers;                  // layers to keep
