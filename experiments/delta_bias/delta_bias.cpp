@@ -1,5 +1,5 @@
-// Qiu & Yao Figs 4, 5a, 13 on a small BF16 run: per step, capture one layer's attention tensors,
-// recompute O and delta in FP64 and track the delta bias, dO/O-error signs and repeated maxima.
+// Qiu & Yao Figs 4, 5, 13 on a small BF16 run: per step, capture one layer's attention tensors,
+// recompute O and delta in FP64; delta bias, dO/O-error signs, (PK)[T]^T X[T] similarity, ties.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +39,62 @@ torch::Tensor reference_o(const rk::AttentionCapture& cap) {
   return o;
 }
 
+// Qiu & Yao Fig 5b-c. The delta error enters dW_q as sum_T (delta_lp - delta_hp)[T] times the
+// rank-1 matrix (PK)[T]^T X[T], with (PK)[T] = sum_j P[T,j] K[j] (D) and X[T] the qkv input (C).
+// Per head, over the B*T tokens of one step (u = PK, x = X, hats = unit vectors):
+//   tok_cos  mean over token pairs T != T' of the Frobenius cosine of the rank-1 terms,
+//            cos(u u'^T-terms) = cos(u, u') cos(x, x'); from |sum_T û x̂^T|^2 = N + sum_pairs
+//   u_cos, x_cos  the same for the factors alone
+//   coherence |sum_T e_T u_T x_T^T|_F / sum_T |e_T| |u_T| |x_T| with e = delta_lp - delta_hp:
+//            1 = every term adds in one direction; coh_null = |w|_2 / |w|_1 (w_T = |e_T||u_T||x_T|)
+//            is its value for mutually orthogonal terms (>= 1/sqrt(N)), the no-coherence level
+//   dir      sum_T û x̂^T normalised (the token-averaged direction), compared across steps
+struct Rank1Stats {
+  torch::Tensor tok_cos, u_cos, coherence, coh_null;  // (H)
+  double x_cos = 0;
+  torch::Tensor dir;                        // (H, D*C), unit rows
+};
+
+double pair_mean(const torch::Tensor& sq_norm_of_sum, double n) {
+  return (sq_norm_of_sum.item<double>() - n) / (n * (n - 1));
+}
+
+Rank1Stats rank1_stats(const rk::AttentionCapture& cap, const torch::Tensor& delta_err) {
+  if (!cap.x.defined()) throw rwd::Error(rwd::ExitCode::kInternal, "capture holds no x");
+  torch::Tensor q = cap.q.to(torch::kFloat64), k = cap.k.to(torch::kFloat64);
+  torch::Tensor x = cap.x.to(torch::kFloat64);                               // (B,T,C)
+  const int64_t t = q.size(2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  torch::Tensor s = torch::matmul(q, k.transpose(-1, -2)) * scale;
+  torch::Tensor future = torch::ones({t, t}, torch::kBool).triu(1);
+  torch::Tensor u = torch::matmul(torch::softmax(s.masked_fill(future, -INFINITY), -1), k);
+  const double n = static_cast<double>(x.size(0) * x.size(1));
+  torch::Tensor un = u / u.norm(2, -1, true).clamp_min(1e-300);
+  torch::Tensor xn = x / x.norm(2, -1, true).clamp_min(1e-300);
+  torch::Tensor g = torch::einsum("bhtd,btc->hdc", {un, xn});              // (H,D,C)
+  Rank1Stats r;
+  const int64_t heads = g.size(0);
+  r.tok_cos = torch::empty({heads}, torch::kFloat64);
+  r.u_cos = torch::empty({heads}, torch::kFloat64);
+  const std::vector<int64_t> dc_dims{1, 2}, bt_dims{0, 2};
+  torch::Tensor g_sq = g.pow(2).sum(torch::IntArrayRef(dc_dims));
+  torch::Tensor u_sq = un.sum(torch::IntArrayRef(bt_dims)).pow(2).sum(-1);
+  for (int64_t h = 0; h < heads; ++h) {
+    r.tok_cos[h] = pair_mean(g_sq[h], n);
+    r.u_cos[h] = pair_mean(u_sq[h], n);
+  }
+  const std::vector<int64_t> b_t_dims{0, 1};
+  r.x_cos = pair_mean(xn.sum(torch::IntArrayRef(b_t_dims)).pow(2).sum(), n);
+  torch::Tensor w = torch::einsum("bht,bhtd,btc->hdc", {delta_err, u, x});
+  torch::Tensor wt = delta_err.abs() * u.norm(2, -1) * x.norm(2, -1).unsqueeze(1);  // (B,H,T)
+  torch::Tensor den = wt.sum(torch::IntArrayRef(bt_dims));
+  r.coh_null = wt.pow(2).sum(torch::IntArrayRef(bt_dims)).sqrt() / den.clamp_min(1e-300);
+  r.coherence = w.pow(2).sum(torch::IntArrayRef(dc_dims)).sqrt() / den.clamp_min(1e-300);
+  torch::Tensor flat = g.reshape({heads, -1});
+  r.dir = flat / flat.norm(2, -1, true).clamp_min(1e-300);
+  return r;
+}
+
 double pearson(const std::vector<double>& a, const std::vector<double>& b) {
   const size_t n = a.size();
   double ma = 0, mb = 0;
@@ -50,6 +106,38 @@ double pearson(const std::vector<double>& a, const std::vector<double>& b) {
     sbb += (b[i] - mb) * (b[i] - mb);
   }
   return (saa > 0 && sbb > 0) ? sab / std::sqrt(saa * sbb) : std::nan("");  // NaN: constant
+}
+
+// Fig 5b-c summary: per head, token-pair similarity (mean over steps) and the similarity of the
+// token-averaged direction across steps (consecutive steps, all step pairs, first vs last).
+void print_rank1_summary(const std::vector<double>& tok_cos, const std::vector<double>& u_cos,
+                         double x_cos, const std::vector<double>& coh,
+                         const std::vector<double>& coh_null,
+                         const std::vector<torch::Tensor>& dirs, double tokens) {
+  const int heads = static_cast<int>(tok_cos.size());
+  const double steps = static_cast<double>(dirs.size());
+  torch::Tensor d = torch::stack(dirs);                         // (S, H, D*C)
+  torch::Tensor sum_sq = d.sum(0).pow(2).sum(-1);               // (H)
+  torch::Tensor consec = (d.slice(0, 1) * d.slice(0, 0, -1)).sum(-1).mean(0);
+  torch::Tensor first_last = (d[0] * d[-1]).sum(-1);
+  std::printf("\n(PK)[T]^T X[T] (Qiu & Yao Fig 5b-c; paper: highly similar across tokens and steps,"
+              " so the delta error adds up coherently in dW_q). Random directions would give ~0"
+              " pair cosine and coherence = coh_null (>= 1/sqrt(N) = %.3f, N = %.0f tokens/step).\n"
+              "  tok.cos, PK cos, coherence: means over steps; step columns: cosine of the"
+              " token-averaged rank-1 direction between steps.\n",
+              1.0 / std::sqrt(tokens), tokens);
+  std::printf("  X[T] alone: mean pair cosine across tokens %.4f (layer input, shared by the heads)\n",
+              x_cos);
+  std::printf("  %-5s %10s %10s %10s %10s | %15s %10s %10s\n", "head", "tok.cos", "PK cos",
+              "coherence", "coh_null",
+              "step cos(s,s-1)", "all-pairs", "first/last");
+  for (int h = 0; h < heads; ++h) {
+    const double all_pairs = steps > 1 ? (sum_sq[h].item<double>() - steps) / (steps * (steps - 1))
+                                       : std::nan("");
+    std::printf("  H%-4d %10.4f %10.4f %10.4f %10.4f | %15.4f %10.4f %10.4f\n", h, tok_cos[h],
+                u_cos[h], coh[h], coh_null[h], steps > 1 ? consec[h].item<double>() : std::nan(""), all_pairs,
+                first_last[h].item<double>());
+  }
 }
 
 int usage() {
@@ -99,7 +187,7 @@ int main(int argc, char** argv) {
     FILE* csv = std::fopen(csv_path.c_str(), "w");
     if (!csv) throw rwd::Error(rwd::ExitCode::kData, "cannot write " + csv_path);
     std::fprintf(csv, "step,loss,head,delta_bias,cum_delta_bias,o_err_mean,prod_pos_frac,"
-                      "feature_sign_agree,repmax_rate,max_logit\n");
+                      "feature_sign_agree,repmax_rate,max_logit,rank1_tok_cos,pk_cos,x_cos,rank1_coherence,coherence_null\n");
     std::printf("plan '%s', GPT %d layers x %d heads, width %d, T=%d, batch %d, lr %g;"
                 " captured layer L%d every step.\n", plan.canonical().c_str(), cfg.n_layer, heads,
                 cfg.n_embd, cfg.block_size, cfg.batch_size, lr, layer);
@@ -113,7 +201,10 @@ int main(int argc, char** argv) {
     std::vector<double> cum(heads, 0.0), same_sign_steps(heads, 0.0);
     std::vector<double> losses, repmax_all, xs;
     std::vector<rwd::experiments::Series> cum_series(heads), rep_series(heads + 1);
-    double prod_pos_sum = 0, feat_agree_sum = 0;
+    double prod_pos_sum = 0, feat_agree_sum = 0, x_cos_sum = 0;
+    std::vector<double> tok_cos_sum(heads, 0.0), u_cos_sum(heads, 0.0), coh_sum(heads, 0.0);
+    std::vector<double> coh_null_sum(heads, 0.0);
+    std::vector<torch::Tensor> dirs;  // per step: (H, D*C) token-averaged rank-1 direction
     for (int s = 1; s <= steps; ++s) {
       rp::StepResult r = trainer.train_step({layer});
       const rk::AttentionCapture& cap = *r.captures.at(layer);
@@ -123,7 +214,11 @@ int main(int argc, char** argv) {
       torch::Tensor delta_hp = (d_o * o_hp).sum(-1);                         // (B,H,T)
       const std::vector<int64_t> bt_dims{0, 2}, btd_dims{0, 2, 3};  // (B, T) and (B, T, D)
       const torch::IntArrayRef bt(bt_dims), btd(btd_dims);
-      torch::Tensor bias = (cap.delta.to(torch::kFloat64) - delta_hp).sum(bt);  // (H)
+      torch::Tensor delta_err = cap.delta.to(torch::kFloat64) - delta_hp;  // (B,H,T)
+      torch::Tensor bias = delta_err.sum(bt);                                // (H)
+      const Rank1Stats r1 = rank1_stats(cap, delta_err);
+      dirs.push_back(r1.dir);
+      x_cos_sum += r1.x_cos / steps;
       torch::Tensor prod = d_o * err;
       torch::Tensor prod_pos = (prod > 0).to(torch::kFloat64).sum(btd) /
                                (prod != 0).to(torch::kFloat64).sum(btd).clamp_min(1);
@@ -140,9 +235,16 @@ int main(int argc, char** argv) {
         const rp::HeadMonitor& m = r.monitors[static_cast<size_t>(layer) * heads + h];
         prod_pos_sum += prod_pos[h].item<double>() / (heads * steps);
         feat_agree_sum += agree[h].item<double>() / (heads * steps);
-        std::fprintf(csv, "%d,%.6f,%d,%.6e,%.6e,%.6e,%.4f,%.4f,%.4f,%.3f\n", s, r.loss, h, b,
-                     cum[h], err.select(1, h).mean().item<double>(), prod_pos[h].item<double>(),
-                     agree[h].item<double>(), m.repmax_rate, m.max_logit);
+        const double tc = r1.tok_cos[h].item<double>(), uc = r1.u_cos[h].item<double>();
+        const double coh = r1.coherence[h].item<double>();
+        tok_cos_sum[h] += tc / steps;
+        u_cos_sum[h] += uc / steps;
+        coh_sum[h] += coh / steps;
+        coh_null_sum[h] += r1.coh_null[h].item<double>() / steps;
+        std::fprintf(csv, "%d,%.6f,%d,%.6e,%.6e,%.6e,%.4f,%.4f,%.4f,%.3f,%.5f,%.5f,%.5f,%.5f,%.5f\n", s,
+                     r.loss, h, b, cum[h], err.select(1, h).mean().item<double>(),
+                     prod_pos[h].item<double>(), agree[h].item<double>(), m.repmax_rate,
+                     m.max_logit, tc, uc, r1.x_cos, coh, r1.coh_null[h].item<double>());
         same_sign_steps[h] += (b * cum[h] > 0);
         cum_series[h].y.push_back(cum[h]);
         rep_series[h].y.push_back(m.repmax_rate);
@@ -176,6 +278,8 @@ int main(int argc, char** argv) {
     std::printf("\nelements with dO*(O_lp-O_hp) > 0 (of nonzero): %.4f  (0.5 = no sign agreement)\n",
                 prod_pos_sum);
     std::printf("features whose sum dO and sum (O_lp-O_hp) agree in sign: %.4f\n", feat_agree_sum);
+    print_rank1_summary(tok_cos_sum, u_cos_sum, x_cos_sum, coh_sum, coh_null_sum, dirs,
+                        static_cast<double>(cfg.batch_size) * cfg.block_size);
     const double corr = pearson(repmax_all, losses);
     if (std::isnan(corr))
       std::printf("Pearson(repeated-max rate, loss): n/a (the rate is constant)\n");

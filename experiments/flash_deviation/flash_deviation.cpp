@@ -1,13 +1,15 @@
 // Golden et al. ("Is Flash Attention Stable?") Figs 3-6 with the CPU kernels: max and mean
-// |O - O_fp64| of flash (tiled) and naive attention per numeric regime, vs tile size and vs T.
+// |O - O_fp64| of flash (tiled) and naive attention per numeric regime (BF16, FP16, FP32).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "experiments/flash_deviation/fp16_attention.h"
 #include "kernels/attention_cpu.h"
 #include "kernels/bf16.h"
 
@@ -49,6 +51,11 @@ const Regime kRegimes[] = {
     {"fp32", false, false, true},          // every op FP32 (all=fp32)
 };
 constexpr int kNumRegimes = sizeof(kRegimes) / sizeof(kRegimes[0]);
+// FP16 columns (experiment-local emulation, fp16_attention.h): the kernel's rounding points with
+// FP16 in place of BF16, and the same with running Ō, l in FP16 (the paper's PyTorch flash).
+const char* const kFp16Names[] = {"fp16-kernel", "fp16-acc"};
+constexpr int kNumFp16 = 2;
+constexpr int kNumCols = kNumRegimes + kNumFp16;
 constexpr int kBatch = 2;  // independent inputs per measurement
 constexpr int kDim = 64;
 
@@ -65,7 +72,24 @@ struct Problem {
   double sigma = 1;
   std::vector<float> q, k, v;      // (B, H, T, D): every head holds the same input
   std::vector<double> ref;         // (B, 1, T, D) FP64 reference output
+  std::vector<float> q16, k16, v16;  // (B, T, D): the inputs rounded to FP16 (fp16 columns)
+  std::vector<double> ref16;         // FP64 reference output of the FP16 inputs
 };
+
+std::vector<double> reference(int t, const std::vector<float>& q, const std::vector<float>& k,
+                              const std::vector<float>& v) {
+  std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
+  std::vector<double> out(q.size()), lse(static_cast<size_t>(kBatch) * t);
+  k::AttentionParams p;
+  p.batch = kBatch;
+  p.heads = 1;
+  p.seq = t;
+  p.dim = kDim;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kDim)));
+  p.causal = true;
+  k::attention_reference_forward(p, qd.data(), kd.data(), vd.data(), out.data(), lse.data());
+  return out;
+}
 
 Problem make_problem(int t, double sigma, uint64_t seed) {
   Problem pr;
@@ -89,21 +113,68 @@ Problem make_problem(int t, double sigma, uint64_t seed) {
       std::copy(k1.begin() + src, k1.begin() + src + slice, pr.k.begin() + dst);
       std::copy(v1.begin() + src, v1.begin() + src + slice, pr.v.begin() + dst);
     }
-  std::vector<double> qd(q1.begin(), q1.end()), kd(k1.begin(), k1.end()), vd(v1.begin(), v1.end());
-  pr.ref.resize(q1.size());
-  std::vector<double> lse(static_cast<size_t>(kBatch) * t);
-  k::AttentionParams p;
-  p.batch = kBatch;
-  p.heads = 1;
-  p.seq = t;
-  p.dim = kDim;
-  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kDim)));
-  p.causal = true;
-  k::attention_reference_forward(p, qd.data(), kd.data(), vd.data(), pr.ref.data(), lse.data());
+  pr.ref = reference(t, q1, k1, v1);
+  // BF16 values are FP16 values unless below FP16's normal range; round those too and give the
+  // FP16 columns their own reference of exactly the inputs they see.
+  pr.q16 = q1;
+  pr.k16 = k1;
+  pr.v16 = v1;
+  for (std::vector<float>* x : {&pr.q16, &pr.k16, &pr.v16})
+    for (float& e : *x) e = rwd::experiments::round_fp16(e);
+  pr.ref16 = reference(t, pr.q16, pr.k16, pr.v16);
   return pr;
 }
 
-// Runs every regime once (naive, or flash with square tiles `tile`); errors per regime.
+// FP16 outputs (and Ō / l before rounding) of both FP16 variants, (variant, B, T, D).
+struct Fp16Out {
+  std::vector<float> o, pre;
+};
+
+Fp16Out run_fp16(const Problem& pr, bool naive, int tile) {
+  const size_t slice = static_cast<size_t>(pr.t) * kDim;
+  Fp16Out r;
+  r.o.resize(kNumFp16 * kBatch * slice);
+  r.pre.resize(r.o.size());
+#pragma omp parallel for schedule(static)
+  for (int job = 0; job < kNumFp16 * kBatch; ++job) {
+    const int var = job / kBatch, b = job % kBatch;
+    rwd::experiments::Fp16Head h;
+    h.t = pr.t;
+    h.dim = kDim;
+    h.alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kDim)));
+    h.q = &pr.q16[b * slice];
+    h.k = &pr.k16[b * slice];
+    h.v = &pr.v16[b * slice];
+    float* o = &r.o[job * slice];
+    float* pre = &r.pre[job * slice];
+    if (naive)
+      rwd::experiments::fp16_naive_forward(h, var == 1, o, pre);
+    else
+      rwd::experiments::fp16_flash_forward(h, tile, var == 1, o, pre);
+  }
+  return r;
+}
+
+// Errors of one FP16 variant against the FP16 inputs' reference.
+Errors fp16_errors(const Problem& pr, const Fp16Out& r, int var) {
+  const size_t n = static_cast<size_t>(kBatch) * pr.t * kDim, off = var * n;
+  Errors e;
+  double sum = 0, sum_pre = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = std::fabs(static_cast<double>(r.o[off + i]) - pr.ref16[i]);
+    const double x_pre = std::fabs(static_cast<double>(r.pre[off + i]) - pr.ref16[i]);
+    e.max_abs = std::max(e.max_abs, x);
+    e.max_pre = std::max(e.max_pre, x_pre);
+    sum += x;
+    sum_pre += x_pre;
+  }
+  e.mean_abs = sum / n;
+  e.mean_pre = sum_pre / n;
+  return e;
+}
+
+// Runs every regime once (naive, or flash with square tiles `tile`); errors per column
+// (the BF16/FP32 regimes of the kernel emulation, then the FP16 variants).
 std::vector<Errors> measure(const Problem& pr, bool naive, int tile) {
   std::vector<k::HeadFlags> flags(kNumRegimes);
   for (int h = 0; h < kNumRegimes; ++h) {
@@ -146,19 +217,33 @@ std::vector<Errors> measure(const Problem& pr, bool naive, int tile) {
     out[h].mean_abs = sum / (kBatch * slice);
     out[h].mean_pre = sum_pre / (kBatch * slice);
   }
+  const Fp16Out r16 = run_fp16(pr, naive, tile);
+  for (int var = 0; var < kNumFp16; ++var) out.push_back(fp16_errors(pr, r16, var));
   return out;
+}
+
+const char* column_name(int c) {
+  return c < kNumRegimes ? kRegimes[c].name : kFp16Names[c - kNumRegimes];
+}
+
+// Self-test: FP16 flash with one key tile (tile >= T) must equal FP16 naive bit for bit.
+bool fp16_one_tile_matches_naive(const Problem& pr) {
+  const Fp16Out naive = run_fp16(pr, true, 0), flash = run_fp16(pr, false, pr.t);
+  return naive.o.size() == flash.o.size() &&
+         std::memcmp(naive.o.data(), flash.o.data(), naive.o.size() * sizeof(float)) == 0 &&
+         std::memcmp(naive.pre.data(), flash.pre.data(), naive.pre.size() * sizeof(float)) == 0;
 }
 
 void csv_rows(FILE* csv, const char* sweep, const Problem& pr, const char* impl, int tile,
               const std::vector<Errors>& e) {
-  for (int h = 0; h < kNumRegimes; ++h)
+  for (int h = 0; h < kNumCols; ++h)
     std::fprintf(csv, "%s,%g,%d,%s,%d,%s,%.6e,%.6e,%.6e,%.6e\n", sweep, pr.sigma, pr.t, impl,
-                 tile, kRegimes[h].name, e[h].max_abs, e[h].mean_abs, e[h].max_pre, e[h].mean_pre);
+                 tile, column_name(h), e[h].max_abs, e[h].mean_abs, e[h].max_pre, e[h].mean_pre);
 }
 
 void print_header(const char* first) {
   std::printf("  %-10s", first);
-  for (const Regime& r : kRegimes) std::printf(" %21s", r.name);
+  for (int c = 0; c < kNumCols; ++c) std::printf(" %21s", column_name(c));
   std::printf("\n");
 }
 
@@ -172,7 +257,7 @@ void print_row(const std::string& label, const std::vector<Errors>& e) {
 void print_ratio(const std::string& label, const std::vector<Errors>& flash,
                  const std::vector<Errors>& naive) {
   std::printf("  %-10s", label.c_str());
-  for (int h = 0; h < kNumRegimes; ++h)
+  for (int h = 0; h < kNumCols; ++h)
     std::printf("   %5.2f/%5.2f/%5.2f", flash[h].max_abs / naive[h].max_abs,
                 flash[h].mean_abs / naive[h].mean_abs, flash[h].mean_pre / naive[h].mean_pre);
   std::printf("\n");
@@ -198,6 +283,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "flash_deviation: --max-seq must be >= 128\n");
     return 2;
   }
+  const char* fp16_err = rwd::experiments::fp16_self_test();
+  if (*fp16_err) {
+    std::fprintf(stderr, "flash_deviation: FP16 rounding self-test failed: %s\n", fp16_err);
+    return 1;
+  }
   FILE* csv = std::fopen(csv_path.c_str(), "w");
   if (!csv) {
     std::fprintf(stderr, "flash_deviation: cannot write %s\n", csv_path.c_str());
@@ -208,7 +298,8 @@ int main(int argc, char** argv) {
   std::printf("flash vs naive |O - O_fp64| (max / mean), causal, D=%d, B=%d inputs, q,k ~ N(0,s^2),"
               " v ~ N(0,1), BF16-valued inputs.\n"
               "Paper (Golden et al.): flash ~10x the baseline's deviation at BF16, growing with T,"
-              " shrinking with tile size.\nFP16 is not covered: the emulation has no FP16 rounding.\n",
+              " shrinking with tile size.\nFP16 columns: inputs rounded to FP16, own FP64 reference;"
+              " FP16 rounding self-test passed.\n",
               kDim, kBatch);
   const double kSigmas[] = {1.0, 3.0, 6.0};
   const int kTiles[] = {16, 32, 64, 128, 256};
@@ -216,6 +307,11 @@ int main(int argc, char** argv) {
   for (double sigma : kSigmas) {
     const int t = std::min(1024, max_t);
     Problem pr = make_problem(t, sigma, seed++);
+    if (!fp16_one_tile_matches_naive(pr)) {
+      std::fprintf(stderr, "flash_deviation: FP16 flash with one tile differs from FP16 naive\n");
+      std::fclose(csv);
+      return 1;
+    }
     std::printf("\n[tile sweep] T=%d, |q|,|k| scale s=%g\n", t, sigma);
     print_header("impl");
     std::vector<Errors> naive = measure(pr, true, 0);
@@ -227,9 +323,10 @@ int main(int argc, char** argv) {
       print_row("flash " + std::to_string(tile), flash.back());
       csv_rows(csv, "tile", pr, "flash", tile, flash.back());
     }
-    std::printf("  ratio flash/naive (max / mean / mean before the final BF16 rounding of O):\n");
+    std::printf("  ratio flash/naive (max / mean / mean before the final BF16/FP16 rounding of O):\n");
     for (size_t i = 0; i < flash.size(); ++i)
       print_ratio("tile " + std::to_string(kTiles[i]), flash[i], naive);
+    std::printf("  self-test: FP16 flash with one %d-key tile == FP16 naive, bitwise (both variants)\n", t);
   }
   for (double sigma : kSigmas) {
     std::printf("\n[sequence sweep] tile 64, s=%g; rows: naive, flash, ratio (max/mean/mean pre-round)\n", sigma);
