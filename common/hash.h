@@ -8,8 +8,8 @@
 
 namespace rwd {
 
-constexpr uint64_t kFnvOffset = 1469598103934665603ull;
-constexpr uint64_t kFnvPrime = 1099511628211ull;
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
+constexpr uint64_t kFnvPrime = 0x100000001b3ull;
 
 // FNV-1a, 64 bit, over bytes; `h` lets callers hash several pieces in sequence.
 inline uint64_t fnv1a64(const void* data, size_t n, uint64_t h = kFnvOffset) {

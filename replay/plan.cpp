@@ -11,6 +11,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/hash.h"
 
 namespace rwd::plan {
 namespace {
@@ -484,20 +485,9 @@ std::string Plan::canonical() const {
   return out;
 }
 
-uint64_t Plan::hash() const {
-  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64 offset basis
-  for (unsigned char c : canonical()) {
-    h ^= c;
-    h *= 0x100000001b3ULL;  // FNV-1a 64 prime
-  }
-  return h;
-}
+uint64_t Plan::hash() const { return fnv1a64(canonical()); }
 
-std::string Plan::hash_hex() const {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(hash()));
-  return buf;
-}
+std::string Plan::hash_hex() const { return hex64(hash()); }
 
 Plan parse(const std::string& spec, int n_layer, int n_head) {
   return plan::apply(Plan::defaults(n_layer, n_head), spec);

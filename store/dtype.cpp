@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "common/bf16.h"
 #include "store/store_error.h"
 
 namespace rwd::store {
@@ -44,23 +45,9 @@ Dtype dtype_from_name(const std::string& name) {
   throw data_error("unknown dtype '" + name + "' in store");
 }
 
-float bf16_to_f32(uint16_t bits) {
-  uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+float bf16_to_f32(uint16_t bits) { return bf16_bits_to_float(bits); }
 
-uint16_t f32_to_bf16(float value) {
-  uint32_t u;
-  std::memcpy(&u, &value, 4);
-  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0) {
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN, keep sign
-  }
-  // Round to nearest, ties to even: add 0x7FFF plus the lowest kept bit, then truncate.
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
+uint16_t f32_to_bf16(float value) { return float_to_bf16_bits(value); }
 
 std::string shape_to_json(const std::vector<int64_t>& shape) {
   std::string out = "[";

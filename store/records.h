@@ -8,20 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "common/bf16.h"
 #include "store/dtype.h"
 
 namespace rwd::store {
 
-inline uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using rwd::bits_float;
+using rwd::float_bits;
 
 struct RunInfo {
   int64_t id = 0;

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <limits>
 
+#include "common/bf16.h"
+
 namespace rwd::experiments {
 namespace {
 
@@ -36,10 +38,10 @@ void finish(const Fp16Head& h, const std::vector<float>& acc, float l, float* o,
   }
 }
 
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
+// The papers' pure-PyTorch regime: the running O and l are held in FP16 after each update.
+void round_accumulators(std::vector<float>& acc, float& l) {
+  for (float& a : acc) a = round_fp16(a);
+  l = round_fp16(l);
 }
 
 }  // namespace
@@ -84,7 +86,7 @@ const char* fp16_self_test() {
       {2051.0f, 2052.0f},
   };
   for (const Case& c : cases)
-    if (bits_of(round_fp16(c.in)) != bits_of(c.out)) return "a known FP16 value rounds wrongly";
+    if (float_bits(round_fp16(c.in)) != float_bits(c.out)) return "a known FP16 value rounds wrongly";
   if (!std::isnan(round_fp16(std::nanf("")))) return "NaN does not stay NaN";
 #ifdef __FLT16_MAX__
   uint64_t s = 12345;
@@ -96,7 +98,7 @@ const char* fp16_self_test() {
     float x;
     std::memcpy(&x, &u, sizeof x);
     const float ref = static_cast<float>(static_cast<_Float16>(x));
-    if (bits_of(round_fp16(x)) != bits_of(ref)) return "round_fp16 differs from _Float16";
+    if (float_bits(round_fp16(x)) != float_bits(ref)) return "round_fp16 differs from _Float16";
   }
 #endif
   return "";
@@ -125,10 +127,7 @@ void fp16_flash_forward(const Fp16Head& h, int tile, bool acc_fp16, float* o, fl
         const float* vr = h.v + static_cast<size_t>(j) * h.dim;
         for (int d = 0; d < h.dim; ++d) acc[d] += pj * vr[d];
       }
-      if (acc_fp16) {
-        for (int d = 0; d < h.dim; ++d) acc[d] = round_fp16(acc[d]);
-        l = round_fp16(l);
-      }
+      if (acc_fp16) round_accumulators(acc, l);
     }
     finish(h, acc, l, o + static_cast<size_t>(r) * h.dim, o_pre + static_cast<size_t>(r) * h.dim);
   }
@@ -152,10 +151,7 @@ void fp16_naive_forward(const Fp16Head& h, bool acc_fp16, float* o, float* o_pre
       const float* vr = h.v + static_cast<size_t>(j) * h.dim;
       for (int d = 0; d < h.dim; ++d) acc[d] += pj * vr[d];
     }
-    if (acc_fp16) {
-      for (int d = 0; d < h.dim; ++d) acc[d] = round_fp16(acc[d]);
-      l = round_fp16(l);
-    }
+    if (acc_fp16) round_accumulators(acc, l);
     finish(h, acc, l, o + static_cast<size_t>(r) * h.dim, o_pre + static_cast<size_t>(r) * h.dim);
   }
 }
