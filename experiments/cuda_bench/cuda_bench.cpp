@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -51,6 +52,8 @@ struct Row {
   std::string name;
   double fwd_ms, bwd_ms;
 };
+
+bool g_mixed = true;  // also time the mixed plan (slow SIMT path); off with --no-mixed
 
 void bench(int B, int H, int T, int D) {
   auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
@@ -126,9 +129,11 @@ void bench(int B, int H, int T, int D) {
   std::vector<HeadFlags> stable(H);
   for (auto& fl : stable) fl.stable = true;
   run_ours("rewind_stable", stable);
-  std::vector<HeadFlags> mixed(H);
-  for (int h = 0; h < H; h += 2) mixed[h].prec[static_cast<int>(rwd::kernels::Op::kPv)] = rwd::kernels::Prec::kFp32;
-  run_ours("rewind_mixed_pv32", mixed);
+  if (g_mixed) {
+    std::vector<HeadFlags> mixed(H);
+    for (int h = 0; h < H; h += 2) mixed[h].prec[static_cast<int>(rwd::kernels::Op::kPv)] = rwd::kernels::Prec::kFp32;
+    run_ours("rewind_mixed_pv32", mixed);
+  }
 
   const double base_f = rows[0].fwd_ms, base_b = rows[0].bwd_ms;
   std::printf("\nB=%d H=%d T=%d D=%d causal  (baseline: %s)\n", B, H, T, D, rows[0].name.c_str());
@@ -143,12 +148,25 @@ void bench(int B, int H, int T, int D) {
 
 }  // namespace
 
-int main() {
+// Usage: cuda_bench [--shape 0|1] [--no-mixed]   (default: both shapes, all kernels)
+int main(int argc, char** argv) {
+  int shape = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--shape" && i + 1 < argc) {
+      shape = std::atoi(argv[++i]);
+    } else if (arg == "--no-mixed") {
+      g_mixed = false;
+    } else {
+      std::fprintf(stderr, "usage: cuda_bench [--shape 0|1] [--no-mixed]\n");
+      return 2;
+    }
+  }
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "cuda_bench: no CUDA device\n");
     return 2;
   }
-  bench(8, 12, 1024, 64);
-  bench(2, 16, 4096, 128);
+  if (shape != 1) bench(8, 12, 1024, 64);
+  if (shape != 0) bench(2, 16, 4096, 128);
   return 0;
 }

@@ -83,10 +83,30 @@ __device__ __forceinline__ float quad_sum(float x) {
 // ---------------------------------------------------------------------------------------------
 // CUDA kernels
 
+// K/V buffers of the dQ kernel: 2 = double-buffered (next tile loads during this one), 1 =
+// single (4 tiles of smem instead of 6, so more blocks fit an SM; loads wait behind barriers).
+// D = 128 takes 1: 4 tiles of 17 KB let 3 blocks share an SM (6 tiles: 2), measured 15%
+// faster (experiments/cuda_bench/RESULTS.md); D = 64 fits 3 blocks either way.
+#ifndef REWIND_DQ64_KV_STAGES
+#define REWIND_DQ64_KV_STAGES 2
+#endif
+#ifndef REWIND_DQ128_KV_STAGES
+#define REWIND_DQ128_KV_STAGES 1
+#endif
+template <int D>
+constexpr int kDqKvStages = D == 64 ? REWIND_DQ64_KV_STAGES : REWIND_DQ128_KV_STAGES;
+// Blocks per SM the register allocation of each kernel must allow (__launch_bounds__).
+#ifndef REWIND_DQ_MIN_BLOCKS
+#define REWIND_DQ_MIN_BLOCKS 3
+#endif
+#ifndef REWIND_DKDV64_MIN_BLOCKS
+#define REWIND_DKDV64_MIN_BLOCKS 3  // D = 128 keeps 1: at 3 blocks (168 registers) it spills
+#endif
+
 // delta and dQ. Grid (ceil(T/64), B*H), 128 threads; warp w owns query rows q0 + 16w ...
 // For delta=dpp heads the key loop runs twice: pass 0 sums dP * P into delta, pass 1 forms dQ.
 template <int D>
-__global__ void __launch_bounds__(kThreads) flash_dq_kernel(KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, REWIND_DQ_MIN_BLOCKS) flash_dq_kernel(KernelArgs a) {
   constexpr int kTile = kBlockQ * (D + 8);
   // Causal: the last query tiles (most key tiles) start first.
   const int q_tile = a.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : blockIdx.x;
@@ -96,8 +116,8 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(KernelArgs a) {
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* s_q = smem;
   uint16_t* s_do = smem + kTile;
-  uint16_t* s_k = smem + 2 * kTile;  // [2] tiles
-  uint16_t* s_v = smem + 4 * kTile;  // [2] tiles
+  uint16_t* s_k = smem + 2 * kTile;                // [kDqKvStages<D>] tiles
+  uint16_t* s_v = smem + (2 + kDqKvStages<D>) * kTile;  // [kDqKvStages<D>] tiles
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row_a = q0 + warp * 16 + lane / 4;
   const size_t base = static_cast<size_t>(bh) * T * D, row_base = static_cast<size_t>(bh) * T;
@@ -115,13 +135,36 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(KernelArgs a) {
   for (int r = 0; r < 2; ++r) {
     const int row = row_a + 8 * r;
     lse[r] = row < T ? a.lse_in[row_base + row] : 0.0f;
-    if (!f.delta_dpp) {  // delta = rowsum(dO * O): each quad lane takes every 4th column
+    if (!f.delta_dpp) {
+      // delta = rowsum(dO * O): quad lane l takes the 8-element chunks l, l + 4, ... (16-byte
+      // loads), FMAs in column order within its chunks, then the quad sum.
       float acc = 0.0f;
       if (row < T) {
         const size_t off = base + static_cast<size_t>(row) * D;
-        for (int d = lane % 4; d < D; d += 4) {
-          const float o = f.o_f32 ? a.o32[off + d] : bf16_bits_to_float(a.o[off + d]);
-          acc = fmaf(bf16_bits_to_float(a.d_o[off + d]), o, acc);
+#pragma unroll
+        for (int c = (lane % 4) * 8; c < D; c += 32) {
+          const uint4 dov = *reinterpret_cast<const uint4*>(a.d_o + off + c);
+          const uint32_t dw[4] = {dov.x, dov.y, dov.z, dov.w};
+          float o[8];
+          if (f.o_f32) {
+            const float4 lo = *reinterpret_cast<const float4*>(a.o32 + off + c);
+            const float4 hi = *reinterpret_cast<const float4*>(a.o32 + off + c + 4);
+            o[0] = lo.x, o[1] = lo.y, o[2] = lo.z, o[3] = lo.w;
+            o[4] = hi.x, o[5] = hi.y, o[6] = hi.z, o[7] = hi.w;
+          } else {
+            const uint4 ov = *reinterpret_cast<const uint4*>(a.o + off + c);
+            const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              o[2 * i] = bf16_bits_to_float(static_cast<uint16_t>(ow[i] & 0xffffu));
+              o[2 * i + 1] = bf16_bits_to_float(static_cast<uint16_t>(ow[i] >> 16));
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            acc = fmaf(bf16_bits_to_float(static_cast<uint16_t>(dw[i] & 0xffffu)), o[2 * i], acc);
+            acc = fmaf(bf16_bits_to_float(static_cast<uint16_t>(dw[i] >> 16)), o[2 * i + 1], acc);
+          }
         }
       }
       delta[r] = quad_sum(acc);
@@ -138,12 +181,14 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(KernelArgs a) {
     const bool main_pass = jj >= (n_pass - 1) * n_kt;
     cp_async_wait_all();
     __syncthreads();
-    const uint16_t* k_t = s_k + (jj & 1) * kTile;
-    const uint16_t* v_t = s_v + (jj & 1) * kTile;
-    if (jj + 1 < n_pass * n_kt) {
-      const int jn = (jj + 1) % n_kt;
-      load_tile_async<D>(s_k + ((jj + 1) & 1) * kTile, a.k + base, jn * kBlockK, T);
-      load_tile_async<D>(s_v + ((jj + 1) & 1) * kTile, a.v + base, jn * kBlockK, T);
+    const int buf = kDqKvStages<D> == 2 ? (jj & 1) : 0;
+    const uint16_t* k_t = s_k + buf * kTile;
+    const uint16_t* v_t = s_v + buf * kTile;
+    const bool more = jj + 1 < n_pass * n_kt;
+    const int jn = (jj + 1) % n_kt;
+    if (kDqKvStages<D> == 2 && more) {
+      load_tile_async<D>(s_k + (buf ^ 1) * kTile, a.k + base, jn * kBlockK, T);
+      load_tile_async<D>(s_v + (buf ^ 1) * kTile, a.v + base, jn * kBlockK, T);
       cp_async_commit();
     }
 
@@ -155,22 +200,43 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(KernelArgs a) {
     }
     mma_abt<D>(s, s_q, warp * 16, k_t, lane);   // S = Q K^T
     mma_abt<D>(dp, s_do, warp * 16, v_t, lane); // dP = dO V^T
-    const bool need_mask = (a.causal && j == q_tile) || (j + 1) * kBlockK > T;
+    if (kDqKvStages<D> == 1) {  // every warp is done with V_j: load V_{j+1} behind dS and dQ
+      __syncthreads();
+      if (more) {
+        load_tile_async<D>(s_v, a.v + base, jn * kBlockK, T);
+        cp_async_commit();
+      }
+    }
+    // P = exp(S - LSE); masked entries (causal, T tail) -> 0 in a pass of their own, taken only
+    // by the tiles that need it (a runtime test inside the element loop costs a branch each).
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float x = finish_score(s[nb][e], a.scale, f);
-        bool masked = false;
-        if (need_mask) {
+        s[nb][e] = fast_exp(__fsub_rn(finish_score(s[nb][e], a.scale, f), lse[e / 2]));
+      }
+    }
+    const bool need_mask = (a.causal && j == q_tile) || (j + 1) * kBlockK > T;
+    if (need_mask) {
+      const int last[2] = {a.causal ? min(row_a, T - 1) : T - 1,  // last visible key per row
+                           a.causal ? min(row_a + 8, T - 1) : T - 1};
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
           const int col = j * kBlockK + nb * 8 + (lane % 4) * 2 + (e & 1);
-          masked = col >= T || (a.causal && col > row_a + (e / 2) * 8);
+          s[nb][e] = col > last[e / 2] ? 0.0f : s[nb][e];
         }
-        const float p = masked ? 0.0f : fast_exp(__fsub_rn(x, lse[e / 2]));  // P = exp(S - LSE)
+      }
+    }
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
         if (main_pass) {
-          s[nb][e] = p * (dp[nb][e] - delta[e / 2]);  // dS, rounded to BF16 when packed
+          s[nb][e] = s[nb][e] * (dp[nb][e] - delta[e / 2]);  // dS, rounded to BF16 when packed
         } else {
-          dpp_acc[e / 2] = fmaf(dp[nb][e], p, dpp_acc[e / 2]);
+          dpp_acc[e / 2] = fmaf(dp[nb][e], s[nb][e], dpp_acc[e / 2]);
         }
       }
     }
@@ -179,6 +245,13 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(KernelArgs a) {
       delta[1] = quad_sum(dpp_acc[1]);
     }
     if (main_pass) mma_cfrag_b<D>(dq, s, k_t, lane);  // dQ += bf16(dS) K
+    if (kDqKvStages<D> == 1) {  // every warp is done with K_j
+      __syncthreads();
+      if (more) {
+        load_tile_async<D>(s_k, a.k + base, jn * kBlockK, T);
+        cp_async_commit();
+      }
+    }
   }
 
 #pragma unroll
@@ -198,7 +271,7 @@ __global__ void __launch_bounds__(kThreads) flash_dq_kernel(KernelArgs a) {
 // dK and dV. Grid (ceil(T/64), B*H), 128 threads; warp w owns keys k0 + 16w ... as the rows
 // of the mma C layout (S^T = K Q^T), so dK and dV stay in registers for the whole query loop.
 template <int D>
-__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, D == 64 ? REWIND_DKDV64_MIN_BLOCKS : 1) flash_dkdv_kernel(KernelArgs a) {
   constexpr int kTile = kBlockQ * (D + 8);
   // Causal: the first key tiles (most query tiles) come first in the grid.
   const int j = blockIdx.x;
@@ -259,22 +332,38 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(KernelArgs a) {
     }
     mma_abt<D>(p, s_k, warp * 16, q_t, lane);    // S^T = K Q^T
     mma_abt<D>(dp, s_v, warp * 16, do_t, lane);  // dP^T = V dO^T
-    const bool need_mask = (a.causal && i == j) || (i + 1) * kBlockQ > T || k0 + kBlockK > T;
+    // P^T = exp(S^T - LSE) and dS^T = P^T (dP^T - delta); LSE and delta per query column, two
+    // adjacent columns per float2. Masked entries (causal, T tails) -> 0 in a pass of their own.
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
+      const int cq = nb * 8 + (lane % 4) * 2;
+      const float2 l2 = *reinterpret_cast<const float2*>(lse + cq);
+      const float lq[2] = {l2.x, l2.y};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int cq = nb * 8 + (lane % 4) * 2 + (e & 1);
-        const float x = finish_score(p[nb][e], a.scale, f);
-        bool masked = false;
-        if (need_mask) {
-          const int q = i * kBlockQ + cq, key = key_a + (e / 2) * 8;
-          masked = q >= T || key >= T || (a.causal && key > q);
-        }
-        const float pe = masked ? 0.0f : fast_exp(__fsub_rn(x, lse[cq]));  // P^T = exp(S^T - LSE)
-        p[nb][e] = pe;
-        dp[nb][e] = pe * (dp[nb][e] - dlt[cq]);  // dS^T
+        p[nb][e] = fast_exp(__fsub_rn(finish_score(p[nb][e], a.scale, f), lq[e & 1]));
       }
+    }
+    const bool need_mask = (a.causal && i == j) || (i + 1) * kBlockQ > T || k0 + kBlockK > T;
+    if (need_mask) {
+      // Query q is visible to key row r iff first[r] <= q < T (no q for a key row >= T).
+      const int first[2] = {key_a >= T ? T : (a.causal ? key_a : 0),
+                            key_a + 8 >= T ? T : (a.causal ? key_a + 8 : 0)};
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int q = i * kBlockQ + nb * 8 + (lane % 4) * 2 + (e & 1);
+          p[nb][e] = (q < first[e / 2] || q >= T) ? 0.0f : p[nb][e];
+        }
+      }
+    }
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) {
+      const float2 d2 = *reinterpret_cast<const float2*>(dlt + nb * 8 + (lane % 4) * 2);
+      const float dq2[2] = {d2.x, d2.y};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[nb][e] = p[nb][e] * (dp[nb][e] - dq2[e & 1]);  // dS^T
     }
     mma_cfrag_b<D>(dv, p, do_t, lane);   // dV += bf16(P)^T dO
     mma_cfrag_b<D>(dk, dp, q_t, lane);   // dK += bf16(dS)^T Q
@@ -303,7 +392,7 @@ namespace {
 template <int D>
 int launch_flash_backward(const KernelArgs& a, cudaStream_t stream) {
   constexpr int kTileBytes = kBlockQ * (D + 8) * static_cast<int>(sizeof(uint16_t));
-  constexpr int kSmemDq = 6 * kTileBytes;
+  constexpr int kSmemDq = (2 + 2 * kDqKvStages<D>) * kTileBytes;
   constexpr int kSmemKv = 6 * kTileBytes + 4 * kBlockQ * static_cast<int>(sizeof(float));
   cudaError_t err = cudaFuncSetAttribute(flash_dq_kernel<D>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemDq);

@@ -13,7 +13,7 @@
 //   O = bf16(Ō / l) (written), o_f32 = Ō / l (when requested), LSE = m + log(l) (FP32).
 // Heads with qk, pv or softmax promoted run in the SIMT kernels (attention_simt.cu) instead.
 // The CPU twin is kernels/attention_forward_cpu.cpp (same formulas; sums in other orders).
-// The query tile (128 rows) does not enter the numerics: every rounding point is per row and
+// The query tile (64 or 128 rows) does not enter the numerics: every rounding point is per row and
 // per 64-key tile. Ties (stable rule, monitors) are counted only when a head is stabilized or
 // stats are requested (a.stats non-null), in specializations of their own.
 #include "kernels/cuda/attention_common.cuh"
@@ -26,22 +26,33 @@ namespace rwd::kernels::cuda {
 // CUDA kernels
 
 // Tile shape of the forward: kWarps warps, each owning kMt m16 row blocks (16 kMt query rows),
-// kWarps * 16 * kMt = 128 query rows per block. Each K/V fragment loaded by ldmatrix feeds kMt
-// mma instructions, so kMt = 2 halves the shared-memory reads per FLOP (estimated to be the
-// limit at kMt = 1; experiments/cuda_bench/RESULTS.md). Register limits from --resource-usage.
-// kQRegs keeps the Q fragments in registers for the whole key loop (else reloaded per tile).
+// kWarps * 16 * kMt query rows per block. Each K/V fragment loaded by ldmatrix feeds kMt mma
+// instructions (kMt = 2 halves the shared-memory reads per FLOP). kQRegs keeps the Q fragments
+// in registers for the whole key loop (else reloaded per tile). Register use: --resource-usage.
+// Tuning knobs as a 4-digit code WMBQ: W warps, M m16 blocks per warp, at least B blocks per
+// SM, Q = 1 keeps Q in registers. Overridable at compile time for experiments
+// (scripts/cuda_device.sh VARIANTS=...; one number because nvcc splits -D values at commas).
+template <int kCode>
+struct FwdConfig {
+  static constexpr int kWarps = kCode / 1000, kMt = kCode / 100 % 10, kMinBlocks = kCode / 10 % 10;
+  static constexpr bool kQRegs = kCode % 10 != 0;
+};
+// Chosen by timing (experiments/cuda_bench/RESULTS.md): D = 64 as 4 warps x 16 rows, 4 blocks
+// per SM within 128 registers (16 warps in 4 independent blocks hide the softmax latency
+// better than 8 warps of 32 rows); D = 128 as 4 warps x 32 rows (each K/V fragment feeds two
+// mma), 2 blocks per SM.
+#ifndef REWIND_FWD64_CONFIG
+#define REWIND_FWD64_CONFIG 4140
+#endif
+#ifndef REWIND_FWD128_CONFIG
+#define REWIND_FWD128_CONFIG 4210
+#endif
 template <int D>
 struct FwdTraits;
 template <>
-struct FwdTraits<64> {
-  static constexpr int kWarps = 4, kMt = 2, kMinBlocks = 2;
-  static constexpr bool kQRegs = false;  // Q in registers as well would spill
-};
+struct FwdTraits<64> : FwdConfig<REWIND_FWD64_CONFIG> {};
 template <>
-struct FwdTraits<128> {
-  static constexpr int kWarps = 8, kMt = 1, kMinBlocks = 1;  // kMt = 2 or 2 blocks/SM spill
-  static constexpr bool kQRegs = true;
-};
+struct FwdTraits<128> : FwdConfig<REWIND_FWD128_CONFIG> {};
 template <int D>
 struct FwdShape {
   static constexpr int kRows = FwdTraits<D>::kWarps * 16 * FwdTraits<D>::kMt;  // query rows
@@ -164,26 +175,46 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
 
     // Scale, optional qk fault and BF16 rounding of S, mask (causal and T tail) -> -inf; row
     // max r_m with two partial maxima per row (even / odd n-blocks: shorter dependency chains).
-    const bool need_mask = (a.causal && j * kBlockK + kBlockK - 1 > w_row0) || (j + 1) * kBlockK > T;
-    float r_m[kMt][2];
+    // The mask is a separate pass, taken only by tiles that need it: inside the element loop a
+    // runtime test costs a branch per element even where it is false.
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
-      float mx[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // [row][nb parity]
-      const int row_a = w_row0 + mt * 16 + lane / 4;
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float x = __fmul_rn(a.scale, s[mt][nb][e]);
-          if constexpr (kExtras) x = finish_score(s[mt][nb][e], a.scale, f);
-          if (need_mask) {
-            const int col = j * kBlockK + nb * 8 + (lane % 4) * 2 + (e & 1);
-            const int row = row_a + (e / 2) * 8;
-            if (col >= T || (a.causal && col > row)) x = -INFINITY;
-          }
-          s[mt][nb][e] = x;
-          mx[e / 2][nb & 1] = fmaxf(mx[e / 2][nb & 1], x);
+          s[mt][nb][e] = kExtras ? finish_score(s[mt][nb][e], a.scale, f)
+                                 : __fmul_rn(a.scale, s[mt][nb][e]);
         }
+      }
+    }
+    const bool need_mask = (a.causal && j * kBlockK + kBlockK - 1 > w_row0) || (j + 1) * kBlockK > T;
+    if (need_mask) {
+      const int col0 = j * kBlockK + (lane % 4) * 2;
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        const int row_a = w_row0 + mt * 16 + lane / 4;
+        // Last visible column of each of the thread's two rows.
+        const int last[2] = {a.causal ? min(row_a, T - 1) : T - 1,
+                             a.causal ? min(row_a + 8, T - 1) : T - 1};
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = col0 + nb * 8 + (e & 1);
+            s[mt][nb][e] = col > last[e / 2] ? -INFINITY : s[mt][nb][e];
+          }
+        }
+      }
+    }
+    float r_m[kMt][2];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      float mx[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // [row][nb parity]
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mx[e / 2][nb & 1] = fmaxf(mx[e / 2][nb & 1], s[mt][nb][e]);
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -370,28 +401,23 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   }
 }
 
-// Grid (ceil(T/128), B*H), FwdShape<D>::kThreads threads. Causal blocks with the most key tiles
+// Grid (ceil(T/kRows), B*H), FwdShape<D>::kThreads threads. Causal blocks with the most key tiles
 // (the last query tiles) are started first, so the short ones fill the tail of the launch.
-// Flags are uniform per block: the branch below picks one specialization of the key loop.
-template <int D>
+// One kernel per specialization V (forward_variant): heads of other variants return at once,
+// so each kernel is register-allocated for its own key loop (the plain one is not held to the
+// registers of the monitor bookkeeping), and a launch runs only the variants its heads use.
+template <int D, int V>
 __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdTraits<D>::kMinBlocks)
     flash_forward_kernel(KernelArgs a) {
-  const FlagView f = decode_flags(a.flags[blockIdx.y % a.heads]);
-  if (forward_needs_simt(f)) return;  // handled by the SIMT kernel of the same launch
+  const HeadFlags& hf = a.flags[blockIdx.y % a.heads];
+  if (forward_variant(hf, a.stats != nullptr) != V) return;  // SIMT heads: -1
+  const FlagView f = decode_flags(hf);
   extern __shared__ __align__(16) uint16_t smem[];
   const int q_tile = a.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : blockIdx.x;
-  const bool extras = f.s_bf16 || f.acc_bf16 || f.qk_fault || f.sm_fault || f.pv_bias != 1.0f;
-  const bool ties = f.stable;
-  const bool stats = a.stats != nullptr;
-  if (extras) {
-    if (stats) forward_block<D, true, true, true>(a, f, smem, q_tile);
-    else if (ties) forward_block<D, true, true, false>(a, f, smem, q_tile);
-    else forward_block<D, true, false, false>(a, f, smem, q_tile);
-  } else {
-    if (stats) forward_block<D, false, true, true>(a, f, smem, q_tile);
-    else if (ties) forward_block<D, false, true, false>(a, f, smem, q_tile);
-    else forward_block<D, false, false, false>(a, f, smem, q_tile);
-  }
+  constexpr bool kExtras = (V & kFwdExtras) != 0;
+  constexpr bool kStats = (V & kFwdStats) != 0;
+  constexpr bool kTies = (V & kFwdStable) != 0;
+  forward_block<D, kExtras, kTies, kStats>(a, f, smem, q_tile);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -399,16 +425,36 @@ __global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdTraits<D>::kMinBlock
 
 namespace {
 
-template <int D>
-int launch_flash_forward(const KernelArgs& a, cudaStream_t stream) {
+template <int D, int V>
+int launch_variant(const KernelArgs& a, cudaStream_t stream) {
   // Q tile plus double-buffered K and V tiles.
   constexpr int kSmem = (FwdShape<D>::kRows + 4 * kBlockK) * (D + 8) * static_cast<int>(sizeof(uint16_t));
-  cudaError_t err = cudaFuncSetAttribute(flash_forward_kernel<D>,
+  cudaError_t err = cudaFuncSetAttribute(flash_forward_kernel<D, V>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
   const dim3 grid((a.seq + FwdShape<D>::kRows - 1) / FwdShape<D>::kRows, a.batch * a.heads);
-  flash_forward_kernel<D><<<grid, FwdShape<D>::kThreads, kSmem, stream>>>(a);
+  flash_forward_kernel<D, V><<<grid, FwdShape<D>::kThreads, kSmem, stream>>>(a);
   return cudaGetLastError();
+}
+
+// One launch per variant present in `variants` (bit V set: some head runs variant V).
+template <int D>
+int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t stream) {
+  using Launch = int (*)(const KernelArgs&, cudaStream_t);
+  constexpr int kS = kFwdStable, kX = kFwdExtras, kM = kFwdStats | kFwdStable;
+  static constexpr struct {
+    int v;
+    Launch fn;
+  } kLaunch[] = {{0, launch_variant<D, 0>},           {kS, launch_variant<D, kS>},
+                 {kM, launch_variant<D, kM>},         {kX, launch_variant<D, kX>},
+                 {kX | kS, launch_variant<D, kX | kS>}, {kX | kM, launch_variant<D, kX | kM>}};
+  for (const auto& l : kLaunch) {
+    if ((variants >> l.v) & 1u) {
+      const int err = l.fn(a, stream);
+      if (err != 0) return err;
+    }
+  }
+  return 0;
 }
 
 }  // namespace
@@ -443,7 +489,9 @@ int attention_forward(const AttentionParams& p, const ForwardArgs& fa, void* str
   a.lse_out = fa.lse;
   // Tiling off: every head takes the SIMT kernel, which makes a full pass for the row max.
   if (plan.any_fast && !plan.tiling_off) {
-    err = p.dim == 64 ? launch_flash_forward<64>(a, stream) : launch_flash_forward<128>(a, stream);
+    const unsigned variants = a.stats != nullptr ? plan.fwd_variants_stats : plan.fwd_variants;
+    err = p.dim == 64 ? launch_flash_forward<64>(a, variants, stream)
+                      : launch_flash_forward<128>(a, variants, stream);
     if (err != 0) return err;
   }
   if (plan.any_simt || plan.tiling_off) {

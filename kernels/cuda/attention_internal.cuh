@@ -36,11 +36,30 @@ struct KernelArgs {
   float* dv = nullptr;
 };
 
+// Specializations of the tensor-core forward (attention_forward.cu), one kernel each: bits of
+// a variant number. kFwdStats (monitors requested) always comes with kFwdStable (tie counting).
+constexpr int kFwdStable = 1, kFwdStats = 2, kFwdExtras = 4, kFwdVariants = 8;
+
+// The forward variant of a head, or -1 for a head that runs in the SIMT kernels (qk, pv or
+// softmax promoted; must match forward_needs_simt). Extras: s_bf16, acc_bf16 or a qk /
+// softmax / pv fault, whose branches the other variants compile away.
+__host__ __device__ inline int forward_variant(const HeadFlags& f, bool stats) {
+  const Prec qk = f.prec[static_cast<int>(Op::kQk)], sm = f.prec[static_cast<int>(Op::kSoftmax)];
+  const Prec pv = f.prec[static_cast<int>(Op::kPv)];
+  if (qk == Prec::kFp32 || pv == Prec::kFp32 || sm == Prec::kFp32) return -1;
+  const bool extras = f.s_bf16 || f.acc_bf16 || qk == Prec::kFault || sm == Prec::kFault ||
+                      pv == Prec::kFault;
+  return (extras ? kFwdExtras : 0) | (stats ? kFwdStats | kFwdStable : 0) |
+         (f.stable ? kFwdStable : 0);
+}
+
 // What the host learned from the per-head flags (copied once from the device).
 struct LaunchPlan {
   bool tiling_off = false;
   bool any_simt = false;  // some head needs the FP32/SIMT kernels
   bool any_fast = false;  // some head runs on the tensor-core kernels
+  unsigned fwd_variants = 0;        // bit forward_variant(f, false) for each tensor-core head
+  unsigned fwd_variants_stats = 0;  // the same with monitors requested
 };
 
 // Checks shapes, tile sizes, pointers and every head's flags; fills *plan. Returns 0 or a

@@ -46,6 +46,7 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
   }
 
   plan->any_simt = plan->any_fast = false;
+  plan->fwd_variants = plan->fwd_variants_stats = 0;
   for (const HeadFlags& f : flags) {
     if (!head_supported(f)) return cudaErrorNotSupported;
     const bool qk32 = prec_of(f, Op::kQk) == Prec::kFp32;
@@ -62,6 +63,10 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
     const bool simt = qk32 || pv32 || sm64 || (backward && (bwd32 || d64 || dfault));
     plan->any_simt = plan->any_simt || simt;
     plan->any_fast = plan->any_fast || !simt;
+    if (!backward && forward_variant(f, false) >= 0) {
+      plan->fwd_variants |= 1u << forward_variant(f, false);
+      plan->fwd_variants_stats |= 1u << forward_variant(f, true);
+    }
   }
   return cudaSuccess;
 }

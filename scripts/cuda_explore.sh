@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Kernel tuning on the GPU machine, in one device call: builds the kernels and cuda_bench
+# (scripts/cuda_device.sh build, with -lineinfo), then
+#   - for each VARIANTS entry "name:NVCC_DEFINES" (';'-separated), rebuilds the forward and
+#     backward with those defines (e.g. -DREWIND_FWD64_CONFIG=4130) and times them with
+#     cuda_bench --no-mixed;
+#   - with PROFILE=1, runs Nsight Compute on one launch of each kernel named in KERNELS
+#     ("regex@shape" list; shape 0 = B8 H12 T1024 D64, 1 = B2 H16 T4096 D128) and writes the
+#     details page and the per-instruction source page under $OUT/ncu/.
+# Usage: VARIANTS='a:-DX=1;b:-DX=2' PROFILE=1 bash scripts/cuda_explore.sh
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-/tmp/rewind-explore}
+OUT=${OUT:-$BUILD/out}
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+mkdir -p "$BUILD" "$OUT"
+cd "$ROOT"
+NVCC_FLAGS="-lineinfo" BUILD="$BUILD" OUT="$OUT" bash scripts/cuda_device.sh build
+TORCH=$(python3 -c "import torch,os;print(os.path.dirname(torch.__file__))")
+CUDA_HOME=$(dirname "$(dirname "$NVCC")")
+
+echo "== base"
+"$BUILD/cuda_bench" --no-mixed 2>&1 | tee "$OUT/bench_base.log" | grep -vE "^$"
+IFS=';' read -ra VS <<< "${VARIANTS:-}"
+for v in "${VS[@]}"; do
+  [[ -z "$v" ]] && continue
+  name=${v%%:*}; defs=${v#*:}
+  d="$BUILD/v_$name"; mkdir -p "$d"
+  ok=1
+  for f in attention_forward attention_backward; do
+    # shellcheck disable=SC2086
+    "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 --resource-usage -lineinfo $defs \
+      -I"$ROOT" -c kernels/cuda/$f.cu -o "$d/$f.o" > "$d/nvcc_$f.log" 2>&1 &
+  done
+  wait || ok=0
+  cat "$d"/nvcc_*.log > "$d/nvcc.log"
+  [[ -f "$d/attention_forward.o" && -f "$d/attention_backward.o" ]] || { cat "$d/nvcc.log"; continue; }
+  ar rcs "$d/lib.a" "$d"/attention_{forward,backward}.o "$BUILD"/attention_{simt,plan}.o
+  g++ "$BUILD/cuda_bench.o" "$d/lib.a" -L"$TORCH/lib" -Wl,-rpath,"$TORCH/lib" -Wl,--no-as-needed \
+    -ltorch -ltorch_cuda -ltorch_cpu -lc10_cuda -lc10 -L"$CUDA_HOME/lib64" -lcudart -o "$d/cuda_bench"
+  echo "== variant $name ($defs)"
+  grep -A2 -E "ELi0EEE|flash_dq|flash_dkdv" "$d/nvcc.log" | grep -oE "kernelILi[0-9]+(ELi0)?|[0-9]+ bytes spill stores|Used [0-9]+ reg" | paste -sd' ' | sed 's/kernelILi/\n  D/g'; echo
+  "$d/cuda_bench" --no-mixed 2>&1 | tee "$OUT/bench_$name.log" | grep -E "rewind_standard|rewind_stable|sdpa"
+  if [[ "${TEST_VARIANTS:-0}" == 1 ]]; then  # the CUDA tests against this variant's kernels
+    g++ -std=c++17 -O2 -ffp-contract=off -fopenmp -I"$ROOT" -I"$CUDA_HOME/include" \
+      kernels/attention_reference.cpp kernels/attention_forward_cpu.cpp kernels/attention_backward_cpu.cpp \
+      tests/cuda/attention_cuda_test.cpp tests/cuda/cuda_test_util.cpp "$d/lib.a" \
+      -L"$CUDA_HOME/lib64" -lcudart -lgtest -lgtest_main -lpthread -o "$d/attention_cuda_test"
+    "$d/attention_cuda_test" > "$OUT/test_$name.log" 2>&1 && echo "  tests: $(tail -1 "$OUT/test_$name.log")" ||
+      { echo "  tests FAILED:"; grep -E "FAILED|Failure|error" "$OUT/test_$name.log" | head -20; }
+  fi
+done
+
+if [[ "${PROFILE:-0}" == 1 ]]; then
+  mkdir -p "$OUT/ncu"
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+  [[ -z "$NCU" ]] && { echo "no ncu"; exit 0; }
+  IFS=' ' read -ra KS <<< "${KERNELS:-flash_forward_kernel@0 flash_fwd_kernel@0}"
+  for k in "${KS[@]}"; do
+    re=${k%@*}; shape=${k#*@}; tag="${re//[^a-zA-Z0-9]/_}_$shape"
+    BENCH="$BUILD/cuda_bench"; [[ -n "${PROFILE_VARIANT:-}" ]] && BENCH="$BUILD/v_$PROFILE_VARIANT/cuda_bench"
+    "$NCU" --clock-control none -k "regex:$re" --launch-skip 3 --launch-count 1 --set full \
+      --import-source yes -f -o "$OUT/ncu/$tag" "$BENCH" --shape "$shape" --no-mixed \
+      > "$OUT/ncu/$tag.run.log" 2>&1 || { tail -5 "$OUT/ncu/$tag.run.log"; continue; }
+    "$NCU" -i "$OUT/ncu/$tag.ncu-rep" --page details > "$OUT/ncu/$tag.details.txt" 2>&1 || true
+    "$NCU" -i "$OUT/ncu/$tag.ncu-rep" --page source --csv --print-source sass \
+      > "$OUT/ncu/$tag.sass.csv" 2>&1 || true
+    echo "== ncu $tag: $(grep -E 'Duration|Achieved Occupancy|Registers Per' "$OUT/ncu/$tag.details.txt" | head -4 | tr -s ' ' | paste -sd'|')"
+    rm -f "$OUT/ncu/$tag.ncu-rep"
+  done
+  # The device tool returns a limited number of files: one archive.
+  tar -C "$OUT" -czf "$OUT/ncu.tgz" ncu && rm -rf "$OUT/ncu"
+fi
