@@ -5,7 +5,8 @@
 #     backward with those defines (e.g. -DREWIND_FWD64_CONFIG=4130) and times them with
 #     cuda_bench --no-mixed;
 #   - with PROFILE=1, runs Nsight Compute on one launch of each kernel named in KERNELS
-#     ("regex@shape" list; shape 0 = B8 H12 T1024 D64, 1 = B2 H16 T4096 D128) and writes the
+#     ("regex@shape[@skip]" list; shape 0 = B8 H12 T1024 D64, 1 = B2 H16 T4096 D128; skip:
+#     matching launches to pass over, default 3, e.g. 31 = the stabilized run) and writes the
 #     details page and the per-instruction source page under $OUT/ncu/.
 # Usage: VARIANTS='a:-DX=1;b:-DX=2' PROFILE=1 bash scripts/cuda_explore.sh
 set -euo pipefail
@@ -57,9 +58,9 @@ if [[ "${PROFILE:-0}" == 1 ]]; then
   [[ -z "$NCU" ]] && { echo "no ncu"; exit 0; }
   IFS=' ' read -ra KS <<< "${KERNELS:-flash_forward_kernel@0 flash_fwd_kernel@0}"
   for k in "${KS[@]}"; do
-    re=${k%@*}; shape=${k#*@}; tag="${re//[^a-zA-Z0-9]/_}_$shape"
+    IFS=@ read -r re shape skip <<< "$k"; skip=${skip:-3}; tag="${re//[^a-zA-Z0-9]/_}_${shape}_$skip"
     BENCH="$BUILD/cuda_bench"; [[ -n "${PROFILE_VARIANT:-}" ]] && BENCH="$BUILD/v_$PROFILE_VARIANT/cuda_bench"
-    "$NCU" --clock-control none -k "regex:$re" --launch-skip 3 --launch-count 1 --set full \
+    "$NCU" --clock-control none -k "regex:$re" --launch-skip "$skip" --launch-count 1 --set full \
       --import-source yes -f -o "$OUT/ncu/$tag" "$BENCH" --shape "$shape" --no-mixed \
       > "$OUT/ncu/$tag.run.log" 2>&1 || { tail -5 "$OUT/ncu/$tag.run.log"; continue; }
     "$NCU" -i "$OUT/ncu/$tag.ncu-rep" --page details > "$OUT/ncu/$tag.details.txt" 2>&1 || true
