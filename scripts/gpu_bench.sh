@@ -8,24 +8,34 @@ BUILD=${1:-${BUILD:-$ROOT/build-gpu}}
 R=$BUILD/rewind
 W=${TMPDIR:-/tmp}/rewind_gpu_bench
 rm -rf "$W" && mkdir -p "$W"
-STEPS=${STEPS:-12}
+STEPS=${STEPS:-22}
 B=${B:-8}
 "$R" data synth --tokens 20000000 --vocab 50304 -o "$W/train.bin" > /dev/null
-run() {  # label, extra args -> median ms of steps 2.. (compile/warm-up excluded)
+ROUNDS=${ROUNDS:-3}
+# Appends the step times (ms) of steps 3.. (warm-up excluded) of one run to $W/<mode>.ms.
+run() {  # mode, extra args
+  local mode=$1; shift
   "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps "$STEPS" \
     --batch-size "$B" --gradient-accumulation-steps 1 "$@" > "$W/log.txt" 2>&1 || { cat "$W/log.txt"; exit 1; }
-  grep -E "^step" "$W/log.txt" | awk -F'|' 'NR>2 {gsub(/ ms/,"",$5); print $5+0}' | sort -n |
-    awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+  grep -E "^step" "$W/log.txt" | awk -F'|' 'NR>2 {gsub(/ ms/,"",$5); print $5+0}' >> "$W/$mode.ms"
 }
-sdpa=$(run --attention sdpa)
-ours=$(run)
-stable=$(run --plan 'L*.H*.softmax=stable(beta=2)')
-rec=$(run --record "$W/rec.db" --checkpoint-every 10 --digest-every 10)
+median() { sort -n "$W/$1.ms" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+quartiles() { sort -n "$W/$1.ms" | awk '{a[NR]=$1} END {printf "%.1f-%.1f", a[int(NR/4)+1], a[int(3*NR/4)]}'; }
+# The modes take turns, ROUNDS times, so a slow phase of the machine hits all of them alike.
+for ((round = 0; round < ROUNDS; ++round)); do
+  run sdpa --attention sdpa
+  run rewind
+  run stable --plan 'L*.H*.softmax=stable(beta=2)'
+  rm -f "$W/rec.db"*
+  run record --record "$W/rec.db" --checkpoint-every 10 --digest-every 10
+done
+sdpa=$(median sdpa); ours=$(median rewind); stable=$(median stable); rec=$(median record)
 tok=$((B * 1024))
-printf "gpt2-small training, B=%d T=1024, median step (ms) and tokens/s\n" "$B"
-printf "%-28s %10s %12s %8s\n" mode ms tokens/s ratio
-for row in "sdpa:$sdpa" "rewind:$ours" "rewind-stable:$stable" "rewind+record:$rec"; do
-  name=${row%%:*}; ms=${row#*:}
-  awk -v n="$name" -v ms="$ms" -v t="$tok" -v base="$sdpa" 'BEGIN {printf "%-28s %10.1f %12.0f %8.2f\n", n, ms, t/(ms/1000), base/ms}'
+printf "gpt2-small training, B=%d T=1024, median step (ms) over %d rounds x %d steps, tokens/s\n" "$B" "$ROUNDS" "$((STEPS - 2))"
+printf "%-16s %8s %14s %10s %8s\n" mode ms "p25-p75 ms" tokens/s ratio
+for row in "sdpa:$sdpa:sdpa" "rewind:$ours:rewind" "rewind-stable:$stable:stable" "rewind+record:$rec:record"; do
+  IFS=: read -r name ms file <<< "$row"
+  awk -v n="$name" -v ms="$ms" -v q="$(quartiles "$file")" -v t="$tok" -v base="$sdpa" \
+    'BEGIN {printf "%-16s %8.1f %14s %10.0f %8.2f\n", n, ms, q, t/(ms/1000), base/ms}'
 done
 awk -v a="$rec" -v b="$ours" 'BEGIN {printf "recording overhead: %.1f%% of step time\n", (a-b)/b*100}'
