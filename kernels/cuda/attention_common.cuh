@@ -15,7 +15,7 @@ namespace rwd::kernels::cuda {
 // tiling off); the launchers reject other tile sizes.
 constexpr int kBlockK = 64;
 constexpr int kBlockQ = 64;        // query rows per block in the backward kernels (forward:
-                                   // FwdTraits in attention_forward.cu, 128 rows)
+                                   // FwdTraits in attention_forward.cu)
 constexpr int kWarps = 4;          // backward: 16 query (or key) rows per warp
 constexpr int kThreads = kWarps * 32;
 
@@ -90,7 +90,8 @@ __device__ __forceinline__ FlagView decode_flags(const HeadFlags& hf) {
 }
 
 // Heads whose flags need FP32/FP64 operands or sequential sums run in the SIMT kernels; the
-// rest use tensor cores. The choice is per head and uniform within a block.
+// rest use tensor cores. The choice is per head and uniform within a block. Must agree with
+// forward_variant (attention_internal.cuh), which the host uses to pick the launches.
 __device__ __forceinline__ bool forward_needs_simt(const FlagView& f) {
   return f.qk_f32 || f.pv_f32 || f.sm_f64;
 }
