@@ -149,6 +149,7 @@ int run_train(int argc, char** argv) {
     }
     if (s % log_every == 0 || s + 1 == total || !std::isfinite(res.loss)) print_step(res, already);
   }
+  if (std::string phases = trainer->phase_report(); !phases.empty()) std::printf("%s\n", phases.c_str());
   if (rec) {
     if (rec->wants_checkpoint(total) && st->nearest_checkpoint(spec.run_id, total) != total)
       rec->checkpoint(total, trainer->state());

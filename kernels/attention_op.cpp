@@ -75,9 +75,11 @@ c10::intrusive_ptr<OpState> make_state(const Tensor& q, const Tensor& k, const T
 #ifdef REWIND_CUDA
 // The launchers take device arrays of HeadFlags / HeadStats: raw bytes in a uint8 tensor.
 Tensor bytes_on(const void* data, size_t n, const torch::Device& dev) {
-  Tensor host = torch::empty({static_cast<int64_t>(n)}, torch::kUInt8);
+  // Pinned, so the copy is queued on the stream: a pageable copy would wait for the GPU.
+  Tensor host = torch::empty({static_cast<int64_t>(n)},
+                             torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
   std::memcpy(host.data_ptr(), data, n);
-  return host.to(dev);
+  return host.to(dev, /*non_blocking=*/true);
 }
 uint16_t* bf16_ptr(const Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr()); }
 void check_cuda(int rc, const char* what) {
@@ -103,7 +105,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     Tensor lse = torch::empty({b, h, t}, q.options());
     Tensor o_f32 = st->need_o_f32 ? torch::empty_like(q) : Tensor();
     std::vector<HeadStats> stats(st->capture ? h : 0);
-    Tensor out, o_saved;
+    Tensor out, o_saved, stats_pending;
     if (q.is_cuda()) {
 #ifdef REWIND_CUDA
       AttentionParams p = base;
@@ -127,7 +129,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       check_cuda(cuda::attention_forward(p, a, at::cuda::getCurrentCUDAStream().stream()), "forward");
       out = assemble_output(*st, o_bf16, o_f32);
       o_saved = o_bf16;
-      if (st->capture) std::memcpy(stats.data(), stats_d.cpu().data_ptr(), h * sizeof(HeadStats));
+      stats_pending = stats_d;  // fetched by fetch_stats(), after the step's loss
 #else
       TORCH_CHECK(false, "attention: CUDA tensors need a REWIND_CUDA build");
 #endif
@@ -142,6 +144,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       o_saved = out;
     }
     if (auto& c = st->capture) {
+      c->stats_pending = stats_pending;
+      if (stats_pending.defined()) stats.clear();
       c->stats = stats;
     }
     if (auto& c = st->capture; c && c->keep_tensors) {
@@ -207,6 +211,14 @@ Tensor causal_mask(int64_t t, const torch::Device& dev) {
 }
 
 }  // namespace
+
+void fetch_stats(AttentionCapture& c) {
+  if (!c.stats_pending.defined()) return;
+  Tensor host = c.stats_pending.to(torch::kCPU);
+  c.stats.resize(static_cast<size_t>(host.numel()) / sizeof(HeadStats));
+  std::memcpy(c.stats.data(), host.data_ptr(), c.stats.size() * sizeof(HeadStats));
+  c.stats_pending = Tensor();
+}
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt,
                  std::shared_ptr<AttentionCapture> capture) {

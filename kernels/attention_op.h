@@ -25,8 +25,15 @@ struct AttentionCapture {
   torch::Tensor q, k, v, o, lse, d_o, delta;
   torch::Tensor x;  // set by the caller (the GPT block): the input the qkv projection read, (B,T,C)
   std::vector<HeadStats> stats;
+  // CUDA forward: the stats stay on the device (raw HeadStats bytes) until fetch_stats(), so
+  // the forward pass never waits for the GPU. Undefined on the CPU, where `stats` is filled.
+  torch::Tensor stats_pending;
   bool keep_tensors = true;  // false: only `stats` is filled (cheap per-step monitors)
 };
+
+// Moves pending device stats into capture.stats (one device->host copy; waits for the
+// forward that produced them). A no-op when nothing is pending.
+void fetch_stats(AttentionCapture& capture);
 
 // q, k, v: FP32 (B, H, T, D), all on the CPU (emulation) or all on one CUDA device (CUDA
 // kernels, REWIND_CUDA builds only). Returns FP32 (B, H, T, D) holding BF16 values except for

@@ -1,7 +1,11 @@
 // Autograd functions for the BF16 rounding points of the non-attention modules.
 #include "replay/mixed.h"
 
+#include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/version.h>
+
+#include <vector>
 
 namespace rwd::replay {
 
@@ -17,15 +21,30 @@ struct RoundBf16Fn : public torch::autograd::Function<RoundBf16Fn> {
   static variable_list backward(AutogradContext*, variable_list g) { return {g[0]}; }
 };
 
-// On CUDA a BF16-output linear runs as a real BF16 GEMM (cuBLAS: BF16 operands, FP32
-// accumulation, BF16 result) — the same rounding points as the FP32 emulation below, with the
-// accumulation order of the GPU; this is what torch.autocast does there.
+// On CUDA a low linear whose input already holds BF16 values runs as a real BF16 GEMM
+// (cuBLAS: BF16 operands, FP32 accumulation) — the rounding points of LinearFn below, with
+// the accumulation order of the GPU; this is what torch.autocast does there. With round_out
+// the GEMM writes BF16 (autocast's result); without it (the qkv projection, whose Q/K/V are
+// rounded inside attention per op) it writes FP32 where LibTorch can (>= 2.8: mm's out_dtype),
+// else it runs the FP32 GEMM on the BF16 operands, which rounds the same way but slower.
+torch::Tensor bf16_matmul(const torch::Tensor& a, const torch::Tensor& b_t, bool round_out) {
+  // a: (..., in) BF16, b_t: (in, out) BF16 -> (..., out) FP32
+  if (round_out) return torch::matmul(a, b_t).to(torch::kFloat32);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+  std::vector<int64_t> shape = a.sizes().vec();
+  shape.back() = b_t.size(1);
+  return at::mm(a.reshape({-1, a.size(-1)}), b_t, torch::kFloat32).view(shape);
+#else
+  return torch::matmul(a.to(torch::kFloat32), b_t.to(torch::kFloat32));
+#endif
+}
+
 struct CudaBf16LinearFn : public torch::autograd::Function<CudaBf16LinearFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& w) {
-    torch::Tensor xb = x.to(torch::kBFloat16), wb = w.to(torch::kBFloat16);
+                               const torch::Tensor& w, bool round_out) {
+    torch::Tensor xb = x.to(torch::kBFloat16), wb = w.to(torch::kBFloat16);  // x: exact
     ctx->save_for_backward({xb, wb});
-    return torch::matmul(xb, wb.t()).to(torch::kFloat32);
+    return bf16_matmul(xb, wb.t(), round_out);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
@@ -34,7 +53,7 @@ struct CudaBf16LinearFn : public torch::autograd::Function<CudaBf16LinearFn> {
     torch::Tensor dw = torch::matmul(g.reshape({-1, g.size(-1)}).t(),
                                      saved[0].reshape({-1, saved[0].size(-1)}))
                            .to(torch::kFloat32);
-    return {dx, dw};
+    return {dx, dw, torch::Tensor()};
   }
 };
 
@@ -74,8 +93,9 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
 
 torch::Tensor round_bf16(const torch::Tensor& x) { return RoundBf16Fn::apply(x); }
 
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, bool round_out) {
-  if (low && round_out && x.is_cuda()) return CudaBf16LinearFn::apply(x, w);
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, bool round_out,
+                     bool x_bf16) {
+  if (low && x_bf16 && x.is_cuda()) return CudaBf16LinearFn::apply(x, w, round_out);
   return LinearFn::apply(x, w, low, round_out);
 }
 

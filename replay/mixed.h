@@ -17,6 +17,10 @@ torch::Tensor round_bf16(const torch::Tensor& x);
 // the incoming gradient is rounded to BF16, dX = g W and dW = g^T X are computed from BF16
 // operands with FP32 accumulation and rounded to BF16 (then widened into the FP32 master
 // gradient). Not low: plain FP32 everywhere.
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, bool round_out);
+// x_bf16: the caller knows x holds BF16 values (its producer rounded them). Only then may a
+// low linear on CUDA run as a tensor-core BF16 GEMM (cuBLAS, FP32 accumulation; FP32 output
+// when !round_out); otherwise it runs the FP32 emulation, whose rounding points are the same.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, bool round_out,
+                     bool x_bf16);
 
 }  // namespace rwd::replay

@@ -39,6 +39,16 @@ torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, bool lo
   return low ? round_bf16(y) : y;
 }
 
+// Whether the attention output holds BF16 values: SDPA's always does, ours unless a head
+// keeps O in FP32 (o=fp32); PyTorch's FP32 math never does.
+bool o_is_bf16(AttentionImpl impl, const plan::LayerPlan& lp) {
+  if (impl == AttentionImpl::kSdpa) return true;
+  if (impl == AttentionImpl::kTorchMath) return false;
+  for (const auto& f : lp.heads)
+    if (f.prec[static_cast<int>(kernels::Op::kO)] == kernels::Prec::kFp32) return false;
+  return true;
+}
+
 }  // namespace
 
 BlockImpl::BlockImpl(const Config& c, int layer)
@@ -58,9 +68,11 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
   const int64_t B = x.size(0), T = x.size(1), C = n_embd_, H = n_head_, D = C / H;
 
   // Attention: (B,T,C) -> qkv (B,T,3C) -> q,k,v (B,H,T,D).
-  torch::Tensor a = layer_norm(x, ln_1, module_low(lp, plan::Module::kLn));
+  const bool ln_low = module_low(lp, plan::Module::kLn);
+  torch::Tensor a = layer_norm(x, ln_1, ln_low);
   if (capture && capture->keep_tensors) capture->x = a.detach().clone();
-  torch::Tensor qkv = linear(a, c_attn, module_low(lp, plan::Module::kQkv), /*round_out=*/false);
+  torch::Tensor qkv = linear(a, c_attn, module_low(lp, plan::Module::kQkv), /*round_out=*/false,
+                             /*x_bf16=*/ln_low);
   auto parts = qkv.split(C, /*dim=*/2);
   auto heads = [&](const torch::Tensor& t) {
     return t.view({B, T, H, D}).transpose(1, 2).contiguous();  // (B,H,T,D)
@@ -81,15 +93,15 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
   }
   o = o.transpose(1, 2).contiguous().view({B, T, C});
   const bool proj_low = module_low(lp, plan::Module::kProj);
-  torch::Tensor y = x + linear(o, c_proj, proj_low, proj_low);
+  torch::Tensor y = x + linear(o, c_proj, proj_low, proj_low, o_is_bf16(impl, lp));
 
   // MLP: (B,T,C) -> (B,T,4C) -> GELU -> (B,T,C).
   const bool mlp_low = module_low(lp, plan::Module::kMlp);
-  torch::Tensor m = layer_norm(y, ln_2, module_low(lp, plan::Module::kLn));
-  m = linear(m, c_fc, mlp_low, mlp_low);
+  torch::Tensor m = layer_norm(y, ln_2, ln_low);
+  m = linear(m, c_fc, mlp_low, mlp_low, /*x_bf16=*/ln_low);
   m = F::gelu(m);
   if (mlp_low) m = round_bf16(m);
-  return y + linear(m, mlp_proj, mlp_low, mlp_low);
+  return y + linear(m, mlp_proj, mlp_low, mlp_low, /*x_bf16=*/mlp_low);
 }
 
 GPTImpl::GPTImpl(const Config& c) : config_(c) {
@@ -144,7 +156,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx, const plan::Plan& plan,
   }
   const bool head_low = !plan.head_fp32;
   x = layer_norm(x, ln_f, head_low);
-  return linear(x, wte, head_low, head_low);                         // (B,T,V)
+  return linear(x, wte, head_low, head_low, /*x_bf16=*/head_low);                         // (B,T,V)
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets,

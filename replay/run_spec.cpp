@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include <algorithm>
@@ -37,7 +38,7 @@ AttentionImpl attention_impl(const std::string& name) {
   throw UsageError("--attention must be rewind, sdpa or torch, got '" + name + "'");
 }
 
-std::string rewind_version() { return "0.1.0"; }
+std::string rewind_version() { return "0.2.0"; }
 std::string torch_version() { return TORCH_VERSION; }
 
 plan::Plan PlanSchedule::at(int64_t step, int n_layer, int n_head) const {
@@ -93,6 +94,7 @@ std::string RunSpec::meta_json() const {
   nlohmann::ordered_json j;
   j["rewind_version"] = rewind_version();
   j["torch_version"] = torch_version();
+  j["numerics"] = kNumericsVersion;
   j["device"] = device;
   j["attention"] = attention;
   j["threads"] = threads;
@@ -128,6 +130,12 @@ RunSpec RunSpec::load(store::Store& s, int64_t run_id) {
     r.checkpoint_every = j.value("checkpoint_every", 0);
     r.digest_every = j.value("digest_every", 1);
     r.full_batches = j.value("full_batches", false);
+    const int numerics = j.value("numerics", 1);
+    const std::string by = j.value("rewind_version", "?"), torch = j.value("torch_version", "?");
+    if (numerics != kNumericsVersion || torch != torch_version())
+      std::fprintf(stderr, "warning: run %lld was recorded by rewind %s (numerics %d, LibTorch %s); this is rewind %s (numerics %d, LibTorch %s): bits may differ for that reason alone\n",
+                   static_cast<long long>(r.run_id), by.c_str(), numerics, torch.c_str(),
+                   rewind_version().c_str(), kNumericsVersion, torch_version().c_str());
   } catch (const nlohmann::json::exception& e) {
     throw Error(ExitCode::kData, std::string("run metadata is not valid: ") + e.what());
   }

@@ -55,6 +55,11 @@ torch::Device setup_device(const std::string& device);
 AttentionImpl attention_impl(const std::string& name);
 
 std::string rewind_version();
+// Bumped whenever a change alters the bits a training step computes on some device (kernel
+// rounding, GEMM path, optimizer arithmetic). Stored with each run; replaying a run recorded
+// under another numerics version (or another LibTorch) warns that divergence may come from that.
+//   1: rewind 0.1  2: rewind 0.2 (CUDA: BF16 tensor-core qkv GEMM, multi-tensor AdamW)
+constexpr int kNumericsVersion = 2;
 std::string torch_version();
 
 }  // namespace rwd::replay

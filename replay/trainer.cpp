@@ -1,9 +1,13 @@
 // AdamW training loop with gradient accumulation, clipping and monitors.
 #include "replay/trainer.h"
 
+#include <torch/cuda.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "common/error.h"
 #include "common/hash.h"
@@ -13,6 +17,13 @@ namespace rwd::replay {
 namespace {
 
 constexpr double kAdamEps = 1e-8;
+
+// REWIND_PHASE_TIMES=1: the trainer waits for the device at each phase edge and adds up the
+// time per phase (see Trainer::phase_report). Off by default: the waits slow a GPU run.
+bool phase_times_enabled() {
+  const char* e = std::getenv("REWIND_PHASE_TIMES");
+  return e && *e && std::string(e) != "0";
+}
 
 // Adds the monitor counters of another micro-batch into `into` (max for the max logit).
 void merge_stats(std::vector<kernels::HeadStats>& into, const std::vector<kernels::HeadStats>& from) {
@@ -57,7 +68,8 @@ double spectral_norm(const torch::Tensor& w, int iters) {
 
 Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& data,
                  torch::Device device, AttentionImpl impl)
-    : config_(config), plan_(plan), data_(data), model_(config), device_(device) {
+    : config_(config), plan_(plan), data_(data), model_(config), device_(device),
+      phase_enabled_(phase_times_enabled()) {
   if (plan.n_layer != config.n_layer || plan.n_head != config.n_head)
     throw UsageError("plan is for a different model size");
   if (data.max_token() >= config.vocab_size)
@@ -86,6 +98,7 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   std::vector<std::shared_ptr<kernels::AttentionCapture>> all_caps;
   float loss_sum = 0;  // FP32, summed in micro-batch order
   uint64_t h = kFnvOffset;
+  phase_mark(-1);
   for (int micro = 0; micro < accum; ++micro) {
     Batch b = sample_batch(data_, config_.seed, step_, micro, config_.batch_size,
                            config_.block_size);
@@ -95,10 +108,14 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
     if (micro == 0) tap.tensor_layers = capture_layers;
     torch::Tensor x = to_long(b.x, config_.batch_size, config_.block_size).to(device_);
     torch::Tensor y = to_long(b.y, config_.batch_size, config_.block_size).to(device_);
+    phase_mark(kPhaseData);
     torch::Tensor loss = model_->loss(x, y, plan, &tap);
+    phase_mark(kPhaseForward);
     (loss / accum).backward();
+    phase_mark(kPhaseBackward);
     loss_sum += loss.item<float>();
     for (size_t l = 0; l < tap.layers.size(); ++l) {
+      if (tap.layers[l]) kernels::fetch_stats(*tap.layers[l]);
       if (micro == 0) {
         all_caps.push_back(tap.layers[l]);
         if (tap.layers[l]->keep_tensors) r.captures[static_cast<int>(l)] = tap.layers[l];
@@ -106,16 +123,24 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
         merge_stats(all_caps[l]->stats, tap.layers[l]->stats);
       }
     }
+    phase_mark(kPhaseLoss);
   }
   r.batch_hash = h;
   r.loss = loss_sum / static_cast<float>(accum);
-  // Global gradient norm in FP64, accumulated in parameter order (deterministic).
+  // Global gradient norm in FP64: per-parameter sums of squares on the device, one host copy,
+  // then accumulated in parameter order on the host (deterministic).
+  std::vector<torch::Tensor> sums;
+  for (auto& p : params_)
+    if (p.grad().defined()) sums.push_back(p.grad().to(torch::kFloat64).pow(2).sum());
   double sq = 0;
-  for (auto& p : params_) {
-    if (p.grad().defined()) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+  if (!sums.empty()) {
+    torch::Tensor host = torch::stack(sums).to(torch::kCPU).contiguous();
+    for (int64_t i = 0; i < host.numel(); ++i) sq += host.data_ptr<double>()[i];
   }
   r.grad_norm = static_cast<float>(std::sqrt(sq));
+  phase_mark(kPhaseGradNorm);
   r.monitors = monitors(all_caps);
+  phase_mark(kPhaseMonitors);
   return r;
 }
 
@@ -123,15 +148,17 @@ std::vector<HeadMonitor> Trainer::monitors(
     const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) const {
   std::vector<HeadMonitor> out;
   const int64_t H = config_.n_head, D = config_.head_dim(), C = config_.n_embd;
+  // Every head's W_Q slice of every layer at once, on the model's device: (L*H, D, C).
+  std::vector<torch::Tensor> wqs;
+  for (int l = 0; l < config_.n_layer; ++l)
+    wqs.push_back(model_->layer_c_attn(l).slice(0, 0, C).view({H, D, C}));
+  const std::vector<double> sn = spectral_norms(torch::cat(wqs));
   for (int l = 0; l < config_.n_layer; ++l) {
-    // Every head's W_Q slice of this layer at once, on the model's device: (H, D, C).
-    torch::Tensor wq = model_->layer_c_attn(l).slice(0, 0, C).view({H, D, C});
-    std::vector<double> sn = spectral_norms(wq);
     for (int hd = 0; hd < H; ++hd) {
       HeadMonitor m;
       m.layer = l;
       m.head = hd;
-      m.wq_sn = sn[hd];
+      m.wq_sn = sn[l * H + hd];
       if (l < static_cast<int>(caps.size()) && caps[l] && hd < static_cast<int>(caps[l]->stats.size())) {
         const kernels::HeadStats& s = caps[l]->stats[hd];
         m.max_logit = s.max_logit;
@@ -150,17 +177,29 @@ void Trainer::adamw_update(double lr) {
   const double b1 = config_.beta1, b2 = config_.beta2;
   const double t = static_cast<double>(step_ + 1);
   const double bc1 = 1.0 - std::pow(b1, t), bc2 = 1.0 - std::pow(b2, t);
+  // Multi-tensor ops: on CUDA a handful of launches for all parameters instead of seven per
+  // parameter (the per-parameter loop kept the GPU waiting on the CPU); on the CPU they run
+  // the per-tensor ops. The same elementwise FP32 arithmetic either way, in the same order.
+  std::vector<torch::Tensor> p, g, m, v, decay;
   for (size_t i = 0; i < params_.size(); ++i) {
-    torch::Tensor& p = params_[i];
-    if (!p.grad().defined()) continue;
-    const torch::Tensor& g = p.grad();
+    if (!params_[i].grad().defined()) continue;
+    p.push_back(params_[i]);
+    g.push_back(params_[i].grad());
+    m.push_back(exp_avg_[i]);
+    v.push_back(exp_avg_sq_[i]);
     // nanoGPT decays only matrices (dim >= 2), decoupled from the gradient.
-    if (config_.weight_decay > 0 && p.dim() >= 2) p.mul_(1.0 - lr * config_.weight_decay);
-    exp_avg_[i].mul_(b1).add_(g, 1.0 - b1);
-    exp_avg_sq_[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
-    torch::Tensor denom = (exp_avg_sq_[i] / bc2).sqrt_().add_(kAdamEps);
-    p.addcdiv_(exp_avg_[i], denom, -lr / bc1);
+    if (config_.weight_decay > 0 && params_[i].dim() >= 2) decay.push_back(params_[i]);
   }
+  if (p.empty()) return;
+  if (!decay.empty()) torch::_foreach_mul_(decay, 1.0 - lr * config_.weight_decay);
+  torch::_foreach_mul_(m, b1);
+  torch::_foreach_add_(m, g, 1.0 - b1);
+  torch::_foreach_mul_(v, b2);
+  torch::_foreach_addcmul_(v, g, g, 1.0 - b2);
+  std::vector<torch::Tensor> denom = torch::_foreach_div(v, bc2);
+  torch::_foreach_sqrt_(denom);
+  torch::_foreach_add_(denom, kAdamEps);
+  torch::_foreach_addcdiv_(p, m, denom, -lr / bc1);
 }
 
 StepResult Trainer::train_step(const std::vector<int>& capture_layers) {
@@ -174,6 +213,13 @@ StepResult Trainer::train_step(const std::vector<int>& capture_layers) {
       if (p.grad().defined()) p.mutable_grad().mul_(coef);
   }
   adamw_update(r.lr);
+  phase_mark(kPhaseOptimizer);
+  if (phase_enabled_ && ++phase_warmup_ <= kPhaseWarmupSteps) {
+    std::fill(std::begin(phase_seconds_), std::end(phase_seconds_), 0.0);  // lazy init, autotune
+    std::fill(std::begin(phase_host_seconds_), std::end(phase_host_seconds_), 0.0);
+  } else if (phase_enabled_) {
+    ++phase_steps_;
+  }
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
@@ -218,6 +264,37 @@ void Trainer::load_state(const NamedTensors& s) {
   auto it = m.find("step");
   if (it == m.end()) throw Error(ExitCode::kData, "checkpoint lacks 'step'");
   step_ = it->second.item<int64_t>();
+}
+
+void Trainer::phase_mark(int phase) {
+  if (!phase_enabled_) return;
+  const auto issued = std::chrono::steady_clock::now();  // the host is done queueing the phase
+  if (device_.is_cuda()) torch::cuda::synchronize(device_.has_index() ? device_.index() : -1);
+  const auto now = std::chrono::steady_clock::now();
+  if (phase >= 0) {
+    phase_seconds_[phase] += std::chrono::duration<double>(now - phase_t0_).count();
+    phase_host_seconds_[phase] += std::chrono::duration<double>(issued - phase_t0_).count();
+  }
+  phase_t0_ = now;
+}
+
+std::string Trainer::phase_report() const {
+  if (!phase_enabled_ || phase_steps_ == 0) return "";
+  static const char* names[kNumPhases] = {"data", "forward", "backward", "loss+stats", "grad norm", "monitors", "optimizer"};
+  double total = 0;
+  for (double v : phase_seconds_) total += v;
+  std::string out = "phase times over " + std::to_string(phase_steps_) + " steps after " +
+                    std::to_string(kPhaseWarmupSteps) +
+                    " (ms/step, device synchronized at each edge; host: time to queue the work):";
+  char buf[128];
+  for (int i = 0; i < kNumPhases; ++i) {
+    std::snprintf(buf, sizeof buf, " %s %.2f (%.0f%%, host %.2f)", names[i],
+                  1e3 * phase_seconds_[i] / phase_steps_,
+                  total > 0 ? 100.0 * phase_seconds_[i] / total : 0.0,
+                  1e3 * phase_host_seconds_[i] / phase_steps_);
+    out += buf;
+  }
+  return out;
 }
 
 std::string Trainer::param_digest() const {

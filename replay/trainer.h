@@ -4,6 +4,7 @@
 
 #include <torch/types.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -66,6 +67,9 @@ class Trainer {
   void load_state(const NamedTensors& s);
   // fnv1a64 over the bytes of every parameter, hex: the cheap per-step digest.
   std::string param_digest() const;
+  // With REWIND_PHASE_TIMES=1 in the environment: mean milliseconds per train step spent in
+  // data, forward, backward, loss+stats, grad norm, monitors and optimizer; "" otherwise.
+  std::string phase_report() const;
 
  private:
   StepResult forward_backward(const plan::Plan& plan, const std::vector<int>& capture_layers);
@@ -81,6 +85,17 @@ class Trainer {
   std::vector<std::string> param_names_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   int64_t step_ = 0;
+
+  enum { kPhaseData, kPhaseForward, kPhaseBackward, kPhaseLoss, kPhaseGradNorm, kPhaseMonitors,
+         kPhaseOptimizer, kNumPhases };
+  void phase_mark(int phase);  // adds the time since the last mark to `phase` (-1: just start)
+  bool phase_enabled_ = false;
+  double phase_seconds_[kNumPhases] = {};
+  double phase_host_seconds_[kNumPhases] = {};
+  int64_t phase_steps_ = 0;
+  static constexpr int kPhaseWarmupSteps = 2;  // not counted
+  int phase_warmup_ = 0;
+  std::chrono::steady_clock::time_point phase_t0_;
 };
 
 // Spectral norm of a matrix by power iteration in FP64 from a fixed start vector

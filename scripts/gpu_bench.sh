@@ -39,3 +39,11 @@ for row in "sdpa:$sdpa:sdpa" "rewind:$ours:rewind" "rewind-stable:$stable:stable
     'BEGIN {printf "%-16s %8.1f %14s %10.0f %8.2f\n", n, ms, q, t/(ms/1000), base/ms}'
 done
 awk -v a="$rec" -v b="$ours" 'BEGIN {printf "recording overhead: %.1f%% of step time\n", (a-b)/b*100}'
+# Where a step's time goes (one more short run per mode; the device is synchronized at each
+# phase edge, so these steps are a little slower than the timed ones above).
+for row in "sdpa:--attention sdpa" "rewind:" "rewind-stable:--plan L*.H*.softmax=stable(beta=2)"; do
+  IFS=: read -r name args <<< "$row"
+  # shellcheck disable=SC2086
+  REWIND_PHASE_TIMES=1 "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps 12 \
+    --batch-size "$B" --gradient-accumulation-steps 1 $args 2>&1 | grep "^phase times" | sed "s/^/$name: /"
+done
