@@ -30,6 +30,7 @@ struct OpState : torch::CustomClassHolder {
   AttentionParams params;  // params.flags points into `flags`; stats unused here
   std::shared_ptr<AttentionCapture> capture;
   bool need_o_f32 = false;  // some head reads unrounded O (o=fp32 or delta=fp32)
+  bool need_f32_inputs = false;  // some head has an FP32 op: pass the FP32 q, k, v twins
 };
 
 bool any_head(const std::vector<HeadFlags>& flags, Op op, Prec pr) {
@@ -58,6 +59,8 @@ c10::intrusive_ptr<OpState> make_state(const Tensor& q, const Tensor& k, const T
   st->flags = opt.flags.empty() ? std::vector<HeadFlags>(heads) : opt.flags;
   st->capture = std::move(capture);
   st->need_o_f32 = any_head(st->flags, Op::kO, Prec::kFp32) || any_head(st->flags, Op::kDelta, Prec::kFp32);
+  for (int op = 0; op < kNumOps; ++op)
+    st->need_f32_inputs |= any_head(st->flags, static_cast<Op>(op), Prec::kFp32);
   AttentionParams& p = st->params;
   p.batch = static_cast<int>(q.size(0));
   p.heads = static_cast<int>(heads);
@@ -82,13 +85,23 @@ Tensor bytes_on(const void* data, size_t n, const torch::Device& dev) {
   return host.to(dev, /*non_blocking=*/true);
 }
 uint16_t* bf16_ptr(const Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr()); }
+float* f32_ptr(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
+// A contiguous BF16 copy of a tensor of any strides and dtype: one kernel.
+Tensor bf16_contiguous(const Tensor& t) {
+  return torch::empty(t.sizes(), t.options().dtype(torch::kBFloat16)).copy_(t);
+}
 void check_cuda(int rc, const char* what) {
   TORCH_CHECK(rc == 0, "attention: CUDA ", what, " failed: ",
               cudaGetErrorString(static_cast<cudaError_t>(rc)));
 }
-// Heads whose output is FP32 (o=fp32) take o_f32, all others the BF16 O.
+// Heads whose output is FP32 (o=fp32) take o_f32, all others the BF16 O. The result is a
+// (B,H,T,D) view of (B,T,H,D) memory: the layout the block's output projection reads, so the
+// widening copy also does the head transpose.
 Tensor assemble_output(const OpState& st, const Tensor& o_bf16, const Tensor& o_f32) {
-  Tensor out = o_bf16.to(torch::kFloat32);
+  const auto& p = st.params;
+  Tensor out = torch::empty({p.batch, p.seq, p.heads, p.dim}, o_bf16.options().dtype(torch::kFloat32))
+                   .transpose(1, 2);
+  out.copy_(o_bf16);
   for (int h = 0; h < st.params.heads; ++h)
     if (st.flags[h].prec[static_cast<int>(Op::kO)] == Prec::kFp32)
       out.select(1, h).copy_(o_f32.select(1, h));
@@ -98,14 +111,17 @@ Tensor assemble_output(const OpState& st, const Tensor& o_bf16, const Tensor& o_
 
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
+  // q, k, v: FP32 (B,H,T,D); contiguous on the CPU, any strides on CUDA (the GPT block passes
+  // views of its qkv projection: each operand costs one strided-read BF16 copy, no FP32 copy).
   static Tensor forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                         c10::intrusive_ptr<OpState> st) {
     const AttentionParams& base = st->params;
     const int64_t b = base.batch, h = base.heads, t = base.seq;
-    Tensor lse = torch::empty({b, h, t}, q.options());
-    Tensor o_f32 = st->need_o_f32 ? torch::empty_like(q) : Tensor();
+    const auto f32 = q.options().dtype(torch::kFloat32);
+    Tensor lse = torch::empty({b, h, t}, f32);
+    Tensor o_f32 = st->need_o_f32 ? torch::empty(q.sizes(), f32) : Tensor();
     std::vector<HeadStats> stats(st->capture ? h : 0);
-    Tensor out, o_saved, stats_pending;
+    Tensor out, o_saved, stats_pending, qb, kb, vb;
     if (q.is_cuda()) {
 #ifdef REWIND_CUDA
       AttentionParams p = base;
@@ -116,13 +132,21 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
         stats_d = torch::zeros({static_cast<int64_t>(h * sizeof(HeadStats))}, q.options().dtype(torch::kUInt8));
         p.stats = reinterpret_cast<HeadStats*>(stats_d.data_ptr());
       }
-      Tensor qb = q.to(torch::kBFloat16), kb = k.to(torch::kBFloat16), vb = v.to(torch::kBFloat16);
+      qb = bf16_contiguous(q);
+      kb = bf16_contiguous(k);
+      vb = bf16_contiguous(v);
+      Tensor q32, k32, v32;  // FP32 twins, only for heads that read them
+      if (st->need_f32_inputs) {
+        q32 = q.contiguous();
+        k32 = k.contiguous();
+        v32 = v.contiguous();
+      }
       Tensor o_bf16 = torch::empty_like(qb);
       cuda::ForwardArgs a;
       a.q = bf16_ptr(qb); a.k = bf16_ptr(kb); a.v = bf16_ptr(vb);
-      a.q_f32 = q.data_ptr<float>(); a.k_f32 = k.data_ptr<float>(); a.v_f32 = v.data_ptr<float>();
+      a.q_f32 = f32_ptr(q32); a.k_f32 = f32_ptr(k32); a.v_f32 = f32_ptr(v32);
       a.o = bf16_ptr(o_bf16);
-      a.o_f32 = o_f32.defined() ? o_f32.data_ptr<float>() : nullptr;
+      a.o_f32 = f32_ptr(o_f32);
       a.lse = lse.data_ptr<float>();
       a.stats = p.stats;  // null without a capture: the kernels then skip all tie counting
       a.host_flags = st->flags.data();  // same contents as flags_d: no device->host sync
@@ -149,13 +173,14 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       c->stats = stats;
     }
     if (auto& c = st->capture; c && c->keep_tensors) {
-      c->q = q.clone();
-      c->k = k.clone();
-      c->v = v.clone();
-      c->o = out.clone();
+      c->q = q.contiguous().clone();
+      c->k = k.contiguous().clone();
+      c->v = v.contiguous().clone();
+      c->o = out.contiguous().clone();
       c->lse = lse.clone();
     }
-    ctx->save_for_backward({q, k, v, o_saved, lse, o_f32});
+    // CUDA keeps the BF16 operands for the backward instead of converting q, k, v again.
+    ctx->save_for_backward({q, k, v, o_saved, lse, o_f32, qb, kb, vb});
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
     return out;
   }
@@ -164,23 +189,37 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     auto st = c10::static_intrusive_pointer_cast<OpState>(ctx->saved_data["state"].toCapsule());
     variable_list s = ctx->get_saved_variables();
     const Tensor &q = s[0], &k = s[1], &v = s[2], &o = s[3], &lse = s[4], &o_f32 = s[5];
-    Tensor g = grad_out[0].defined() ? grad_out[0].to(torch::kFloat32).contiguous() : torch::zeros_like(q);
-    Tensor dq = torch::empty_like(q), dk = torch::empty_like(q), dv = torch::empty_like(q);
+    const auto f32 = q.options().dtype(torch::kFloat32);
+    Tensor dq = torch::empty(q.sizes(), f32), dk = torch::empty(q.sizes(), f32),
+           dv = torch::empty(q.sizes(), f32);
     Tensor delta = torch::empty_like(lse);
+    const bool keep = st->capture && st->capture->keep_tensors;
+    Tensor g;  // FP32 contiguous dO: the CPU path, and captures
+    if (!q.is_cuda() || keep) {
+      g = grad_out[0].defined() ? grad_out[0].to(torch::kFloat32).contiguous()
+                                : torch::zeros(q.sizes(), f32);
+    }
     if (q.is_cuda()) {
 #ifdef REWIND_CUDA
+      const Tensor &qb = s[6], &kb = s[7], &vb = s[8];
       AttentionParams p = st->params;
       Tensor flags_d = bytes_on(st->flags.data(), st->flags.size() * sizeof(HeadFlags), q.device());
       p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
-      Tensor qb = q.to(torch::kBFloat16), kb = k.to(torch::kBFloat16), vb = v.to(torch::kBFloat16);
-      Tensor gb = g.to(torch::kBFloat16);
+      Tensor gb = grad_out[0].defined() ? bf16_contiguous(grad_out[0])
+                                        : torch::zeros(q.sizes(), q.options().dtype(torch::kBFloat16));
+      Tensor q32, k32, v32;
+      if (st->need_f32_inputs) {
+        q32 = q.contiguous();
+        k32 = k.contiguous();
+        v32 = v.contiguous();
+      }
       Tensor ws = torch::empty({static_cast<int64_t>(cuda::backward_workspace_bytes(p))},
                                q.options().dtype(torch::kUInt8));
       cuda::BackwardArgs a;
       a.q = bf16_ptr(qb); a.k = bf16_ptr(kb); a.v = bf16_ptr(vb);
-      a.q_f32 = q.data_ptr<float>(); a.k_f32 = k.data_ptr<float>(); a.v_f32 = v.data_ptr<float>();
+      a.q_f32 = f32_ptr(q32); a.k_f32 = f32_ptr(k32); a.v_f32 = f32_ptr(v32);
       a.o = bf16_ptr(o);
-      a.o_f32 = o_f32.defined() ? o_f32.data_ptr<float>() : nullptr;
+      a.o_f32 = f32_ptr(o_f32);
       a.d_o = bf16_ptr(gb);
       a.lse = lse.data_ptr<float>();
       a.delta = delta.data_ptr<float>();
@@ -198,9 +237,9 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
                              g.data_ptr<float>(), lse.data_ptr<float>(), dq.data_ptr<float>(),
                              dk.data_ptr<float>(), dv.data_ptr<float>(), delta.data_ptr<float>());
     }
-    if (auto& c = st->capture; c && c->keep_tensors) {
-      c->d_o = g.clone();
-      c->delta = delta.clone();
+    if (keep) {
+      st->capture->d_o = g.clone();
+      st->capture->delta = delta.clone();
     }
     return {dq, dk, dv, Tensor()};
   }
@@ -223,6 +262,7 @@ void fetch_stats(AttentionCapture& c) {
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt,
                  std::shared_ptr<AttentionCapture> capture) {
   auto st = make_state(q, k, v, opt, std::move(capture));
+  if (q.is_cuda()) return AttentionFunction::apply(q, k, v, st);  // strided views welcome
   return AttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), st);
 }
 

@@ -75,7 +75,7 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
                              /*x_bf16=*/ln_low);
   auto parts = qkv.split(C, /*dim=*/2);
   auto heads = [&](const torch::Tensor& t) {
-    return t.view({B, T, H, D}).transpose(1, 2).contiguous();  // (B,H,T,D)
+    return t.view({B, T, H, D}).transpose(1, 2);  // (B,H,T,D) view; attention copies as it needs
   };
   kernels::AttentionOptions opt;
   opt.scale = 1.0f / std::sqrt(static_cast<float>(D));

@@ -23,7 +23,7 @@ path, steps = sys.argv[1], int(sys.argv[2])
 rows = [r for r in csv.reader(l for l in open(path) if l.startswith('"'))]
 head, rows = rows[0], rows[1:]
 ki, mi, vi, ui = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value"), head.index("Metric Unit")
-scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+scale = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3}
 tot, cnt = collections.defaultdict(float), collections.Counter()
 for r in rows:
     if r[mi] != "gpu__time_duration.sum": continue
