@@ -71,6 +71,25 @@ TEST_F(RecordReplay, TamperedLossIsReportedAtItsStep) {
   EXPECT_NE(r.out.find("replay diverged at step 27: loss"), std::string::npos) << r.out;
 }
 
+TEST_F(RecordReplay, RunFromAnotherNumericsVersionReplaysWithAWarning) {
+  Cmd same = sh(kBin + " replay --store " + store_ + " --from 20 --to 21 --verify");
+  EXPECT_EQ(same.code, 0) << same.out;
+  EXPECT_EQ(same.out.find("warning:"), std::string::npos) << same.out;
+
+  const std::string old = dir_ + "/old_numerics.db";
+  ASSERT_EQ(sh("cp " + store_ + " " + old).code, 0);
+  {
+    rwd::store::Db db(old, SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE runs SET meta = json_set(meta, '$.numerics', 1, '$.rewind_version', '0.1.0')",
+            "age the run");
+  }
+  Cmd r = sh(kBin + " replay --store " + old + " --from 20 --to 21 --verify");
+  EXPECT_EQ(r.code, 0) << r.out;  // a warning, not an error: the bits are still this build's
+  EXPECT_NE(r.out.find("warning: run 1 was recorded by rewind 0.1.0 (numerics 1"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("bitwise identical"), std::string::npos) << r.out;
+}
+
 TEST_F(RecordReplay, KilledRecorderVerifiesReplaysAndResumesBitwise) {
   const std::string whole = dir_ + "/whole.db", killed = dir_ + "/killed.db";
   const std::string args = " train --data " + data_ + " --steps 300 --checkpoint-every 20" + kModel;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -52,6 +53,27 @@ TEST_F(TrainerTest, SameCommandTwiceGivesBitwiseIdenticalLosses) {
   auto a = loss_bits("", 5);
   auto b = loss_bits("", 5);
   EXPECT_EQ(a, b);
+}
+
+TEST_F(TrainerTest, PhaseTimesOnlyWhenAskedAndWithoutChangingBits) {
+  auto plain = loss_bits("", 5);
+  {
+    TokenFile data(path_);
+    Trainer t(config_, plan::Plan::defaults(config_.n_layer, config_.n_head), data);
+    for (int i = 0; i < 4; ++i) t.train_step();
+    EXPECT_EQ(t.phase_report(), "");
+  }
+  setenv("REWIND_PHASE_TIMES", "1", 1);
+  auto timed = loss_bits("", 5);
+  TokenFile data(path_);
+  Trainer t(config_, plan::Plan::defaults(config_.n_layer, config_.n_head), data);
+  for (int i = 0; i < 4; ++i) t.train_step();
+  unsetenv("REWIND_PHASE_TIMES");
+  const std::string report = t.phase_report();
+  EXPECT_NE(report.find("phase times over 2 steps after 2"), std::string::npos) << report;
+  for (const char* phase : {" forward ", " backward ", " grad norm ", " monitors ", " optimizer "})
+    EXPECT_NE(report.find(phase), std::string::npos) << phase << " missing: " << report;
+  EXPECT_EQ(plain, timed);
 }
 
 TEST_F(TrainerTest, LearnsTheSyntheticCorpus) {
