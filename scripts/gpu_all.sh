@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# On a GPU machine, in one call: build with CUDA and run the cuda-labelled tests, the kernel
+# benchmark (TFLOP/s vs PyTorch SDPA flash), the gpt2-small training benchmark (tokens/s vs the
+# sdpa mode, recording overhead, phase times) and, with PROFILE=1, the step's kernel profile.
+# Everything is logged under $OUT (default: the build folder). Stops at the first failure.
+# Usage: [BUILD=dir] [ROUNDS=n] [PROFILE=1] bash scripts/gpu_all.sh
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export BUILD=${BUILD:-$ROOT/build-gpu}
+export OUT=${OUT:-$BUILD}
+mkdir -p "$OUT"
+echo "== build + ctest -L cuda (logs: $OUT/build.log, $OUT/ctest_cuda.log)"
+bash "$ROOT/scripts/gpu_build.sh" > "$OUT/gpu_build.txt" 2>&1 || { tail -40 "$OUT/gpu_build.txt"; exit 1; }
+tail -4 "$OUT/ctest_cuda.log"
+grep -q "100% tests passed" "$OUT/ctest_cuda.log" || { echo "cuda tests failed"; exit 1; }
+echo "== kernel benchmark"
+"$BUILD/cuda_bench" 2>&1 | tee "$OUT/cuda_bench.txt"
+echo "== gpt2-small training benchmark"
+bash "$ROOT/scripts/gpu_bench.sh" "$BUILD" 2>&1 | tee "$OUT/gpu_bench.txt"
+if [[ "${PROFILE:-0}" == 1 ]]; then
+  echo "== step profile"
+  bash "$ROOT/scripts/gpu_profile_step.sh" "$BUILD" 2>&1 | tee "$OUT/profile.txt" | head -40
+fi
