@@ -31,6 +31,7 @@ struct OpState : torch::CustomClassHolder {
   std::shared_ptr<AttentionCapture> capture;
   bool need_o_f32 = false;  // some head reads unrounded O (o=fp32 or delta=fp32)
   bool need_f32_inputs = false;  // some head has an FP32 op: pass the FP32 q, k, v twins
+  bool need_do_f32 = false;      // some head reads unrounded dO (bwd=fp32 or delta=fp32)
 };
 
 bool any_head(const std::vector<HeadFlags>& flags, Op op, Prec pr) {
@@ -61,6 +62,7 @@ c10::intrusive_ptr<OpState> make_state(const Tensor& q, const Tensor& k, const T
   st->need_o_f32 = any_head(st->flags, Op::kO, Prec::kFp32) || any_head(st->flags, Op::kDelta, Prec::kFp32);
   for (int op = 0; op < kNumOps; ++op)
     st->need_f32_inputs |= any_head(st->flags, static_cast<Op>(op), Prec::kFp32);
+  st->need_do_f32 = any_head(st->flags, Op::kBwd, Prec::kFp32) || any_head(st->flags, Op::kDelta, Prec::kFp32);
   AttentionParams& p = st->params;
   p.batch = static_cast<int>(q.size(0));
   p.heads = static_cast<int>(heads);
@@ -194,8 +196,8 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
            dv = torch::empty(q.sizes(), f32);
     Tensor delta = torch::empty_like(lse);
     const bool keep = st->capture && st->capture->keep_tensors;
-    Tensor g;  // FP32 contiguous dO: the CPU path, and captures
-    if (!q.is_cuda() || keep) {
+    Tensor g;  // FP32 contiguous dO: the CPU path, captures, FP32-dO heads on CUDA
+    if (!q.is_cuda() || keep || st->need_do_f32) {
       g = grad_out[0].defined() ? grad_out[0].to(torch::kFloat32).contiguous()
                                 : torch::zeros(q.sizes(), f32);
     }
@@ -221,6 +223,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       a.o = bf16_ptr(o);
       a.o_f32 = f32_ptr(o_f32);
       a.d_o = bf16_ptr(gb);
+      a.d_o_f32 = st->need_do_f32 ? f32_ptr(g) : nullptr;
       a.lse = lse.data_ptr<float>();
       a.delta = delta.data_ptr<float>();
       a.dq = dq.data_ptr<float>(); a.dk = dk.data_ptr<float>(); a.dv = dv.data_ptr<float>();

@@ -437,6 +437,7 @@ int attention_backward(const AttentionParams& p, const BackwardArgs& ba, void* s
   a.v = ba.v;
   a.o = ba.o;
   a.d_o = ba.d_o;
+  a.do32 = ba.d_o_f32;
   a.q32 = ba.q_f32;
   a.k32 = ba.k_f32;
   a.v32 = ba.v_f32;

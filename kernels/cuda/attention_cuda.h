@@ -38,6 +38,10 @@ struct BackwardArgs {
   const uint16_t* o = nullptr;   // forward output (bf16)
   const float* o_f32 = nullptr;  // optional FP32 O for heads with o=fp32
   const uint16_t* d_o = nullptr; // (B,H,T,D) bf16 upstream gradient
+  // Optional FP32 upstream gradient (unrounded), read by heads with bwd=fp32 (their dO operand)
+  // or delta=fp32 (rowsum in double), as the CPU twin reads it. Without it those heads read
+  // the BF16 d_o, which equals it whenever the producer of dO rounds (a low output projection).
+  const float* d_o_f32 = nullptr;
   const float* lse = nullptr;    // (B,H,T)
   float* delta = nullptr;        // (B,H,T) scratch, written (rowsum(dO*O) or rowsum(dP*P))
   float* dq = nullptr;           // (B,H,T,D) FP32 gradients, fully written (no accumulate)

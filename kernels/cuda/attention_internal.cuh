@@ -26,6 +26,7 @@ struct KernelArgs {
   const float* k32 = nullptr;
   const float* v32 = nullptr;
   const float* o32 = nullptr;     // backward: FP32 forward output
+  const float* do32 = nullptr;    // backward: optional FP32 dO (bwd=fp32, delta=fp32 heads)
   const float* lse_in = nullptr;  // backward
   uint16_t* o_out = nullptr;      // forward
   float* o32_out = nullptr;

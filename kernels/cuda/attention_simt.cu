@@ -262,11 +262,14 @@ __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
   const float lse = row < T ? a.lse_in[static_cast<size_t>(bh) * T + row] : 0.0f;
 
   load_rows<D>(s_q, a.q, a.q32, f.qk_f32, base, q0, kSimtRows, T);
-  load_rows<D>(s_do, a.d_o, nullptr, false, base, q0, kSimtRows, T);
+  load_rows<D>(s_do, a.d_o, a.do32, f.bwd_f32, base, q0, kSimtRows, T);
   __syncthreads();
+  // delta=fp32 reads the unrounded dO (when given) even where the gradients use BF16 dO.
+  const float* do_exact = (f.delta_f64 && a.do32 != nullptr && row < T)
+                              ? a.do32 + base + static_cast<size_t>(row) * D : do_row;
 
   // delta as the CPU twin: FP32 sequential sums (with |terms| for the delta fault), or double
-  // for delta=fp32 (from o_f32; dO is only available in BF16 on the GPU).
+  // for delta=fp32 (from o_f32 and the FP32 dO).
   double sum = 0.0, abs_sum = 0.0;
   if (!f.delta_dpp) {  // rowsum(dO * O), O in FP32 for o=fp32 heads
     if (row < T) {
@@ -274,7 +277,7 @@ __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
       float acc = 0.0f, abs_acc = 0.0f;
       for (int d = 0; d < D; ++d) {
         if (f.delta_f64) {
-          sum += static_cast<double>(do_row[d]) * a.o32[off + d];
+          sum += static_cast<double>(do_exact[d]) * a.o32[off + d];
         } else {
           const float o = f.o_f32 ? a.o32[off + d] : bf16_bits_to_float(a.o[off + d]);
           const float x = __fmul_rn(do_row[d], o);
@@ -301,7 +304,7 @@ __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
         if (f.delta_f64) {
           double dp = 0.0;
           for (int d = 0; d < D; d += 4) {
-            const float4 x = ld4(do_row + d), y = ld4(v_row + d);
+            const float4 x = ld4(do_exact + d), y = ld4(v_row + d);
             dp += static_cast<double>(x.x) * y.x;
             dp += static_cast<double>(x.y) * y.y;
             dp += static_cast<double>(x.z) * y.z;
@@ -389,7 +392,7 @@ __global__ void __launch_bounds__(R) simt_dkdv_kernel(KernelArgs a) {
     __syncthreads();
     load_rows<D>(s_q, a.q, a.q32, f.qk_f32, base, i * kR, kR, T);
     if (s_qg != s_q) load_rows<D>(s_qg, a.q, a.q32, true, base, i * kR, kR, T);
-    load_rows<D>(s_do, a.d_o, nullptr, false, base, i * kR, kR, T);
+    load_rows<D>(s_do, a.d_o, a.do32, f.bwd_f32, base, i * kR, kR, T);
     const int qr = i * kR + t;
     s_lse[t] = qr < T ? a.lse_in[static_cast<size_t>(bh) * T + qr] : 0.0f;
     s_delta[t] = qr < T ? a.delta[static_cast<size_t>(bh) * T + qr] : 0.0f;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "kernels/bf16.h"
@@ -228,6 +229,28 @@ TEST(AttentionCuda, Fp32FlagsMoveTowardReference) {
   const Outputs high_bwd = run_gpu(bwd);
   ASSERT_EQ(high_bwd.bwd_status, 0);
   EXPECT_LT(mean_abs_diff(high_bwd.dk, ref.dk), mean_abs_diff(low.dk, ref.dk));
+}
+
+// bwd=fp32 heads take the unrounded dO, as their CPU twin does: their FP32 gradients then
+// differ from the CPU's only by summation order (1e-4), where a BF16 dO would differ by ~2^-9.
+TEST(AttentionCuda, Fp32BackwardHeadsReadUnroundedDo) {
+  SKIP_WITHOUT_GPU();
+  for (int d : {64, 128}) {
+    Inputs in = make_inputs(1, 2, 150, d, true, 2.0f, 77 + d);
+    in.flags[1].prec[static_cast<int>(Op::kBwd)] = Prec::kFp32;
+    const Outputs gpu = run_gpu(in), cpu = run_cpu(in);
+    ASSERT_EQ(gpu.bwd_status, 0);
+    const size_t per_head = in.q.size() / 2;  // head 1 is the second half (B = 1)
+    for (const auto& [g, c, what] : {std::tuple{&gpu.dq, &cpu.dq, "dQ"}, std::tuple{&gpu.dk, &cpu.dk, "dK"},
+                                     std::tuple{&gpu.dv, &cpu.dv, "dV"}}) {
+      const std::vector<float> gh(g->begin() + per_head, g->end()), ch(c->begin() + per_head, c->end());
+      const double scale = max_abs(ch);
+      size_t bad = 0;
+      for (size_t i = 0; i < gh.size(); ++i)
+        bad += !(std::fabs(static_cast<double>(gh[i]) - ch[i]) <= 1e-4 * std::fabs(ch[i]) + 1e-5 * scale);
+      EXPECT_LE(bad, gh.size() / 500) << what << " D=" << d << ": " << bad << " of " << gh.size();
+    }
+  }
 }
 
 TEST(AttentionCuda, BackwardIsBitwiseDeterministic) {

@@ -88,7 +88,8 @@ Outputs run_gpu(const Inputs& in, bool backward) {
   const AttentionParams& p = in.p;
   const size_t n = in.q.size(), rows = static_cast<size_t>(p.batch) * p.heads * p.seq;
   DeviceBuffer q(n * 2), k(n * 2), v(n * 2), d_o(n * 2), o(n * 2);
-  DeviceBuffer q32(n * 4), k32(n * 4), v32(n * 4), o32(n * 4), lse(rows * 4), delta(rows * 4);
+  DeviceBuffer q32(n * 4), k32(n * 4), v32(n * 4), o32(n * 4), do32(n * 4), lse(rows * 4),
+      delta(rows * 4);
   DeviceBuffer dq(n * 4), dk(n * 4), dv(n * 4);
   DeviceBuffer flags(in.flags.size() * sizeof(HeadFlags)), stats(p.heads * sizeof(HeadStats));
   upload(q, to_bf16_bits(in.q));
@@ -98,6 +99,7 @@ Outputs run_gpu(const Inputs& in, bool backward) {
   upload(q32, in.q);
   upload(k32, in.k);
   upload(v32, in.v);
+  upload(do32, in.d_o);
   upload(flags, in.flags);
   upload(stats, std::vector<HeadStats>(static_cast<size_t>(p.heads)));
 
@@ -135,6 +137,7 @@ Outputs run_gpu(const Inputs& in, bool backward) {
   ba.o = o.as<uint16_t>();
   ba.o_f32 = o32.as<float>();
   ba.d_o = d_o.as<uint16_t>();
+  ba.d_o_f32 = do32.as<float>();
   ba.lse = lse.as<float>();
   ba.delta = delta.as<float>();
   ba.dq = dq.as<float>();
@@ -165,8 +168,9 @@ Outputs run_cpu(const Inputs& in, bool backward) {
   attention_forward_cpu(p, in.q.data(), in.k.data(), in.v.data(), out.o.data(), out.lse.data(),
                         out.o32.data());
   if (!backward) return out;
-  // The GPU kernels see BF16 dO only, so the twin gets the same dO.
-  const std::vector<float> d_o = bf16_round(in.d_o);
+  // Both see the unrounded dO (the GPU also gets its BF16 copy): low heads round it, bwd=fp32
+  // and delta=fp32 heads read it as it is.
+  const std::vector<float>& d_o = in.d_o;
   out.dq.resize(n);
   out.dk.resize(n);
   out.dv.resize(n);
@@ -187,7 +191,7 @@ Outputs run_reference(const Inputs& in, bool round_inputs) {
   };
   const std::vector<double> q = widen(in.q), k = widen(in.k), v = widen(in.v);
   std::vector<double> d_o(n);
-  for (size_t i = 0; i < n; ++i) d_o[i] = bf16_round(in.d_o[i]);
+  for (size_t i = 0; i < n; ++i) d_o[i] = round_inputs ? bf16_round(in.d_o[i]) : in.d_o[i];
   std::vector<double> o(n), lse(rows), dq(n), dk(n), dv(n);
   attention_reference_forward(p, q.data(), k.data(), v.data(), o.data(), lse.data());
   attention_reference_backward(p, q.data(), k.data(), v.data(), o.data(), d_o.data(), lse.data(),

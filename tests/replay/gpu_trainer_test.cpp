@@ -69,9 +69,11 @@ class GpuTrainer : public ::testing::Test {
 TEST_F(GpuTrainer, DefaultPlanStepMatchesTheCpuEmulation) { expect_devices_agree("", 2e-2); }
 
 // FP32 heads (FP32 q/k/v twins, an FP32 output head inside the BF16 output), an FP32
-// LayerNorm feeding a low linear (the FP32 GEMM path), stabilized heads.
+// LayerNorm feeding a low linear (the FP32 GEMM path), stabilized heads, and an FP32 output
+// projection whose unrounded dO reaches bwd=fp32 and delta=fp32 heads.
 TEST_F(GpuTrainer, MixedPlanStepMatchesTheCpuEmulation) {
-  expect_devices_agree("L0.ln=fp32;L0.H1.o=fp32;L1.H2.qk=fp32;L1.H3.pv=fp32;L0.H{0,2}.softmax=stable(beta=2)",
+  expect_devices_agree("L0.ln=fp32;L0.H1.o=fp32;L1.H2.qk=fp32;L1.H3.pv=fp32;L0.H{0,2}.softmax=stable(beta=2);"
+                       "L1.proj=fp32;L1.H0.bwd=fp32;L0.H3.delta=fp32",
                        2e-2);
 }
 
