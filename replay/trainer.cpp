@@ -1,6 +1,8 @@
 // AdamW training loop with gradient accumulation, clipping and monitors.
 #include "replay/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 
 #include "common/error.h"
 #include "common/hash.h"
@@ -264,6 +267,18 @@ void Trainer::load_state(const NamedTensors& s) {
   auto it = m.find("step");
   if (it == m.end()) throw Error(ExitCode::kData, "checkpoint lacks 'step'");
   step_ = it->second.item<int64_t>();
+  // The default generators as the recorder saw them (training draws nothing from them today,
+  // no dropout, but whatever does will replay): CPU always, CUDA when this trainer runs there.
+  if (auto g = m.find("rng/cpu"); g != m.end()) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(g->second);
+  }
+  if (auto g = m.find("rng/cuda"); g != m.end() && device_.is_cuda()) {
+    at::Generator gen = at::globalContext().defaultGenerator(device_);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(g->second);
+  }
 }
 
 void Trainer::phase_mark(int phase) {

@@ -1,5 +1,6 @@
 // Trainer: bitwise determinism, learning on the synthetic corpus, plans that change numbers,
 // state save/load.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -74,6 +75,18 @@ TEST_F(TrainerTest, PhaseTimesOnlyWhenAskedAndWithoutChangingBits) {
   for (const char* phase : {" forward ", " backward ", " grad norm ", " monitors ", " optimizer "})
     EXPECT_NE(report.find(phase), std::string::npos) << phase << " missing: " << report;
   EXPECT_EQ(plain, timed);
+}
+
+TEST_F(TrainerTest, LoadStateRestoresTheRecordedGenerator) {
+  TokenFile data(path_);
+  Trainer t(config_, plan::Plan::defaults(config_.n_layer, config_.n_head), data);
+  NamedTensors s = t.state();
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  s.emplace_back("rng/cpu", gen.get_state().clone());  // what Recorder::checkpoint adds
+  const torch::Tensor first = torch::rand({8});
+  torch::rand({100});  // the generator moves on
+  t.load_state(s);
+  EXPECT_TRUE(torch::equal(torch::rand({8}), first));
 }
 
 TEST_F(TrainerTest, LearnsTheSyntheticCorpus) {
