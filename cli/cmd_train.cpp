@@ -105,9 +105,11 @@ int run_train(int argc, char** argv) {
     spec.full_batches = batches == "full";
     spec.device = r["device"].as<std::string>();
     spec.attention = r["attention"].as<std::string>();
+    const torch::Device device = replay::setup_device(spec.device);
+    spec.device_name = replay::device_name(device);
     trainer = std::make_unique<replay::Trainer>(
-        spec.config, spec.plan.at(0, spec.config.n_layer, spec.config.n_head), *data,
-        replay::setup_device(spec.device), replay::attention_impl(spec.attention));
+        spec.config, spec.plan.at(0, spec.config.n_layer, spec.config.n_head), *data, device,
+        replay::attention_impl(spec.attention));
     if (r.count("record")) {
       st = std::make_unique<store::Store>(store::Store::create(r["record"].as<std::string>(), so));
       spec.run_id = st->add_run(spec.config.to_json(), spec.plan.to_json(), spec.meta_json());

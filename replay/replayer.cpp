@@ -59,8 +59,10 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
   r.data = std::make_unique<TokenFile>(path);
   check_dataset(r.run, *r.data);
   const Config& c = r.run.config;
+  const torch::Device device = setup_device(r.run.device);
+  warn_if_other_device(r.run, device);
   r.trainer = std::make_unique<Trainer>(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data,
-                                        setup_device(r.run.device), attention_impl(r.run.attention));
+                                        device, attention_impl(r.run.attention));
   r.trainer->load_state(read_checkpoint(s, r.run.run_id, *ckpt));
   if (r.trainer->step() != *ckpt)
     throw Error(ExitCode::kData, "checkpoint at step " + std::to_string(*ckpt) + " holds step " +

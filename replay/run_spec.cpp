@@ -5,8 +5,14 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#ifdef REWIND_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <set>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -36,6 +42,38 @@ torch::Device setup_device(const std::string& device) {
   at::globalContext().setAllowTF32CuBLAS(false);
   at::globalContext().setAllowTF32CuDNN(false);
   return torch::Device(device);
+}
+
+std::string device_name(const torch::Device& device) {
+  if (device.is_cuda()) {
+#ifdef REWIND_CUDA
+    int index = device.has_index() ? device.index() : 0;
+    if (!device.has_index()) cudaGetDevice(&index);
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, index) == cudaSuccess)
+      return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+#endif
+    return "";
+  }
+  std::ifstream f("/proc/cpuinfo");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      std::string name = line.substr(line.find(':') + 1);
+      name.erase(0, name.find_first_not_of(" \t"));
+      return name;
+    }
+  }
+  return "";
+}
+
+void warn_if_other_device(const RunSpec& run, const torch::Device& device) {
+  static std::set<int64_t> warned;
+  if (run.device_name.empty() || warned.count(run.run_id)) return;
+  const std::string here = device_name(device);
+  if (here.empty() || here == run.device_name) return;
+  warned.insert(run.run_id);
+  std::fprintf(stderr, "warning: run %lld was recorded on %s; this is %s: bits may differ for that reason alone\n",
+               static_cast<long long>(run.run_id), run.device_name.c_str(), here.c_str());
 }
 
 AttentionImpl attention_impl(const std::string& name) {
@@ -103,6 +141,7 @@ std::string RunSpec::meta_json() const {
   j["torch_version"] = torch_version();
   j["numerics"] = kNumericsVersion;
   j["device"] = device;
+  j["device_name"] = device_name;
   j["attention"] = attention;
   j["threads"] = threads;
   j["data_path"] = data_path;
@@ -133,13 +172,15 @@ RunSpec RunSpec::load(store::Store& s, int64_t run_id) {
     r.data_fingerprint = j.value("data_fingerprint", "");
     r.threads = j.value("threads", 1);
     r.device = j.value("device", "cpu");
+    r.device_name = j.value("device_name", "");
     r.attention = j.value("attention", "rewind");
     r.checkpoint_every = j.value("checkpoint_every", 0);
     r.digest_every = j.value("digest_every", 1);
     r.full_batches = j.value("full_batches", false);
     const int numerics = j.value("numerics", 1);
     const std::string by = j.value("rewind_version", "?"), torch = j.value("torch_version", "?");
-    if (numerics != kNumericsVersion || torch != torch_version())
+    static std::set<int64_t> warned;  // once per process and run (bisect loads it often)
+    if ((numerics != kNumericsVersion || torch != torch_version()) && warned.insert(r.run_id).second)
       std::fprintf(stderr, "warning: run %lld was recorded by rewind %s (numerics %d, LibTorch %s); this is rewind %s (numerics %d, LibTorch %s): bits may differ for that reason alone\n",
                    static_cast<long long>(r.run_id), by.c_str(), numerics, torch.c_str(),
                    rewind_version().c_str(), kNumericsVersion, torch_version().c_str());

@@ -40,6 +40,7 @@ struct RunSpec {
   std::string data_fingerprint;
   int threads = 1;
   std::string device = "cpu";        // "cpu" or "cuda" (LibTorch deterministic mode)
+  std::string device_name;           // the processor: CPU model or GPU name and sm_XY ("" if unknown)
   std::string attention = "rewind";  // "rewind" (our kernels, plan) or "sdpa" (baseline)
   int checkpoint_every = 0;
   int digest_every = 1;
@@ -53,6 +54,12 @@ struct RunSpec {
 // workspace setting, deterministic algorithms, no TF32. Throws UsageError when CUDA is absent.
 torch::Device setup_device(const std::string& device);
 AttentionImpl attention_impl(const std::string& name);
+// What bits depend on besides the build: the CPU model (BLAS picks its kernels per processor)
+// or the GPU name and compute capability.
+std::string device_name(const torch::Device& device);
+// One line on stderr (once per process and run) when `run` was recorded on another processor
+// than `device` is: replay is bitwise only on the same kind.
+void warn_if_other_device(const RunSpec& run, const torch::Device& device);
 
 std::string rewind_version();
 // Bumped whenever a change alters the bits a training step computes on some device (kernel

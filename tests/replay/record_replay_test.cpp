@@ -71,7 +71,7 @@ TEST_F(RecordReplay, TamperedLossIsReportedAtItsStep) {
   EXPECT_NE(r.out.find("replay diverged at step 27: loss"), std::string::npos) << r.out;
 }
 
-TEST_F(RecordReplay, RunFromAnotherNumericsVersionReplaysWithAWarning) {
+TEST_F(RecordReplay, RunFromAnotherVersionOrProcessorReplaysWithAWarning) {
   Cmd same = sh(kBin + " replay --store " + store_ + " --from 20 --to 21 --verify");
   EXPECT_EQ(same.code, 0) << same.out;
   EXPECT_EQ(same.out.find("warning:"), std::string::npos) << same.out;
@@ -88,6 +88,19 @@ TEST_F(RecordReplay, RunFromAnotherNumericsVersionReplaysWithAWarning) {
   EXPECT_NE(r.out.find("warning: run 1 was recorded by rewind 0.1.0 (numerics 1"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("bitwise identical"), std::string::npos) << r.out;
+  const size_t first = r.out.find("warning:");
+  EXPECT_EQ(r.out.find("warning:", first + 1), std::string::npos) << "one warning only:\n" << r.out;
+
+  // Another processor: BLAS (or the GPU) may pick other kernels, so replay says so.
+  const std::string moved = dir_ + "/other_cpu.db";
+  ASSERT_EQ(sh("cp " + store_ + " " + moved).code, 0);
+  {
+    rwd::store::Db db(moved, SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE runs SET meta = json_set(meta, '$.device_name', 'Imaginary CPU 9000')", "move the run");
+  }
+  Cmd m = sh(kBin + " replay --store " + moved + " --from 20 --to 21 --verify");
+  EXPECT_EQ(m.code, 0) << m.out;
+  EXPECT_NE(m.out.find("warning: run 1 was recorded on Imaginary CPU 9000; this is "), std::string::npos) << m.out;
 }
 
 TEST_F(RecordReplay, KilledRecorderVerifiesReplaysAndResumesBitwise) {
