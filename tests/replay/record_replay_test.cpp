@@ -40,6 +40,15 @@ class RecordReplay : public ::testing::Test {
   }
   static void TearDownTestSuite() { rwd::testing::remove_tree(dir_); }
 
+  // A copy of the recording with `sql` applied to it (the original stays untouched).
+  static std::string altered_copy(const std::string& name, const std::string& sql) {
+    const std::string copy = dir_ + "/" + name;
+    EXPECT_EQ(sh("cp " + store_ + " " + copy).code, 0);
+    rwd::store::Db db(copy, SQLITE_OPEN_READWRITE);
+    db.exec(sql, "alter the copy");
+    return copy;
+  }
+
   static std::vector<uint32_t> loss_bits(const std::string& path, int64_t from, int64_t to) {
     auto s = rwd::store::Store::open(path, rwd::store::Mode::kReadOnly);
     std::vector<uint32_t> out;
@@ -60,12 +69,7 @@ TEST_F(RecordReplay, WindowsAtAndBetweenCheckpointsReplayBitwise) {
 }
 
 TEST_F(RecordReplay, TamperedLossIsReportedAtItsStep) {
-  const std::string copy = dir_ + "/tampered.db";
-  ASSERT_EQ(sh("cp " + store_ + " " + copy).code, 0);
-  {
-    rwd::store::Db db(copy, SQLITE_OPEN_READWRITE);
-    db.exec("UPDATE steps SET loss_bits = loss_bits + 1 WHERE step = 27", "tamper");
-  }
+  const std::string copy = altered_copy("tampered.db", "UPDATE steps SET loss_bits = loss_bits + 1 WHERE step = 27");
   Cmd r = sh(kBin + " replay --store " + copy + " --from 25 --to 30 --verify");
   EXPECT_EQ(r.code, 4) << r.out;
   EXPECT_NE(r.out.find("replay diverged at step 27: loss"), std::string::npos) << r.out;
@@ -76,13 +80,8 @@ TEST_F(RecordReplay, RunFromAnotherVersionOrProcessorReplaysWithAWarning) {
   EXPECT_EQ(same.code, 0) << same.out;
   EXPECT_EQ(same.out.find("warning:"), std::string::npos) << same.out;
 
-  const std::string old = dir_ + "/old_numerics.db";
-  ASSERT_EQ(sh("cp " + store_ + " " + old).code, 0);
-  {
-    rwd::store::Db db(old, SQLITE_OPEN_READWRITE);
-    db.exec("UPDATE runs SET meta = json_set(meta, '$.numerics', 1, '$.rewind_version', '0.1.0')",
-            "age the run");
-  }
+  const std::string old = altered_copy(
+      "old_numerics.db", "UPDATE runs SET meta = json_set(meta, '$.numerics', 1, '$.rewind_version', '0.1.0')");
   Cmd r = sh(kBin + " replay --store " + old + " --from 20 --to 21 --verify");
   EXPECT_EQ(r.code, 0) << r.out;  // a warning, not an error: the bits are still this build's
   EXPECT_NE(r.out.find("warning: run 1 was recorded by rewind 0.1.0 (numerics 1"), std::string::npos)
@@ -92,12 +91,8 @@ TEST_F(RecordReplay, RunFromAnotherVersionOrProcessorReplaysWithAWarning) {
   EXPECT_EQ(r.out.find("warning:", first + 1), std::string::npos) << "one warning only:\n" << r.out;
 
   // Another processor: BLAS (or the GPU) may pick other kernels, so replay says so.
-  const std::string moved = dir_ + "/other_cpu.db";
-  ASSERT_EQ(sh("cp " + store_ + " " + moved).code, 0);
-  {
-    rwd::store::Db db(moved, SQLITE_OPEN_READWRITE);
-    db.exec("UPDATE runs SET meta = json_set(meta, '$.device_name', 'Imaginary CPU 9000')", "move the run");
-  }
+  const std::string moved =
+      altered_copy("other_cpu.db", "UPDATE runs SET meta = json_set(meta, '$.device_name', 'Imaginary CPU 9000')");
   Cmd m = sh(kBin + " replay --store " + moved + " --from 20 --to 21 --verify");
   EXPECT_EQ(m.code, 0) << m.out;
   EXPECT_NE(m.out.find("warning: run 1 was recorded on Imaginary CPU 9000; this is "), std::string::npos) << m.out;
