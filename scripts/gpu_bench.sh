@@ -18,6 +18,8 @@ run() {  # mode, extra args
   "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps "$STEPS" \
     --batch-size "$B" --gradient-accumulation-steps 1 "$@" > "$W/log.txt" 2>&1 || { cat "$W/log.txt"; exit 1; }
   grep -E "^step" "$W/log.txt" | awk -F'|' 'NR>2 {gsub(/ ms/,"",$5); print $5+0}' >> "$W/$mode.ms"
+  # The last step's loss: a sanity check (all modes train the same model on the same batches).
+  grep -E "^step" "$W/log.txt" | tail -1 | awk -F'|' '{sub(/ *loss /,"",$2); print $2+0}' > "$W/$mode.loss"
 }
 median() { sort -n "$W/$1.ms" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 quartiles() { sort -n "$W/$1.ms" | awk '{a[NR]=$1} END {printf "%.1f-%.1f", a[int(NR/4)+1], a[int(3*NR/4)]}'; }
@@ -32,11 +34,12 @@ done
 sdpa=$(median sdpa); ours=$(median rewind); stable=$(median stable); rec=$(median record)
 tok=$((B * 1024))
 printf "gpt2-small training, B=%d T=1024, median step (ms) over %d rounds x %d steps, tokens/s\n" "$B" "$ROUNDS" "$((STEPS - 2))"
-printf "%-16s %8s %14s %10s %8s\n" mode ms "p25-p75 ms" tokens/s ratio
+printf "%-16s %8s %14s %10s %8s %10s\n" mode ms "p25-p75 ms" tokens/s ratio "last loss"
 for row in "sdpa:$sdpa:sdpa" "rewind:$ours:rewind" "rewind-stable:$stable:stable" "rewind+record:$rec:record"; do
   IFS=: read -r name ms file <<< "$row"
   awk -v n="$name" -v ms="$ms" -v q="$(quartiles "$file")" -v t="$tok" -v base="$sdpa" \
-    'BEGIN {printf "%-16s %8.1f %14s %10.0f %8.2f\n", n, ms, q, t/(ms/1000), base/ms}'
+    -v loss="$(cat "$W/$file.loss")" \
+    'BEGIN {printf "%-16s %8.1f %14s %10.0f %8.2f %10.4f\n", n, ms, q, t/(ms/1000), base/ms, loss}'
 done
 awk -v a="$rec" -v b="$ours" 'BEGIN {printf "recording overhead: %.1f%% of step time\n", (a-b)/b*100}'
 # Where a step's time goes (one more short run per mode; the device is synchronized at each
