@@ -65,7 +65,8 @@ std::string rewind_version();
 // Bumped whenever a change alters the bits a training step computes on some device (kernel
 // rounding, GEMM path, optimizer arithmetic). Stored with each run; replaying a run recorded
 // under another numerics version (or another LibTorch) warns that divergence may come from that.
-//   1: rewind 0.1  2: rewind 0.2 (CUDA: BF16 tensor-core qkv GEMM, multi-tensor AdamW)
+//   1: rewind 0.1  2: rewind 0.2 (CUDA: BF16 tensor-core qkv GEMM, multi-tensor AdamW; the
+//   W_Q spectral-norm monitor by Gram-matrix power iteration, all devices)
 constexpr int kNumericsVersion = 2;
 std::string torch_version();
 

@@ -98,8 +98,8 @@ class Trainer {
   std::chrono::steady_clock::time_point phase_t0_;
 };
 
-// Spectral norm of a matrix by power iteration in FP64 from a fixed start vector
-// (deterministic; 30 iterations is ample for a monitor).
+// Spectral norm of a matrix in FP64 by power iteration on its Gram matrix from a fixed start
+// vector (deterministic; `iters` ~ the number of plain power steps it matches, 30 is ample).
 double spectral_norm(const torch::Tensor& w, int iters = 30);
 // The same for a batch of matrices (N, D, C) at once, on their device: one host copy.
 std::vector<double> spectral_norms(const torch::Tensor& w, int iters = 30);

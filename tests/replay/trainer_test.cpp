@@ -89,6 +89,39 @@ TEST_F(TrainerTest, LoadStateRestoresTheRecordedGenerator) {
   EXPECT_TRUE(torch::equal(torch::rand({8}), first));
 }
 
+// 30 alternating W / W^T power steps from the same start vector: the monitor's earlier method.
+double plain_power_iteration(const torch::Tensor& w) {
+  torch::Tensor a = w.to(torch::kFloat64), v = torch::ones({a.size(1)}, a.options()) / std::sqrt(double(a.size(1)));
+  torch::Tensor u;
+  for (int i = 0; i < 30; ++i) {
+    u = torch::mv(a, v);
+    u = u / u.norm();
+    v = torch::mv(a.t(), u);
+    if (i < 29) v = v / v.norm();
+  }
+  return v.norm().item<double>();
+}
+
+TEST(SpectralNorm, AtLeastAsAccurateAsPlainPowerIteration) {
+  torch::manual_seed(5);
+  for (auto shape : {std::vector<int64_t>{12, 64, 768}, std::vector<int64_t>{3, 40, 24}}) {
+    torch::Tensor w = torch::randn(shape, torch::kFloat32);
+    // Matrix 0 has a clear top direction; the others are Gaussian, whose top singular values
+    // crowd together (the slowest case for any power iteration, and W_Q at initialization).
+    w.select(0, 0).add_(torch::outer(torch::randn({shape[1]}), torch::randn({shape[2]})));
+    const std::vector<double> sn = spectral_norms(w);
+    torch::Tensor exact = torch::linalg_svdvals(w.to(torch::kFloat64)).select(1, 0);
+    for (int64_t i = 0; i < shape[0]; ++i) {
+      const double x = exact[i].item<double>(), plain = plain_power_iteration(w.select(0, i));
+      EXPECT_LE(sn[i], x * (1 + 1e-12)) << "matrix " << i;  // a Rayleigh quotient: never above
+      EXPECT_LE(x - sn[i], (x - plain) + 1e-9 * x) << "matrix " << i << ": worse than plain";
+      EXPECT_NEAR(sn[i], x, (i == 0 ? 1e-9 : 5e-2) * x) << "matrix " << i;
+    }
+  }
+  EXPECT_EQ(spectral_norm(torch::zeros({8, 16})), 0.0);
+  EXPECT_NEAR(spectral_norm(torch::eye(5) * 3.0), 3.0, 1e-12);
+}
+
 TEST_F(TrainerTest, LearnsTheSyntheticCorpus) {
   TokenFile data(path_);
   Trainer t(config_, plan::Plan::defaults(config_.n_layer, config_.n_head), data);
