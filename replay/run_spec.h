@@ -66,7 +66,8 @@ std::string rewind_version();
 // rounding, GEMM path, optimizer arithmetic). Stored with each run; replaying a run recorded
 // under another numerics version (or another LibTorch) warns that divergence may come from that.
 //   1: rewind 0.1  2: rewind 0.2 (CUDA: BF16 tensor-core qkv GEMM, multi-tensor AdamW; the
-//   W_Q spectral-norm monitor by Gram-matrix power iteration, all devices)
+//   W_Q spectral-norm monitor by Gram-matrix power iteration and the gradient norm as one
+//   FP64 reduction over all gradients, all devices)
 constexpr int kNumericsVersion = 2;
 std::string torch_version();
 

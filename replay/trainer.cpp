@@ -138,17 +138,13 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   }
   r.batch_hash = h;
   r.loss = loss_sum / static_cast<float>(accum);
-  // Global gradient norm in FP64: per-parameter sums of squares on the device, one host copy,
-  // then accumulated in parameter order on the host (deterministic).
-  std::vector<torch::Tensor> sums;
+  // Global gradient norm, accumulated in FP64 over all gradients laid end to end in parameter
+  // order: three kernels and one host copy (LibTorch's reductions are deterministic).
+  std::vector<torch::Tensor> flat;
   for (auto& p : params_)
-    if (p.grad().defined()) sums.push_back(p.grad().to(torch::kFloat64).pow(2).sum());
-  double sq = 0;
-  if (!sums.empty()) {
-    torch::Tensor host = torch::stack(sums).to(torch::kCPU).contiguous();
-    for (int64_t i = 0; i < host.numel(); ++i) sq += host.data_ptr<double>()[i];
-  }
-  r.grad_norm = static_cast<float>(std::sqrt(sq));
+    if (p.grad().defined()) flat.push_back(p.grad().reshape({-1}));
+  r.grad_norm =
+      flat.empty() ? 0.0f : static_cast<float>(torch::cat(flat).to(torch::kFloat64).norm().item<double>());
   phase_mark(kPhaseGradNorm);
   r.monitors = monitors(all_caps);
   phase_mark(kPhaseMonitors);
