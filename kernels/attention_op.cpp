@@ -92,6 +92,14 @@ float* f32_ptr(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nul
 Tensor bf16_contiguous(const Tensor& t) {
   return torch::empty(t.sizes(), t.options().dtype(torch::kBFloat16)).copy_(t);
 }
+// Contiguous FP32 q, k, v for the heads that read them (an FP32 op); undefined otherwise.
+struct F32Twins {
+  Tensor q, k, v;
+};
+F32Twins f32_twins(const OpState& st, const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (!st.need_f32_inputs) return {};
+  return {q.contiguous(), k.contiguous(), v.contiguous()};
+}
 void check_cuda(int rc, const char* what) {
   TORCH_CHECK(rc == 0, "attention: CUDA ", what, " failed: ",
               cudaGetErrorString(static_cast<cudaError_t>(rc)));
@@ -137,16 +145,11 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       qb = bf16_contiguous(q);
       kb = bf16_contiguous(k);
       vb = bf16_contiguous(v);
-      Tensor q32, k32, v32;  // FP32 twins, only for heads that read them
-      if (st->need_f32_inputs) {
-        q32 = q.contiguous();
-        k32 = k.contiguous();
-        v32 = v.contiguous();
-      }
+      const F32Twins tw = f32_twins(*st, q, k, v);
       Tensor o_bf16 = torch::empty_like(qb);
       cuda::ForwardArgs a;
       a.q = bf16_ptr(qb); a.k = bf16_ptr(kb); a.v = bf16_ptr(vb);
-      a.q_f32 = f32_ptr(q32); a.k_f32 = f32_ptr(k32); a.v_f32 = f32_ptr(v32);
+      a.q_f32 = f32_ptr(tw.q); a.k_f32 = f32_ptr(tw.k); a.v_f32 = f32_ptr(tw.v);
       a.o = bf16_ptr(o_bf16);
       a.o_f32 = f32_ptr(o_f32);
       a.lse = lse.data_ptr<float>();
@@ -209,17 +212,12 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
       Tensor gb = grad_out[0].defined() ? bf16_contiguous(grad_out[0])
                                         : torch::zeros(q.sizes(), q.options().dtype(torch::kBFloat16));
-      Tensor q32, k32, v32;
-      if (st->need_f32_inputs) {
-        q32 = q.contiguous();
-        k32 = k.contiguous();
-        v32 = v.contiguous();
-      }
+      const F32Twins tw = f32_twins(*st, q, k, v);
       Tensor ws = torch::empty({static_cast<int64_t>(cuda::backward_workspace_bytes(p))},
                                q.options().dtype(torch::kUInt8));
       cuda::BackwardArgs a;
       a.q = bf16_ptr(qb); a.k = bf16_ptr(kb); a.v = bf16_ptr(vb);
-      a.q_f32 = f32_ptr(q32); a.k_f32 = f32_ptr(k32); a.v_f32 = f32_ptr(v32);
+      a.q_f32 = f32_ptr(tw.q); a.k_f32 = f32_ptr(tw.k); a.v_f32 = f32_ptr(tw.v);
       a.o = bf16_ptr(o);
       a.o_f32 = f32_ptr(o_f32);
       a.d_o = bf16_ptr(gb);

@@ -156,7 +156,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx, const plan::Plan& plan,
   }
   const bool head_low = !plan.head_fp32;
   x = layer_norm(x, ln_f, head_low);
-  return linear(x, wte, head_low, head_low, /*x_bf16=*/head_low);                         // (B,T,V)
+  return linear(x, wte, head_low, head_low, /*x_bf16=*/head_low);  // (B,T,V)
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets,

@@ -60,7 +60,7 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
   check_dataset(r.run, *r.data);
   const Config& c = r.run.config;
   const torch::Device device = setup_device(r.run.device);
-  warn_if_other_device(r.run, device);
+  warn_if_not_reproducible(r.run, device);
   r.trainer = std::make_unique<Trainer>(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data,
                                         device, attention_impl(r.run.attention));
   r.trainer->load_state(read_checkpoint(s, r.run.run_id, *ckpt));

@@ -66,14 +66,18 @@ std::string device_name(const torch::Device& device) {
   return "";
 }
 
-void warn_if_other_device(const RunSpec& run, const torch::Device& device) {
-  static std::set<int64_t> warned;
-  if (run.device_name.empty() || warned.count(run.run_id)) return;
+void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device) {
+  static std::set<int64_t> warned;  // bisect restores the same run many times
+  if (!warned.insert(run.run_id).second) return;
+  const long long id = run.run_id;
+  if (run.recorded_numerics != kNumericsVersion || run.recorded_torch != torch_version())
+    std::fprintf(stderr, "warning: run %lld was recorded by rewind %s (numerics %d, LibTorch %s); this is rewind %s (numerics %d, LibTorch %s): bits may differ for that reason alone\n",
+                 id, run.recorded_rewind.c_str(), run.recorded_numerics, run.recorded_torch.c_str(),
+                 rewind_version().c_str(), kNumericsVersion, torch_version().c_str());
   const std::string here = device_name(device);
-  if (here.empty() || here == run.device_name) return;
-  warned.insert(run.run_id);
-  std::fprintf(stderr, "warning: run %lld was recorded on %s; this is %s: bits may differ for that reason alone\n",
-               static_cast<long long>(run.run_id), run.device_name.c_str(), here.c_str());
+  if (!run.device_name.empty() && !here.empty() && here != run.device_name)
+    std::fprintf(stderr, "warning: run %lld was recorded on %s; this is %s: bits may differ for that reason alone\n",
+                 id, run.device_name.c_str(), here.c_str());
 }
 
 AttentionImpl attention_impl(const std::string& name) {
@@ -177,13 +181,9 @@ RunSpec RunSpec::load(store::Store& s, int64_t run_id) {
     r.checkpoint_every = j.value("checkpoint_every", 0);
     r.digest_every = j.value("digest_every", 1);
     r.full_batches = j.value("full_batches", false);
-    const int numerics = j.value("numerics", 1);
-    const std::string by = j.value("rewind_version", "?"), torch = j.value("torch_version", "?");
-    static std::set<int64_t> warned;  // once per process and run (bisect loads it often)
-    if ((numerics != kNumericsVersion || torch != torch_version()) && warned.insert(r.run_id).second)
-      std::fprintf(stderr, "warning: run %lld was recorded by rewind %s (numerics %d, LibTorch %s); this is rewind %s (numerics %d, LibTorch %s): bits may differ for that reason alone\n",
-                   static_cast<long long>(r.run_id), by.c_str(), numerics, torch.c_str(),
-                   rewind_version().c_str(), kNumericsVersion, torch_version().c_str());
+    r.recorded_rewind = j.value("rewind_version", "?");
+    r.recorded_torch = j.value("torch_version", "?");
+    r.recorded_numerics = j.value("numerics", 1);  // runs before the field existed: version 1
   } catch (const nlohmann::json::exception& e) {
     throw Error(ExitCode::kData, std::string("run metadata is not valid: ") + e.what());
   }

@@ -41,6 +41,9 @@ struct RunSpec {
   int threads = 1;
   std::string device = "cpu";        // "cpu" or "cuda" (LibTorch deterministic mode)
   std::string device_name;           // the processor: CPU model or GPU name and sm_XY ("" if unknown)
+  // What recorded the run (filled by load(); meta_json() writes this build's own values).
+  std::string recorded_rewind, recorded_torch;
+  int recorded_numerics = 0;
   std::string attention = "rewind";  // "rewind" (our kernels, plan) or "sdpa" (baseline)
   int checkpoint_every = 0;
   int digest_every = 1;
@@ -57,9 +60,10 @@ AttentionImpl attention_impl(const std::string& name);
 // What bits depend on besides the build: the CPU model (BLAS picks its kernels per processor)
 // or the GPU name and compute capability.
 std::string device_name(const torch::Device& device);
-// One line on stderr (once per process and run) when `run` was recorded on another processor
-// than `device` is: replay is bitwise only on the same kind.
-void warn_if_other_device(const RunSpec& run, const torch::Device& device);
+// Before a recorded run is computed again: one line on stderr (once per process and run) for
+// each thing besides the inputs that its bits depend on and that differs here: the rewind
+// numerics or LibTorch version, the processor. Replay is bitwise only when none does.
+void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device);
 
 std::string rewind_version();
 // Bumped whenever a change alters the bits a training step computes on some device (kernel

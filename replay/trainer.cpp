@@ -52,7 +52,7 @@ std::vector<double> spectral_norms(const torch::Tensor& w, int iters) {
   // sigma_max(W)^2 = lambda_max(G), G = W W^T (or W^T W, the smaller side; 64 x 64 for a head's
   // W_Q). Power iteration on G^8 (three normalized squarings: same top eigenvector, gap raised
   // to the 8th) from a fixed start vector, then sigma = sqrt(v^T G v). Equivalent to
-  // ~iters alternating W / W^T power steps in ~25 kernel launches instead of 8 * iters: this
+  // ~iters alternating W / W^T power steps in ~40 kernel launches instead of 8 * iters: this
   // runs every step, and on a GPU each launch costs host time the step waits for.
   torch::NoGradGuard no_grad;
   torch::Tensor a = w.detach().to(torch::kFloat64);  // (N, D, C)
