@@ -14,7 +14,7 @@ bash "$ROOT/scripts/gpu_build.sh" > "$OUT/gpu_build.txt" 2>&1 || { tail -40 "$OU
 tail -4 "$OUT/ctest_cuda.log"
 grep -q "100% tests passed" "$OUT/ctest_cuda.log" || { echo "cuda tests failed"; exit 1; }
 echo "== kernel benchmark"
-"$BUILD/cuda_bench" 2>&1 | tee "$OUT/cuda_bench.txt"
+"$BUILD/experiments/cuda_bench/cuda_bench" 2>&1 | tee "$OUT/cuda_bench.txt"
 echo "== gpt2-small training benchmark"
 bash "$ROOT/scripts/gpu_bench.sh" "$BUILD" 2>&1 | tee "$OUT/gpu_bench.txt"
 if [[ "${PROFILE:-0}" == 1 ]]; then

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <tuple>
 #include <vector>
@@ -211,6 +212,55 @@ TEST(AttentionCuda, StabilizedSoftmaxKeepsPbarBelowOneOnTiedMaxima) {
   }
 }
 
+// Without monitors, stabilized heads run a specialization of their own (no monitor
+// bookkeeping, as in replays and bisect probes), which must give the bits of the monitored one:
+// on exact ties (the shift fires), near-ties (logits 2^-11 apart: r_s = 1, no shift) and random
+// logits. On near-ties alone the stabilized head must equal the standard one bit for bit.
+TEST(AttentionCuda, StabilizedKernelWithoutMonitorsMatchesMonitoredOne) {
+  SKIP_WITHOUT_GPU();
+  const auto same_bits = [](const std::vector<float>& x, const std::vector<float>& y, size_t from, size_t n) {
+    return std::memcmp(x.data() + from, y.data() + from, n * sizeof(float)) == 0;
+  };
+  for (int d : {64, 128}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      SCOPED_TRACE(testing::Message() << "D=" << d << " case " << kind);
+      Inputs in = make_inputs(1, 2, 200, d, true, 2.0f, 300 + kind + d);
+      const int t = in.p.seq;
+      for (int h = 0; h < 2 && kind < 3; ++h) {
+        const size_t off = static_cast<size_t>(h) * t * d;
+        for (int r = 0; r < t; ++r) {
+          float* kr = in.k.data() + off + static_cast<size_t>(r) * d;
+          float* qr = in.q.data() + off + static_cast<size_t>(r) * d;
+          for (int c = 0; c < d; ++c) kr[c] = qr[c] = 0.0f;
+          if (h == 1) {  // head 1 sees head 0's V: only the flags differ
+            for (int c = 0; c < d; ++c) in.v[off + static_cast<size_t>(r) * d + c] = in.v[static_cast<size_t>(r) * d + c];
+          }
+          if (kind == 0) {  // every key equal: each row's max repeats, max logit 3 or -3
+            kr[0] = 1.0f;
+            qr[0] = (r % 2 ? 3.0f : -3.0f) / in.p.scale;
+          } else {  // distinct BF16 keys 1 + r 2^-7, 2 + (r - 128) 2^-6: logits 2^-11 apart
+            kr[0] = r < 128 ? 1.0f + r / 128.0f : 2.0f + (r - 128) / 64.0f;
+            qr[0] = (kind == 1 ? 1.0f : -1.0f) / 16.0f;
+          }
+        }
+      }
+      in.flags[1].stable = true;
+      const Outputs plain = run_gpu(in, false, false), monitored = run_gpu(in, false, true);
+      ASSERT_EQ(plain.fwd_status, 0);
+      ASSERT_EQ(monitored.fwd_status, 0);
+      EXPECT_TRUE(same_bits(plain.o, monitored.o, 0, plain.o.size()));
+      EXPECT_TRUE(same_bits(plain.lse, monitored.lse, 0, plain.lse.size()));
+      if (kind == 0) EXPECT_GT(monitored.stats[1].stable_pos + monitored.stats[1].stable_neg, 0);
+      if (kind == 1 || kind == 2) {
+        EXPECT_EQ(monitored.stats[1].stable_pos + monitored.stats[1].stable_neg, 0);
+        const size_t per_head = plain.o.size() / 2;
+        EXPECT_TRUE(std::memcmp(plain.o.data(), plain.o.data() + per_head, per_head * 4) == 0);
+        EXPECT_TRUE(std::memcmp(plain.lse.data(), plain.lse.data() + t, t * 4) == 0);
+      }
+    }
+  }
+}
+
 TEST(AttentionCuda, Fp32FlagsMoveTowardReference) {
   SKIP_WITHOUT_GPU();
   // The reference sees the unrounded FP32 inputs; qk=fp32 and pv=fp32 keep them (peaky logits,
@@ -231,24 +281,36 @@ TEST(AttentionCuda, Fp32FlagsMoveTowardReference) {
   EXPECT_LT(mean_abs_diff(high_bwd.dk, ref.dk), mean_abs_diff(low.dk, ref.dk));
 }
 
-// bwd=fp32 heads take the unrounded dO, as their CPU twin does: their FP32 gradients then
-// differ from the CPU's only by summation order (1e-4), where a BF16 dO would differ by ~2^-9.
+// bwd=fp32 heads take the unrounded dO, as their CPU twin does, and differ from it far less
+// than they would if the kernel read the BF16 dO (the CPU twin fed the BF16 dO measures that).
+// dV = P^T dO has no cancellation: FP32 summation order alone, ~1e-6. dQ and dK go through
+// dS = P (dP - delta), which cancels on peaky rows (P near 1): the FP32 rounding of dP and delta
+// is amplified by 1/(1-P), ~1e-4 on the H100 with peak 2 (BF16 dO: 1.7e-3).
 TEST(AttentionCuda, Fp32BackwardHeadsReadUnroundedDo) {
   SKIP_WITHOUT_GPU();
+  // Relative L2 distance over head 1 (the second half of each tensor, B = 1).
+  const auto rel_l2 = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = a.size() / 2; i < a.size(); ++i) {
+      num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+      den += static_cast<double>(b[i]) * b[i];
+    }
+    return std::sqrt(num / den);
+  };
   for (int d : {64, 128}) {
     Inputs in = make_inputs(1, 2, 150, d, true, 2.0f, 77 + d);
     in.flags[1].prec[static_cast<int>(Op::kBwd)] = Prec::kFp32;
-    const Outputs gpu = run_gpu(in), cpu = run_cpu(in);
+    Inputs rounded_do = in;
+    rounded_do.d_o = bf16_round(in.d_o);
+    const Outputs gpu = run_gpu(in), cpu = run_cpu(in), cpu_bf16_do = run_cpu(rounded_do);
     ASSERT_EQ(gpu.bwd_status, 0);
-    const size_t per_head = in.q.size() / 2;  // head 1 is the second half (B = 1)
-    for (const auto& [g, c, what] : {std::tuple{&gpu.dq, &cpu.dq, "dQ"}, std::tuple{&gpu.dk, &cpu.dk, "dK"},
-                                     std::tuple{&gpu.dv, &cpu.dv, "dV"}}) {
-      const std::vector<float> gh(g->begin() + per_head, g->end()), ch(c->begin() + per_head, c->end());
-      const double scale = max_abs(ch);
-      size_t bad = 0;
-      for (size_t i = 0; i < gh.size(); ++i)
-        bad += !(std::fabs(static_cast<double>(gh[i]) - ch[i]) <= 1e-4 * std::fabs(ch[i]) + 1e-5 * scale);
-      EXPECT_LE(bad, gh.size() / 500) << what << " D=" << d << ": " << bad << " of " << gh.size();
+    for (const auto& [g, c, w, what] :
+         {std::tuple{&gpu.dq, &cpu.dq, &cpu_bf16_do.dq, "dQ"}, std::tuple{&gpu.dk, &cpu.dk, &cpu_bf16_do.dk, "dK"},
+          std::tuple{&gpu.dv, &cpu.dv, &cpu_bf16_do.dv, "dV"}}) {
+      const double err = rel_l2(*g, *c), wrong = rel_l2(*w, *c);
+      EXPECT_LT(err, what[1] == 'V' ? 1e-5 : 3e-4) << what << " D=" << d;
+      EXPECT_LT(err, (what[1] == 'V' ? 0.01 : 0.2) * wrong) << what << " D=" << d << ": " << err << " vs BF16 dO " << wrong;
+      std::printf("%s D=%d: rel L2 vs CPU twin %.2e (BF16 dO would give %.2e)\n", what, d, err, wrong);
     }
   }
 }

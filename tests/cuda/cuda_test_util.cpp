@@ -84,7 +84,7 @@ Inputs make_inputs(int b, int h, int t, int d, bool causal, float peak, uint64_t
   return in;
 }
 
-Outputs run_gpu(const Inputs& in, bool backward) {
+Outputs run_gpu(const Inputs& in, bool backward, bool stats_on) {
   const AttentionParams& p = in.p;
   const size_t n = in.q.size(), rows = static_cast<size_t>(p.batch) * p.heads * p.seq;
   DeviceBuffer q(n * 2), k(n * 2), v(n * 2), d_o(n * 2), o(n * 2);
@@ -105,7 +105,7 @@ Outputs run_gpu(const Inputs& in, bool backward) {
 
   AttentionParams gp = p;
   gp.flags = flags.as<HeadFlags>();
-  gp.stats = stats.as<HeadStats>();
+  gp.stats = stats_on ? stats.as<HeadStats>() : nullptr;
   cuda::ForwardArgs fa;
   fa.q = q.as<uint16_t>();
   fa.k = k.as<uint16_t>();
@@ -116,7 +116,7 @@ Outputs run_gpu(const Inputs& in, bool backward) {
   fa.o = o.as<uint16_t>();
   fa.o_f32 = o32.as<float>();
   fa.lse = lse.as<float>();
-  fa.stats = stats.as<HeadStats>();
+  fa.stats = gp.stats;
   Outputs out;
   out.fwd_status = cuda::attention_forward(gp, fa, nullptr);
   if (out.fwd_status != 0) return out;

@@ -46,7 +46,8 @@ struct Outputs {
   int fwd_status = 0, bwd_status = 0;
 };
 
-Outputs run_gpu(const Inputs& in, bool backward = true);
+// stats = false runs without monitors (the kernels' speculative stabilized path).
+Outputs run_gpu(const Inputs& in, bool backward = true, bool stats = true);
 Outputs run_cpu(const Inputs& in, bool backward = true);
 // FP64 reference on the given inputs (rounded to BF16 first when round_inputs).
 Outputs run_reference(const Inputs& in, bool round_inputs);
