@@ -113,6 +113,7 @@ void Recorder::writer_loop() {
       queue_.pop_front();
       busy_ = true;
     }
+    cv_.notify_all();  // a checkpoint() waiting for room may queue the next one now
     auto t0 = std::chrono::steady_clock::now();
     std::string err;
     try {
@@ -131,8 +132,19 @@ void Recorder::writer_loop() {
 }
 
 void Recorder::checkpoint(int64_t step, const NamedTensors& state) {
+  // Backpressure: at most one checkpoint waits while another is written, so host memory
+  // stays bounded (gpt2-small's state is 1.5 GB) when checkpoints come faster than the writer
+  // compresses them; the wait shows in the step's wall time.
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return queue_.empty() || !error_.empty(); });
+  }
   NamedTensors copy;
-  for (const auto& [name, t] : state) copy.emplace_back(name, t.detach().to(torch::kCPU).clone());
+  for (const auto& [name, t] : state) {
+    // A device tensor's copy to the host is already a snapshot; a host one needs a clone.
+    torch::Tensor d = t.detach();
+    copy.emplace_back(name, d.is_cpu() ? d.clone() : d.to(torch::kCPU));
+  }
   // The CPU generator's state: unused by training (no dropout) but recorded per DESIGN §6.
   auto gen = at::detail::getDefaultCPUGenerator();
   copy.emplace_back("rng/cpu", gen.get_state().clone());

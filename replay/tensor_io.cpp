@@ -61,10 +61,14 @@ torch::Tensor to_torch(const store::TensorRecord& r) {
 }
 
 void write_checkpoint(store::Store& s, int64_t run, int64_t step, const NamedTensors& state) {
+  // Each tensor's blob first, in a transaction of its own taken only after compressing it
+  // (put_blob), so the recorder's step commits wait at most for one blob's insert; then the
+  // checkpoint rows at once, finding their blobs stored.
   std::vector<torch::Tensor> host;
   for (const auto& [name, t] : state) {
     host.push_back(t.detach().to(torch::kCPU).contiguous());
-    s.put_blob(host.back().data_ptr(), host.back().numel() * host.back().element_size());
+    s.put_blob(host.back().data_ptr(), host.back().numel() * host.back().element_size(),
+               s.tensor_shuffle(store_dtype(host.back())));
   }
   auto tx = s.begin_step();
   for (size_t i = 0; i < state.size(); ++i) {

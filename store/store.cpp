@@ -87,8 +87,10 @@ std::string Store::put_blob(const void* data, size_t size, int shuffle_elem) {
   if (shuffle_elem != 1 && shuffle_elem != 2 && shuffle_elem != 4 && shuffle_elem != 8) {
     throw StoreError(ExitCode::kInternal, "put_blob: shuffle element size must be 1, 2, 4 or 8");
   }
-  std::string hash;
-  in_transaction(db_, [&] { hash = write_blob(data, size, shuffle_elem); });
+  std::string hash = content_hash(data, size);
+  if (blob_exists(hash, size)) return hash;  // a read: in WAL mode it takes no write lock
+  const PreparedBlob b = prepare_blob(hash, data, size, shuffle_elem);
+  in_transaction(db_, [&] { insert_blob(b); });
   return hash;
 }
 
@@ -96,25 +98,27 @@ int Store::tensor_shuffle(Dtype dtype) const {
   return options_.byte_shuffle ? static_cast<int>(dtype_size(dtype)) : 1;
 }
 
-std::string Store::write_blob(const void* data, size_t size, int shuffle_elem) {
-  std::string hash = content_hash(data, size);
-  {
-    Statement st(db_, "SELECT raw_size FROM blobs WHERE hash=?");
-    st.bind(1, hash);
-    if (st.step()) {
-      if (st.col_int(0) != static_cast<int64_t>(size)) {
-        throw data_error("store " + path() + ": blob " + hash + " exists with " +
-                         std::to_string(st.col_int(0)) + " bytes but new content has " +
-                         std::to_string(size) + " (hash collision or corrupt row)");
-      }
-      return hash;  // content-addressed: identical bytes are stored once
-    }
+bool Store::blob_exists(const std::string& hash, size_t size) {
+  Statement st(db_, "SELECT raw_size FROM blobs WHERE hash=?");
+  st.bind(1, hash);
+  if (!st.step()) return false;
+  if (st.col_int(0) != static_cast<int64_t>(size)) {
+    throw data_error("store " + path() + ": blob " + hash + " exists with " +
+                     std::to_string(st.col_int(0)) + " bytes but new content has " +
+                     std::to_string(size) + " (hash collision or corrupt row)");
   }
+  return true;
+}
+
+Store::PreparedBlob Store::prepare_blob(std::string hash, const void* data, size_t size,
+                                        int shuffle_elem) {
+  PreparedBlob b;
+  b.hash = std::move(hash);
+  b.size = size;
+  b.shuffle = shuffle_elem;
   const uint8_t* p = static_cast<const uint8_t*>(data);
   // Even an empty blob gets one (empty) frame, so every blob has n_chunks >= 1.
   const size_t n_chunks = std::max<size_t>(1, (size + kChunkBytes - 1) / kChunkBytes);
-  int64_t stored = 0;
-  Statement ins(db_, "INSERT INTO blob_chunks(hash, idx, frame) VALUES (?, ?, ?)");
   for (size_t i = 0; i < n_chunks; ++i) {
     const size_t off = i * kChunkBytes;
     const size_t len = std::min(kChunkBytes, size - off);
@@ -125,22 +129,36 @@ std::string Store::write_blob(const void* data, size_t size, int shuffle_elem) {
       byte_shuffle(raw, len, static_cast<size_t>(shuffle_elem), scratch_.data());
       raw = scratch_.data();
     }
-    const std::vector<uint8_t>& frame = compressor_.compress(raw, len);
-    stored += static_cast<int64_t>(frame.size());
+    b.frames.push_back(compressor_.compress(raw, len));
+    b.stored += static_cast<int64_t>(b.frames.back().size());
+  }
+  return b;
+}
+
+void Store::insert_blob(const PreparedBlob& b) {
+  if (blob_exists(b.hash, b.size)) return;  // another connection wrote it meanwhile
+  Statement ins(db_, "INSERT INTO blob_chunks(hash, idx, frame) VALUES (?, ?, ?)");
+  for (size_t i = 0; i < b.frames.size(); ++i) {
     ins.reset();
-    ins.bind(1, hash).bind(2, static_cast<int64_t>(i)).bind_blob(3, frame.data(), frame.size());
+    ins.bind(1, b.hash).bind(2, static_cast<int64_t>(i)).bind_blob(3, b.frames[i].data(), b.frames[i].size());
     ins.run();
   }
   Statement row(db_,
                 "INSERT INTO blobs(hash, raw_size, stored_size, n_chunks, level, shuffle) "
                 "VALUES (?, ?, ?, ?, ?, ?)");
-  row.bind(1, hash)
-      .bind(2, static_cast<int64_t>(size))
-      .bind(3, stored)
-      .bind(4, static_cast<int64_t>(n_chunks))
+  row.bind(1, b.hash)
+      .bind(2, static_cast<int64_t>(b.size))
+      .bind(3, b.stored)
+      .bind(4, static_cast<int64_t>(b.frames.size()))
       .bind(5, static_cast<int64_t>(compressor_.level()))
-      .bind(6, static_cast<int64_t>(shuffle_elem));
+      .bind(6, static_cast<int64_t>(b.shuffle));
   row.run();
+}
+
+// Inside the caller's transaction: hash, compress and insert (the step's own small tensors).
+std::string Store::write_blob(const void* data, size_t size, int shuffle_elem) {
+  std::string hash = content_hash(data, size);
+  if (!blob_exists(hash, size)) insert_blob(prepare_blob(hash, data, size, shuffle_elem));
   return hash;
 }
 

@@ -65,7 +65,12 @@ class Store {
   // Blobs: content-addressed by content_hash() of the raw bytes; putting an existing blob is a
   // no-op. get_blob decompresses, checks every frame and the hash, throws kData on mismatch.
   // shuffle_elem (1, 2, 4 or 8): element size for the byte-shuffle filter, 1 = none.
+  // Hashing and compression run before the write lock is taken (when no transaction is open),
+  // so a big blob, e.g. a checkpoint tensor written by a background thread, does not stall the
+  // commits of other connections while it is compressed.
   std::string put_blob(const void* data, size_t size, int shuffle_elem = 1);
+  // The byte-shuffle element size this store applies to tensors of `dtype` (1 = none).
+  int tensor_shuffle(Dtype dtype) const;
   std::vector<uint8_t> get_blob(const std::string& hash);
   bool has_blob(const std::string& hash);
   std::optional<BlobInfo> blob_info(const std::string& hash);
@@ -121,8 +126,19 @@ class Store {
  private:
   Store(Db db, Mode mode, const StoreOptions& options, int schema_version);
   void require_writable(const char* doing) const;
+  // A blob hashed and compressed, not yet written (no database access).
+  struct PreparedBlob {
+    std::string hash;
+    size_t size = 0;
+    int shuffle = 1;
+    int64_t stored = 0;
+    std::vector<std::vector<uint8_t>> frames;
+  };
+  PreparedBlob prepare_blob(std::string hash, const void* data, size_t size, int shuffle_elem);
+  // Whether the blob exists; kData if a blob of that hash exists with another size.
+  bool blob_exists(const std::string& hash, size_t size);
+  void insert_blob(const PreparedBlob& b);  // inside a transaction; no-op if it exists
   std::string write_blob(const void* data, size_t size, int shuffle_elem);
-  int tensor_shuffle(Dtype dtype) const;
   std::optional<TensorRecord> read_tensor(TensorInfo info);
   // References to a blob, described for humans: "run 1 step 5 checkpoint 'wte'".
   std::vector<std::string> blob_references(const std::string& hash);

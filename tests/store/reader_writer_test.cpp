@@ -71,5 +71,32 @@ TEST(ReaderWriter, SecondWriterWaitsForTheFirst) {
   ok.commit();
 }
 
+// put_blob takes the write lock only to insert: a blob already stored is found by a read and
+// costs no lock at all, so a background checkpoint writer re-putting unchanged tensors never
+// waits on the recorder's step transaction (and a new one waits only for its insert).
+TEST(ReaderWriter, PuttingAStoredBlobNeedsNoWriteLock) {
+  test::TempDir dir;
+  const std::string path = dir.file("pb.db");
+  Store a = Store::create(path);
+  StoreOptions quick;
+  quick.busy_timeout_ms = 50;
+  Store b = Store::open(path, Mode::kReadWrite, quick);
+  const std::vector<uint8_t> stored = test::random_bytes(7, 200000), fresh = test::random_bytes(8, 1000);
+  const std::string h = b.put_blob(stored.data(), stored.size(), 4);
+  Transaction txn = a.begin_step();
+  EXPECT_EQ(b.put_blob(stored.data(), stored.size(), 4), h);
+  try {
+    b.put_blob(fresh.data(), fresh.size());
+    ADD_FAILURE() << "a new blob was inserted while another connection held the write lock";
+  } catch (const StoreError& e) {
+    EXPECT_EQ(e.lib_code() & 0xFF, SQLITE_BUSY) << e.what();
+  }
+  txn.commit();
+  const std::string hf = b.put_blob(fresh.data(), fresh.size());
+  EXPECT_EQ(a.get_blob(hf), fresh);
+  EXPECT_EQ(a.get_blob(h), stored);
+  EXPECT_EQ(a.blob_info(h)->shuffle, 4);
+}
+
 }  // namespace
 }  // namespace rwd::store
