@@ -189,16 +189,17 @@ void Recorder::record_step(const StepResult& r, const std::string& digest, const
     rec.batch_ref = store_.put_blob(tokens.data(), tokens.size() * 2);
   }
   store_.put_step(rec);
-  store_.put_metric(run_, r.step, "lr", r.lr);
-  store_.put_metric(run_, r.step, "step_seconds", r.seconds);
+  std::vector<std::pair<std::string, double>> metrics = {{"lr", r.lr}, {"step_seconds", r.seconds}};
+  metrics.reserve(2 + 5 * r.monitors.size());
   for (const HeadMonitor& m : r.monitors) {
     const std::string p = "L" + std::to_string(m.layer) + ".H" + std::to_string(m.head) + ".";
-    store_.put_metric(run_, r.step, p + "wq_sn", m.wq_sn);
-    store_.put_metric(run_, r.step, p + "max_logit", m.max_logit);
-    store_.put_metric(run_, r.step, p + "repmax_rate", m.repmax_rate);
-    store_.put_metric(run_, r.step, p + "pbar_one", m.pbar_one);
-    if (m.stable_guard > 0) store_.put_metric(run_, r.step, p + "stable_guard", m.stable_guard);
+    metrics.emplace_back(p + "wq_sn", m.wq_sn);
+    metrics.emplace_back(p + "max_logit", m.max_logit);
+    metrics.emplace_back(p + "repmax_rate", m.repmax_rate);
+    metrics.emplace_back(p + "pbar_one", m.pbar_one);
+    if (m.stable_guard > 0) metrics.emplace_back(p + "stable_guard", m.stable_guard);
   }
+  store_.put_metrics(run_, r.step, metrics);
   for (size_t i = 0; i < opt_.capture.layers.size(); ++i) {
     const int layer = opt_.capture.layers[i];
     auto it = r.captures.find(layer);

@@ -162,10 +162,20 @@ std::vector<TensorInfo> Store::tensors(int64_t run, int64_t from, int64_t to) {
 }
 
 void Store::put_metric(int64_t run, int64_t step, const std::string& key, double value) {
+  put_metrics(run, step, {{key, value}});
+}
+
+void Store::put_metrics(int64_t run, int64_t step,
+                        const std::vector<std::pair<std::string, double>>& kv) {
   require_writable("writing a metric");
-  Statement st(db_, "INSERT OR REPLACE INTO metrics(run, step, key, value) VALUES (?, ?, ?, ?)");
-  st.bind(1, run).bind(2, step).bind(3, key).bind(4, value);
-  st.run();
+  in_transaction(db_, [&] {
+    Statement st(db_, "INSERT OR REPLACE INTO metrics(run, step, key, value) VALUES (?, ?, ?, ?)");
+    for (const auto& [key, value] : kv) {
+      st.reset();
+      st.bind(1, run).bind(2, step).bind(3, key).bind(4, value);
+      st.run();
+    }
+  });
 }
 
 std::vector<MetricRow> Store::metrics(int64_t run, int64_t from, int64_t to,

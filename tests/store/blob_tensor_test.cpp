@@ -180,8 +180,7 @@ TEST(Step, RecordsExactBitsAndRefusesDuplicates) {
     r.extra = "{\"tokens\": 1024}";
     s.put_step(r);
     s.put_metric(run, 0, "attn.L0.H1.max_logit", 12.5);
-    s.put_metric(run, 0, "loss", r.loss());
-    s.put_metric(run, 0, "nan_metric", std::nan(""));
+    s.put_metrics(run, 0, {{"loss", 1.0}, {"nan_metric", std::nan("")}, {"loss", r.loss()}});  // last wins
     txn.commit();
   }
   std::optional<StepRecord> r = s.get_step(run, 0);
@@ -198,6 +197,7 @@ TEST(Step, RecordsExactBitsAndRefusesDuplicates) {
   ASSERT_EQ(m.size(), 1u);
   EXPECT_EQ(m[0].value, 12.5);
   EXPECT_EQ(s.metrics(run, 0, 0).size(), 3u);
+  EXPECT_EQ(s.metrics(run, 0, 0, "loss")[0].value, static_cast<double>(r->loss()));
   EXPECT_TRUE(std::isnan(s.metrics(run, 0, 0, "nan")[0].value));
   EXPECT_EQ(s.metric_keys(run).size(), 3u);
   // A step whose transaction is dropped without commit leaves nothing behind.
