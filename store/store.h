@@ -27,7 +27,7 @@ enum class Mode { kReadOnly, kReadWrite };
 
 struct StoreOptions {
   int zstd_level = 3;           // zstd level of newly written blobs (recorded per blob)
-  int zstd_workers = 0;         // zstd worker threads; 0 = compress on the calling thread
+  int zstd_workers = 0;         // zstd worker threads (0 = the calling thread; capped at what libzstd supports)
   int busy_timeout_ms = 10000;  // how long a connection waits for another's lock
   int page_size = 16384;        // SQLite page size of a new file (bigger pages suit big blobs)
   // Byte-shuffle tensor blobs by element size before zstd. store_bench (H100 host, level 3):

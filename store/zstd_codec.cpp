@@ -3,6 +3,7 @@
 
 #include <zstd_errors.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -31,6 +32,9 @@ ZstdCompressor::ZstdCompressor(int level, int workers) : level_(level) {
   check_zstd(ZSTD_CCtx_setParameter(cctx_, ZSTD_c_checksumFlag, 1), "zstd: enabling checksums");
   check_zstd(ZSTD_CCtx_setParameter(cctx_, ZSTD_c_contentSizeFlag, 1),
              "zstd: enabling content size");
+  // A libzstd built without threads supports 0 workers only: compress on the calling thread.
+  const ZSTD_bounds wb = ZSTD_cParam_getBounds(ZSTD_c_nbWorkers);
+  workers = ZSTD_isError(wb.error) ? 0 : std::min(workers, wb.upperBound);
   if (workers > 0) {
     check_zstd(ZSTD_CCtx_setParameter(cctx_, ZSTD_c_nbWorkers, workers),
                "zstd: setting worker threads");
