@@ -12,7 +12,10 @@ if [[ -x "$NVCC" ]]; then
   cmake -S "$REWIND_ROOT" -B "$BUILD_DIR-cuda-check" -G Ninja -DREWIND_CUDA_KERNELS_ONLY=ON \
     -DCMAKE_CUDA_COMPILER="$NVCC" >/dev/null
   cmake --build "$BUILD_DIR-cuda-check" -j "$(nproc)"
-  (cd "$BUILD_DIR-cuda-check" && ctest --output-on-failure "$@" | tail -4)
+  rc=0
+  (cd "$BUILD_DIR-cuda-check" && ctest --output-on-failure "$@" > ctest.log) || rc=$?
+  grep -E "tests passed|Failed|Skipped" "$BUILD_DIR-cuda-check/ctest.log" | grep -v "^\s*[0-9]* - " | sed 's/^/   /'
+  [[ $rc == 0 ]] || { cat "$BUILD_DIR-cuda-check/ctest.log"; exit "$rc"; }
 else
   echo "== nvcc not found: skipping the CUDA compile check"
 fi
