@@ -161,6 +161,14 @@ int run_train(int argc, char** argv) {
     if (rec->wants_checkpoint(total) && st->nearest_checkpoint(spec.run_id, total) != total)
       rec->checkpoint(total, trainer->state());
     rec->flush();
+    const replay::Recorder::CheckpointCosts cc = rec->checkpoint_costs();
+    if (cc.count > 0) {
+      // What checkpoints cost the run: if "waited" grows, the writer cannot keep up with
+      // --checkpoint-every and a larger K (or a lower --zstd-level) speeds the run up.
+      std::printf("checkpoints: %d, training spent %.2f s copying them and %.2f s waiting for the "
+                  "writer, which compressed and stored them in %.2f s in the background\n",
+                  cc.count, cc.snapshot_seconds, cc.waited_seconds, cc.writer_seconds);
+    }
     std::printf("recorded run %lld into %s\n", static_cast<long long>(spec.run_id), st->path().c_str());
   }
   return 0;

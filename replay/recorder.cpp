@@ -149,10 +149,13 @@ void Recorder::checkpoint(int64_t step, const NamedTensors& state) {
   // Backpressure: at most one checkpoint waits while another is written, so host memory
   // stays bounded (gpt2-small's state is 1.5 GB) when checkpoints come faster than the writer
   // compresses them; the wait shows in the step's wall time.
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return queue_.empty() || !error_.empty(); });
   }
+  const auto t1 = Clock::now();
   NamedTensors copy;
   for (const auto& [name, t] : state) {
     // A device tensor's copy to the host is already a snapshot; a host one needs a clone.
@@ -167,12 +170,25 @@ void Recorder::checkpoint(int64_t step, const NamedTensors& state) {
     auto cuda_gen = at::globalContext().defaultGenerator(state.front().second.device());
     copy.emplace_back("rng/cuda", cuda_gen.get_state().clone());
   }
+  ++ckpt_count_;
+  waited_seconds_ += std::chrono::duration<double>(t1 - t0).count();
+  snapshot_seconds_ += std::chrono::duration<double>(Clock::now() - t1).count();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.empty()) throw Error(ExitCode::kData, "checkpoint writer failed: " + error_);
     queue_.emplace_back(step, std::move(copy));
   }
   cv_.notify_all();
+}
+
+Recorder::CheckpointCosts Recorder::checkpoint_costs() {
+  CheckpointCosts c;
+  c.count = ckpt_count_;
+  c.snapshot_seconds = snapshot_seconds_;
+  c.waited_seconds = waited_seconds_;
+  std::lock_guard<std::mutex> lock(mu_);
+  c.writer_seconds = ckpt_seconds_;
+  return c;
 }
 
 void Recorder::flush() {

@@ -55,7 +55,13 @@ class Recorder {
     return opt_.digest_every > 0 && (step + 1) % opt_.digest_every == 0;
   }
   const RecordOptions& options() const { return opt_; }
-  double checkpoint_seconds() const { return ckpt_seconds_; }
+  // Checkpoint costs, to read after flush(): how many were queued, the training thread's time
+  // copying them and waiting for room in the writer's queue, and the writer's own time.
+  struct CheckpointCosts {
+    int count = 0;
+    double snapshot_seconds = 0, waited_seconds = 0, writer_seconds = 0;
+  };
+  CheckpointCosts checkpoint_costs();
 
  private:
   void writer_loop();
@@ -70,7 +76,9 @@ class Recorder {
   bool stop_ = false;
   bool busy_ = false;
   std::string error_;
-  double ckpt_seconds_ = 0;
+  double ckpt_seconds_ = 0;                         // writer thread, under mu_
+  int ckpt_count_ = 0;                              // training thread
+  double snapshot_seconds_ = 0, waited_seconds_ = 0;  // training thread
   std::thread thread_;
 };
 

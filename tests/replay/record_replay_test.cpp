@@ -37,6 +37,8 @@ class RecordReplay : public ::testing::Test {
     ASSERT_EQ(sh(kBin + " data synth --tokens 200000 --vocab 64 -o " + data_).code, 0);
     Cmd r = sh(kBin + " train --data " + data_ + " --steps 60 --checkpoint-every 20 --record " + store_ + kModel);
     ASSERT_EQ(r.code, 0) << r.out;
+    // Checkpoints at 0, 20, 40 and the final one at 60, with what they cost the run.
+    EXPECT_NE(r.out.find("checkpoints: 4, training spent "), std::string::npos) << r.out;
   }
   static void TearDownTestSuite() { rwd::testing::remove_tree(dir_); }
 
