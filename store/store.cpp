@@ -90,7 +90,9 @@ std::string Store::put_blob(const void* data, size_t size, int shuffle_elem) {
   std::string hash = content_hash(data, size);
   if (blob_exists(hash, size)) return hash;  // a read: in WAL mode it takes no write lock
   const PreparedBlob b = prepare_blob(hash, data, size, shuffle_elem);
-  in_transaction(db_, [&] { insert_blob(b); });
+  in_transaction(db_, [&] {
+    if (!blob_exists(b.hash, b.size)) insert_blob(b);  // another connection may have meanwhile
+  });
   return hash;
 }
 
@@ -136,7 +138,6 @@ Store::PreparedBlob Store::prepare_blob(std::string hash, const void* data, size
 }
 
 void Store::insert_blob(const PreparedBlob& b) {
-  if (blob_exists(b.hash, b.size)) return;  // another connection wrote it meanwhile
   Statement ins(db_, "INSERT INTO blob_chunks(hash, idx, frame) VALUES (?, ?, ?)");
   for (size_t i = 0; i < b.frames.size(); ++i) {
     ins.reset();

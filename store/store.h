@@ -140,7 +140,7 @@ class Store {
   PreparedBlob prepare_blob(std::string hash, const void* data, size_t size, int shuffle_elem);
   // Whether the blob exists; kData if a blob of that hash exists with another size.
   bool blob_exists(const std::string& hash, size_t size);
-  void insert_blob(const PreparedBlob& b);  // inside a transaction; no-op if it exists
+  void insert_blob(const PreparedBlob& b);  // inside a transaction, of a blob not stored yet
   std::string write_blob(const void* data, size_t size, int shuffle_elem);
   std::optional<TensorRecord> read_tensor(TensorInfo info);
   // References to a blob, described for humans: "run 1 step 5 checkpoint 'wte'".

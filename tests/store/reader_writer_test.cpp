@@ -52,13 +52,22 @@ TEST(ReaderWriter, ReaderSeesCommittedStepsWhileWriterIsMidStep) {
   EXPECT_EQ(reader.metrics(run, 5, 5).size(), 1u);
 }
 
-TEST(ReaderWriter, SecondWriterWaitsForTheFirst) {
+// Two connections to one new store file; the second gives up on a lock after 50 ms.
+StoreOptions quick_timeout() {
+  StoreOptions o;
+  o.busy_timeout_ms = 50;
+  return o;
+}
+struct TwoConnections {
   test::TempDir dir;
-  const std::string path = dir.file("ww.db");
+  std::string path = dir.file("two.db");
   Store a = Store::create(path);
-  StoreOptions quick;
-  quick.busy_timeout_ms = 50;
-  Store b = Store::open(path, Mode::kReadWrite, quick);
+  Store b = Store::open(path, Mode::kReadWrite, quick_timeout());
+};
+
+TEST(ReaderWriter, SecondWriterWaitsForTheFirst) {
+  TwoConnections c;
+  Store &a = c.a, &b = c.b;
   Transaction txn = a.begin_step();
   try {
     b.begin_step();
@@ -75,12 +84,8 @@ TEST(ReaderWriter, SecondWriterWaitsForTheFirst) {
 // costs no lock at all, so a background checkpoint writer re-putting unchanged tensors never
 // waits on the recorder's step transaction (and a new one waits only for its insert).
 TEST(ReaderWriter, PuttingAStoredBlobNeedsNoWriteLock) {
-  test::TempDir dir;
-  const std::string path = dir.file("pb.db");
-  Store a = Store::create(path);
-  StoreOptions quick;
-  quick.busy_timeout_ms = 50;
-  Store b = Store::open(path, Mode::kReadWrite, quick);
+  TwoConnections c;
+  Store &a = c.a, &b = c.b;
   const std::vector<uint8_t> stored = test::random_bytes(7, 200000), fresh = test::random_bytes(8, 1000);
   const std::string h = b.put_blob(stored.data(), stored.size(), 4);
   Transaction txn = a.begin_step();
