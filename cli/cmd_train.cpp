@@ -21,14 +21,32 @@ namespace rwd::cli {
 
 namespace {
 
+// Where a recorded iteration's host time went besides the training step (milliseconds).
+struct RecordingMs {
+  double checkpoint = 0, digest = 0, store = 0;
+};
+
 // wall_ms: the whole iteration (checkpoint, step, digest, recording), what a run's length is
 // made of; r.seconds covers the training step alone, and on a GPU the host's recording work
 // overlaps the device's optimizer work, so only the wall time shows what recording costs.
-void print_step(const replay::StepResult& r, double wall_ms, bool resumed_check) {
-  std::printf("step %6lld | loss %.6f | lr %.3e | grad norm %.4f | %.1f ms%s\n",
+// When recording, the line adds the iteration's recording parts: the checkpoint snapshot (and
+// any wait for the writer), the parameter digest and the step's store transaction. The
+// checkpoint and the digest copy from the device, so on a GPU they include waiting for the
+// device work queued before them (the optimizer's).
+void print_step(const replay::StepResult& r, double wall_ms, bool resumed_check, const RecordingMs* rec) {
+  char parts[128] = "";
+  if (rec != nullptr) {
+    std::snprintf(parts, sizeof parts, " (recording: checkpoint %.1f, digest %.1f, store %.1f ms)",
+                  rec->checkpoint, rec->digest, rec->store);
+  }
+  std::printf("step %6lld | loss %.6f | lr %.3e | grad norm %.4f | %.1f ms%s%s\n",
               static_cast<long long>(r.step), static_cast<double>(r.loss), r.lr,
-              static_cast<double>(r.grad_norm), wall_ms, resumed_check ? " | matches recording" : "");
+              static_cast<double>(r.grad_norm), wall_ms, parts, resumed_check ? " | matches recording" : "");
   std::fflush(stdout);
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
 }  // namespace
@@ -140,21 +158,30 @@ int run_train(int argc, char** argv) {
     const int64_t s = trainer->step();
     trainer->set_plan(spec.plan.at(s, cfg.n_layer, cfg.n_head));
     const bool already = s <= recorded_last;
-    if (rec && !already && rec->wants_checkpoint(s) && st->nearest_checkpoint(spec.run_id, s) != s)
+    RecordingMs rms;
+    if (rec && !already && rec->wants_checkpoint(s) && st->nearest_checkpoint(spec.run_id, s) != s) {
+      const auto tc = std::chrono::steady_clock::now();
       rec->checkpoint(s, trainer->state());
+      rms.checkpoint = ms_since(tc);
+    }
     std::vector<int> cap_layers;
     if (rec && rec->options().capture.active(s)) cap_layers = rec->options().capture.layers;
     replay::StepResult res = trainer->train_step(cap_layers);
+    const auto td = std::chrono::steady_clock::now();
     std::string digest = (rec && rec->wants_digest(s)) ? trainer->param_digest() : "";
+    rms.digest = ms_since(td);
     if (already) {
       auto old = st->get_step(spec.run_id, s);
       if (!old || old->loss_bits != store::float_bits(res.loss) || old->grad_norm_bits != store::float_bits(res.grad_norm))
         throw Error(ExitCode::kFinding, "resume diverged at step " + std::to_string(s) + " from the recording");
     } else if (rec) {
+      const auto tr = std::chrono::steady_clock::now();
       rec->record_step(res, digest, *data, cfg.block_size);
+      rms.store = ms_since(tr);
     }
-    const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (s % log_every == 0 || s + 1 == total || !std::isfinite(res.loss)) print_step(res, wall_ms, already);
+    const double wall_ms = ms_since(t0);
+    if (s % log_every == 0 || s + 1 == total || !std::isfinite(res.loss))
+      print_step(res, wall_ms, already, rec && !already ? &rms : nullptr);
   }
   if (std::string phases = trainer->phase_report(); !phases.empty()) std::printf("%s\n", phases.c_str());
   if (rec) {

@@ -6,6 +6,13 @@
 #include <cstdio>
 #include <string>
 
+// Host and device code (kernels/cuda includes this header for the parameter digest).
+#if defined(__CUDACC__)
+#define RWD_HOST_DEVICE __host__ __device__
+#else
+#define RWD_HOST_DEVICE
+#endif
+
 namespace rwd {
 
 constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
@@ -32,11 +39,21 @@ inline std::string hex64(uint64_t v) {
 }
 
 // splitmix64: a counter-based generator; stateless, so batch k of step s is a pure function.
-inline uint64_t splitmix64(uint64_t x) {
+RWD_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// Parameter digest "d2" (Trainer::param_digest): each tensor's bytes read as little-endian
+// 32-bit words w_i, i = 0..n-1; its sum is the wrapping (mod 2^64) sum over i of
+// splitmix64(i << 32 | w_i). Every term is a bijection of (i, w_i), so any change to one word
+// changes the sum; the sum does not depend on the order of additions, so a GPU reduction with
+// atomics and a threaded CPU one give the same bits. The digest then chains each tensor's word
+// count and sum through FNV-1a, so tensor order counts. Tensors hold fewer than 2^32 words.
+RWD_HOST_DEVICE inline uint64_t digest_term(uint32_t word, uint64_t index) {
+  return splitmix64((index << 32) | word);
 }
 
 }  // namespace rwd

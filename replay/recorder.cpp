@@ -157,10 +157,22 @@ void Recorder::checkpoint(int64_t step, const NamedTensors& state) {
   }
   const auto t1 = Clock::now();
   NamedTensors copy;
-  for (const auto& [name, t] : state) {
-    // A device tensor's copy to the host is already a snapshot; a host one needs a clone.
+  std::vector<torch::Tensor>& pinned = pinned_[pinned_next_];
+  pinned_next_ ^= 1;
+  pinned.resize(state.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    const auto& [name, t] = state[i];
     torch::Tensor d = t.detach();
-    copy.emplace_back(name, d.is_cpu() ? d.clone() : d.to(torch::kCPU));
+    if (d.is_cpu()) {
+      copy.emplace_back(name, d.clone());
+      continue;
+    }
+    torch::Tensor& buf = pinned[i];  // allocated once, again only if a tensor changed shape
+    if (!buf.defined() || buf.sizes() != d.sizes() || buf.scalar_type() != d.scalar_type()) {
+      buf = torch::empty(d.sizes(), torch::TensorOptions().dtype(d.scalar_type()).pinned_memory(true));
+    }
+    buf.copy_(d);
+    copy.emplace_back(name, buf);
   }
   // The CPU generator's state: unused by training (no dropout) but recorded per DESIGN §6.
   auto gen = at::detail::getDefaultCPUGenerator();

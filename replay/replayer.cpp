@@ -75,7 +75,7 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
     if (verify) {
       auto rec = s.get_step(r.run.run_id, s_now);
       if (rec) {
-        std::string digest = rec->param_digest ? r.trainer->param_digest() : "";
+        std::string digest = rec->param_digest ? r.trainer->param_digest(*rec->param_digest) : "";
         std::string why = mismatch(res, *rec, digest);
         if (!why.empty())
           throw Error(ExitCode::kFinding, "replay diverged at step " + std::to_string(s_now) + ": " + why);
@@ -111,7 +111,7 @@ ReplayResult replay(store::Store& s, const ReplayOptions& o) {
     rs.replayed = st.trainer->train_step(o.capture_layers);
     rs.recorded = s.get_step(run.run_id, step);
     if (o.verify && !result.plan_differs && rs.recorded) {
-      std::string digest = rs.recorded->param_digest ? st.trainer->param_digest() : "";
+      std::string digest = rs.recorded->param_digest ? st.trainer->param_digest(*rs.recorded->param_digest) : "";
       std::string why = mismatch(rs.replayed, *rs.recorded, digest);
       if (!why.empty())
         throw Error(ExitCode::kFinding, "replay diverged at step " + std::to_string(step) + ": " + why);

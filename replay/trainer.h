@@ -65,8 +65,12 @@ class Trainer {
   // Model parameters, then AdamW moments, then the step counter, in a fixed order.
   NamedTensors state() const;
   void load_state(const NamedTensors& s);
-  // fnv1a64 over the bytes of every parameter, hex: the cheap per-step digest.
-  std::string param_digest() const;
+  // The cheap per-step parameter digest, "d2:" + 16 hex digits (common/hash.h: digest_term),
+  // computed where the parameters live: a GPU reads them once, nothing crosses to the host
+  // but one word per tensor. `like`: a recorded digest to compare with; one without the
+  // "d2:" prefix was recorded before rewind 0.3 and is computed the old way, FNV-1a over the
+  // parameters' bytes on the host (~1 s per gpt2-small step on a GPU host).
+  std::string param_digest(const std::string& like = "") const;
   // With REWIND_PHASE_TIMES=1 in the environment: mean milliseconds per train step spent in
   // data, forward, backward, loss+stats, grad norm, monitors and optimizer; "" otherwise.
   std::string phase_report() const;

@@ -18,9 +18,11 @@ run() {  # mode, extra args
   "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps "$STEPS" \
     --batch-size "$B" --gradient-accumulation-steps 1 "$@" > "$W/log.txt" 2>&1 || { cat "$W/log.txt"; exit 1; }
   grep -E "^step" "$W/log.txt" | awk -F'|' 'NR>2 {gsub(/ ms/,"",$5); print $5+0}' >> "$W/$mode.ms"
+  cat "$W/log.txt" >> "$W/$mode.log"
   # The last step's loss: a sanity check (all modes train the same model on the same batches).
   grep -E "^step" "$W/log.txt" | tail -1 | awk -F'|' '{sub(/ *loss /,"",$2); print $2+0}' > "$W/$mode.loss"
 }
+mean() { awk '{s += $1} END {printf "%.1f", s / NR}' "$W/$1.ms"; }
 median() { sort -n "$W/$1.ms" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 quartiles() { sort -n "$W/$1.ms" | awk '{a[NR]=$1} END {printf "%.1f-%.1f", a[int(NR/4)+1], a[int(3*NR/4)]}'; }
 # The modes take turns, ROUNDS times, so a slow phase of the machine hits all of them alike.
@@ -41,7 +43,19 @@ for row in "sdpa:$sdpa:sdpa" "rewind:$ours:rewind" "rewind-stable:$stable:stable
     -v loss="$(cat "$W/$file.loss")" \
     'BEGIN {printf "%-16s %8.1f %14s %10.0f %8.2f %10.4f\n", n, ms, q, t/(ms/1000), base/ms, loss}'
 done
-awk -v a="$rec" -v b="$ours" 'BEGIN {printf "recording overhead: %.1f%% of step time\n", (a-b)/b*100}'
+awk -v a="$rec" -v b="$ours" 'BEGIN {printf "recording overhead: %.1f%% of the median step\n", (a-b)/b*100}'
+# Checkpoints and digests come every 10 steps and cost more than the other steps, so the
+# median hides them: the mean over all timed steps is what a recorded run takes longer.
+awk -v a="$(mean record)" -v b="$(mean rewind)" \
+  'BEGIN {printf "recording overhead: %.1f%% of the mean step (%.1f vs %.1f ms)\n", (a-b)/b*100, a, b}'
+# Where the recorded steps' extra time goes (means over the timed steps, ms), and what the
+# checkpoints cost each run.
+grep -E "^step" "$W/record.log" | awk -F'|' -v steps="$STEPS" '
+  { if ((NR - 1) % steps < 2) next; n = split($5, w, /[ ,:()]+/);
+    for (i = 1; i <= n; ++i) { if (w[i] == "checkpoint") c += w[i+1]; if (w[i] == "digest") d += w[i+1];
+                               if (w[i] == "store") s += w[i+1] } ++m }
+  END { printf "recorded steps, mean ms: checkpoint %.1f, digest %.1f, store %.1f\n", c/m, d/m, s/m }'
+grep -E "^checkpoints:" "$W/record.log" | sed 's/^/  /'
 # Where a step's time goes (one more short run per mode; the device is synchronized at each
 # phase edge, so these steps are a little slower than the timed ones above).
 for row in "sdpa:--attention sdpa" "rewind:" "rewind-stable:--plan L*.H*.softmax=stable(beta=2)"; do

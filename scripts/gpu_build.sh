@@ -3,6 +3,7 @@
 # .debs (SQLite, nlohmann-json, cxxopts, gtest: see README "Building with CUDA"), configure
 # with -DREWIND_CUDA=ON against pip torch's LibTorch, build, and run the cuda-labelled tests.
 # Usage: bash scripts/gpu_build.sh [ctest args]   (BUILD, OUT honoured; logs under $OUT)
+#        TARGET=rewind bash scripts/gpu_build.sh    (that target only, no tests: a quick rebuild)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-gpu}
@@ -23,9 +24,11 @@ cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DREWIND_CUD
   || { tail -40 "$OUT/configure.log"; exit 1; }
 # Keep going past a failing target so one broken test does not hide the rest; report it.
 KEEP=(-k); [[ ${#GEN[@]} -gt 0 ]] && KEEP=(-k 0)
-if ! cmake --build "$BUILD" -j "$(nproc)" -- "${KEEP[@]}" > "$OUT/build.log" 2>&1; then
+TGT=(); [[ -n "${TARGET:-}" ]] && TGT=(--target "$TARGET")
+if ! cmake --build "$BUILD" -j "$(nproc)" "${TGT[@]}" -- "${KEEP[@]}" > "$OUT/build.log" 2>&1; then
   echo "== build had errors:"; grep -E "error|FAILED" "$OUT/build.log" | head -40
   [[ -x "$BUILD/rewind" ]] || exit 1
 fi
 echo "== built $BUILD"
+[[ -n "${TARGET:-}" ]] && exit 0
 cd "$BUILD" && ctest -L cuda --output-on-failure "$@" 2>&1 | tee "$OUT/ctest_cuda.log" | tail -30

@@ -66,6 +66,20 @@ class GpuTrainer : public ::testing::Test {
   Config config_;
 };
 
+// The parameter digest computed on the GPU (d2, one kernel per tensor) equals the CPU's for
+// the same parameter bits, and moves with a training step.
+TEST_F(GpuTrainer, ParamDigestOnTheGpuEqualsTheCpuOne) {
+  const plan::Plan p = plan::Plan::defaults(config_.n_layer, config_.n_head);
+  TokenFile data(path_);
+  Trainer cpu(config_, p, data, torch::kCPU), gpu(config_, p, data, device_);
+  cpu.train_step();
+  gpu.load_state(cpu.state());
+  const std::string d = cpu.param_digest();
+  EXPECT_EQ(gpu.param_digest(), d);
+  gpu.train_step();
+  EXPECT_NE(gpu.param_digest(), d);
+}
+
 TEST_F(GpuTrainer, DefaultPlanStepMatchesTheCpuEmulation) { expect_devices_agree("", 2e-2); }
 
 // FP32 heads (FP32 q/k/v twins, an FP32 output head inside the BF16 output), an FP32

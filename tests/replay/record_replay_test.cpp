@@ -77,6 +77,25 @@ TEST_F(RecordReplay, TamperedLossIsReportedAtItsStep) {
   EXPECT_NE(r.out.find("replay diverged at step 27: loss"), std::string::npos) << r.out;
 }
 
+// Digests are recorded as d2 (device-side word sums); a digest recorded before d2 (16 hex
+// digits, no prefix) is recomputed the old way, FNV-1a over the bytes, for the comparison.
+TEST_F(RecordReplay, TamperedDigestIsReportedInTheFormItWasRecordedIn) {
+  const std::string d2 = altered_copy("digest_d2.db",
+                                      "UPDATE steps SET param_digest = 'd2:0123456789abcdef' WHERE step = 27");
+  Cmd r = sh(kBin + " replay --store " + d2 + " --from 25 --to 30 --verify");
+  EXPECT_EQ(r.code, 4) << r.out;
+  EXPECT_NE(r.out.find("replay diverged at step 27: parameter digest recorded d2:0123456789abcdef vs replayed d2:"),
+            std::string::npos) << r.out;
+  const std::string legacy = altered_copy("digest_fnv.db",
+                                          "UPDATE steps SET param_digest = '0123456789abcdef' WHERE step = 27");
+  r = sh(kBin + " replay --store " + legacy + " --from 25 --to 30 --verify");
+  EXPECT_EQ(r.code, 4) << r.out;
+  const size_t at = r.out.find("parameter digest recorded 0123456789abcdef vs replayed ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string replayed = r.out.substr(at + 55, 16);
+  EXPECT_EQ(replayed.find_first_not_of("0123456789abcdef"), std::string::npos) << r.out;
+}
+
 TEST_F(RecordReplay, RunFromAnotherVersionOrProcessorReplaysWithAWarning) {
   Cmd same = sh(kBin + " replay --store " + store_ + " --from 20 --to 21 --verify");
   EXPECT_EQ(same.code, 0) << same.out;

@@ -1,6 +1,7 @@
 // Trainer: bitwise determinism, learning on the synthetic corpus, plans that change numbers,
 // state save/load.
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/hash.h"
 #include "replay/config.h"
 #include "replay/data.h"
 #include "replay/plan.h"
@@ -155,6 +157,40 @@ TEST_F(TrainerTest, StateRoundTripContinuesBitwise) {
   EXPECT_EQ(b.step(), 3);
   float got = b.train_step().loss;
   EXPECT_EQ(std::memcmp(&expect, &got, 4), 0);
+}
+
+// The parameter digest (d2) changes with any one bit of any parameter, not with the thread
+// count; a recorded legacy digest (no "d2:" prefix) gets FNV-1a over the parameter bytes.
+TEST_F(TrainerTest, ParamDigestSeesEveryBitAndNotTheThreadCount) {
+  TokenFile data(path_);
+  Trainer t(config_, plan::Plan::defaults(config_.n_layer, config_.n_head), data);
+  t.train_step();
+  const std::string d = t.param_digest();
+  ASSERT_EQ(d.size(), 19u);
+  EXPECT_EQ(d.rfind("d2:", 0), 0u);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(threads == 1 ? 2 : 1);
+  EXPECT_EQ(t.param_digest(), d);
+  at::set_num_threads(threads);
+
+  uint64_t fnv = kFnvOffset;
+  std::vector<torch::Tensor> params;
+  for (const auto& [name, p] : t.state()) {
+    if (name.rfind("param/", 0) != 0) continue;
+    params.push_back(p);
+    fnv = fnv1a64(p.data_ptr(), p.numel() * p.element_size(), fnv);
+  }
+  EXPECT_EQ(t.param_digest("0123456789abcdef"), hex64(fnv));
+
+  torch::NoGradGuard no_grad;
+  for (size_t k : {size_t{0}, params.size() - 1}) {  // first and last tensor, last word
+    torch::Tensor words = params[k].view(torch::kInt32).flatten();
+    const int64_t last = words.numel() - 1;
+    words[last].bitwise_xor_(1);
+    EXPECT_NE(t.param_digest(), d) << k;
+    words[last].bitwise_xor_(1);
+    EXPECT_EQ(t.param_digest(), d) << k;
+  }
 }
 
 TEST_F(TrainerTest, MonitorsArePopulated) {
