@@ -87,7 +87,7 @@ AttentionImpl attention_impl(const std::string& name) {
   throw UsageError("--attention must be rewind, sdpa or torch, got '" + name + "'");
 }
 
-std::string rewind_version() { return "0.2.0"; }
+std::string rewind_version() { return "0.3.0"; }
 std::string torch_version() { return TORCH_VERSION; }
 
 plan::Plan PlanSchedule::at(int64_t step, int n_layer, int n_head) const {
