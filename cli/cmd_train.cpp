@@ -161,7 +161,7 @@ int run_train(int argc, char** argv) {
     RecordingMs rms;
     if (rec && !already && rec->wants_checkpoint(s) && st->nearest_checkpoint(spec.run_id, s) != s) {
       const auto tc = std::chrono::steady_clock::now();
-      rec->checkpoint(s, trainer->state());
+      rec->checkpoint(s, *trainer);
       rms.checkpoint = ms_since(tc);
     }
     std::vector<int> cap_layers;
@@ -186,7 +186,7 @@ int run_train(int argc, char** argv) {
   if (std::string phases = trainer->phase_report(); !phases.empty()) std::printf("%s\n", phases.c_str());
   if (rec) {
     if (rec->wants_checkpoint(total) && st->nearest_checkpoint(spec.run_id, total) != total)
-      rec->checkpoint(total, trainer->state());
+      rec->checkpoint(total, *trainer);
     rec->flush();
     const replay::Recorder::CheckpointCosts cc = rec->checkpoint_costs();
     if (cc.count > 0) {

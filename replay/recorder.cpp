@@ -11,6 +11,12 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#ifdef REWIND_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
 #include "common/error.h"
 #include "common/hash.h"
 #include "replay/tensor_io.h"
@@ -60,6 +66,34 @@ store::StoreOptions writer_options(store::StoreOptions so) {
     so.zstd_workers = std::clamp(idle, 0, 8);
   }
   return so;
+}
+
+// Copies device tensors into their pinned host buffers on a side stream, after the work
+// queued so far on the current stream (the last step's update), and makes the trainer's next
+// optimizer update wait for the copy on the device. Returns what blocks until the copy is done.
+std::function<void()> copy_from_device(const std::vector<std::pair<torch::Tensor*, torch::Tensor>>& copies,
+                                       Trainer& trainer) {
+#ifdef REWIND_CUDA
+  const c10::DeviceIndex dev = copies.front().second.device().index();
+  at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream(dev);
+  at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, dev);
+  at::cuda::CUDAEvent state_ready;
+  state_ready.record(main);
+  state_ready.block(side);
+  auto copied = std::make_shared<at::cuda::CUDAEvent>();
+  {
+    c10::cuda::CUDAStreamGuard on_side(side);
+    for (const auto& [buf, src] : copies) buf->copy_(src, /*non_blocking=*/true);
+  }
+  copied->record(side);
+  // Waiting again on a finished copy costs nothing, so the hook stays until the next one.
+  trainer.set_before_update([copied, dev] { copied->block(at::cuda::getCurrentCUDAStream(dev)); });
+  return [copied] { copied->synchronize(); };
+#else
+  (void)trainer;
+  for (const auto& [buf, src] : copies) buf->copy_(src);
+  return {};
+#endif
 }
 
 }  // namespace
@@ -118,7 +152,7 @@ Recorder::~Recorder() {
 
 void Recorder::writer_loop() {
   for (;;) {
-    std::pair<int64_t, NamedTensors> job;
+    Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
@@ -131,7 +165,8 @@ void Recorder::writer_loop() {
     auto t0 = std::chrono::steady_clock::now();
     std::string err;
     try {
-      write_checkpoint(writer_store_, run_, job.first, job.second);
+      if (job.wait_ready) job.wait_ready();
+      write_checkpoint(writer_store_, run_, job.step, job.state);
     } catch (const std::exception& e) {
       err = e.what();
     }
@@ -145,7 +180,7 @@ void Recorder::writer_loop() {
   }
 }
 
-void Recorder::checkpoint(int64_t step, const NamedTensors& state) {
+void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   // Backpressure: at most one checkpoint waits while another is written, so host memory
   // stays bounded (gpt2-small's state is 1.5 GB) when checkpoints come faster than the writer
   // compresses them; the wait shows in the step's wall time.
@@ -156,31 +191,35 @@ void Recorder::checkpoint(int64_t step, const NamedTensors& state) {
     cv_.wait(lock, [this] { return queue_.empty() || !error_.empty(); });
   }
   const auto t1 = Clock::now();
-  NamedTensors copy;
+  const NamedTensors state = trainer.state();
+  Job job;
+  job.step = step;
   std::vector<torch::Tensor>& pinned = pinned_[pinned_next_];
   pinned_next_ ^= 1;
   pinned.resize(state.size());
+  std::vector<std::pair<torch::Tensor*, torch::Tensor>> device_copies;  // (pinned buffer, source)
   for (size_t i = 0; i < state.size(); ++i) {
     const auto& [name, t] = state[i];
     torch::Tensor d = t.detach();
     if (d.is_cpu()) {
-      copy.emplace_back(name, d.clone());
+      job.state.emplace_back(name, d.clone());
       continue;
     }
     torch::Tensor& buf = pinned[i];  // allocated once, again only if a tensor changed shape
     if (!buf.defined() || buf.sizes() != d.sizes() || buf.scalar_type() != d.scalar_type()) {
       buf = torch::empty(d.sizes(), torch::TensorOptions().dtype(d.scalar_type()).pinned_memory(true));
     }
-    buf.copy_(d);
-    copy.emplace_back(name, buf);
+    device_copies.emplace_back(&buf, d);
+    job.state.emplace_back(name, buf);
   }
+  if (!device_copies.empty()) job.wait_ready = copy_from_device(device_copies, trainer);
   // The CPU generator's state: unused by training (no dropout) but recorded per DESIGN §6.
   auto gen = at::detail::getDefaultCPUGenerator();
-  copy.emplace_back("rng/cpu", gen.get_state().clone());
+  job.state.emplace_back("rng/cpu", gen.get_state().clone());
   // CUDA generator (seed and offset inside its state), when training runs on a GPU.
   if (!state.empty() && state.front().second.is_cuda()) {
     auto cuda_gen = at::globalContext().defaultGenerator(state.front().second.device());
-    copy.emplace_back("rng/cuda", cuda_gen.get_state().clone());
+    job.state.emplace_back("rng/cuda", cuda_gen.get_state().clone());
   }
   ++ckpt_count_;
   waited_seconds_ += std::chrono::duration<double>(t1 - t0).count();
@@ -188,7 +227,7 @@ void Recorder::checkpoint(int64_t step, const NamedTensors& state) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.empty()) throw Error(ExitCode::kData, "checkpoint writer failed: " + error_);
-    queue_.emplace_back(step, std::move(copy));
+    queue_.push_back(std::move(job));
   }
   cv_.notify_all();
 }

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,8 +45,12 @@ class Recorder {
   // Records the step that just ran. `digest`: parameter digest after the step, or "".
   void record_step(const StepResult& r, const std::string& digest, const TokenFile& data,
                    int block_size);
-  // Snapshots the state (a copy on this thread) and queues it for the background writer.
-  void checkpoint(int64_t step, const NamedTensors& state);
+  // Snapshots the trainer's state and queues it for the background writer. Host tensors are
+  // copied on this thread. Device tensors are copied into pinned host buffers on a side
+  // stream, after the work already queued and overlapping the next forward and backward;
+  // the trainer's next optimizer update waits for the copy on the device (set_before_update),
+  // and the writer waits for it before reading the buffers.
+  void checkpoint(int64_t step, Trainer& trainer);
   void flush();  // blocks until every queued checkpoint is committed; rethrows its error
 
   bool wants_checkpoint(int64_t step) const {
@@ -72,7 +77,12 @@ class Recorder {
   store::Store writer_store_;  // own connection for the background thread
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::pair<int64_t, NamedTensors>> queue_;
+  struct Job {
+    int64_t step = 0;
+    NamedTensors state;
+    std::function<void()> wait_ready;  // blocks until the snapshot's bytes are on the host
+  };
+  std::deque<Job> queue_;
   bool stop_ = false;
   bool busy_ = false;
   std::string error_;

@@ -226,6 +226,7 @@ StepResult Trainer::train_step(const std::vector<int>& capture_layers) {
     for (auto& p : params_)
       if (p.grad().defined()) p.mutable_grad().mul_(coef);
   }
+  if (before_update_) before_update_();
   adamw_update(r.lr);
   phase_mark(kPhaseOptimizer);
   if (phase_enabled_ && ++phase_warmup_ <= kPhaseWarmupSteps) {

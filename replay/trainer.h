@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -74,6 +75,10 @@ class Trainer {
   // With REWIND_PHASE_TIMES=1 in the environment: mean milliseconds per train step spent in
   // data, forward, backward, loss+stats, grad norm, monitors and optimizer; "" otherwise.
   std::string phase_report() const;
+  // Called on the training thread right before each optimizer update, the first write to the
+  // parameters and moments in a step (the recorder makes the device wait there for its
+  // asynchronous checkpoint copy, which may overlap the forward and backward).
+  void set_before_update(std::function<void()> f) { before_update_ = std::move(f); }
 
  private:
   StepResult forward_backward(const plan::Plan& plan, const std::vector<int>& capture_layers);
@@ -94,6 +99,7 @@ class Trainer {
          kPhaseOptimizer, kNumPhases };
   void phase_mark(int phase);  // adds the time since the last mark to `phase` (-1: just start)
   bool phase_enabled_ = false;
+  std::function<void()> before_update_;
   double phase_seconds_[kNumPhases] = {};
   double phase_host_seconds_[kNumPhases] = {};
   int64_t phase_steps_ = 0;

@@ -68,7 +68,7 @@ double record(const replay::Config& c, const replay::TokenFile& data, const std:
     replay::Recorder rec(st, path, spec.run_id, ro, store::StoreOptions{});
     for (int s = 0; s < steps; ++s) {
       auto t0 = Clock::now();
-      if (rec.wants_checkpoint(s)) rec.checkpoint(s, t.state());
+      if (rec.wants_checkpoint(s)) rec.checkpoint(s, t);
       std::vector<int> layers;
       if (ro.capture.active(s)) layers = ro.capture.layers;
       replay::StepResult r = t.train_step(layers);
