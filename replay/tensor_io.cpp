@@ -61,20 +61,23 @@ torch::Tensor to_torch(const store::TensorRecord& r) {
 }
 
 void write_checkpoint(store::Store& s, int64_t run, int64_t step, const NamedTensors& state) {
-  // Each tensor's blob first, in a transaction of its own taken only after compressing it
-  // (put_blob), so the recorder's step commits wait at most for one blob's insert; then the
-  // checkpoint rows at once, finding their blobs stored.
+  // The blobs first, prepared in parallel by put_blobs and each inserted in a transaction of
+  // its own, so the recorder's step commits wait at most for one blob's insert; then the
+  // checkpoint rows at once, referring to the blobs by the hashes put_blobs returned (no
+  // second hash pass over the state).
   std::vector<torch::Tensor> host;
+  std::vector<store::BlobSource> blobs;
   for (const auto& [name, t] : state) {
     host.push_back(t.detach().to(torch::kCPU).contiguous());
-    s.put_blob(host.back().data_ptr(), host.back().numel() * host.back().element_size(),
-               s.tensor_shuffle(store_dtype(host.back())));
+    const torch::Tensor& h = host.back();
+    blobs.push_back({h.data_ptr(), static_cast<size_t>(h.numel() * h.element_size()),
+                     s.tensor_shuffle(store_dtype(h))});
   }
+  const std::vector<std::string> hashes = s.put_blobs(blobs);
   auto tx = s.begin_step();
   for (size_t i = 0; i < state.size(); ++i) {
-    const torch::Tensor& t = host[i];
-    s.put_checkpoint_tensor(run, step, state[i].first, store_dtype(t), shape_of(t), t.data_ptr(),
-                            t.numel() * t.element_size());
+    s.put_checkpoint_blob(run, step, state[i].first, store_dtype(host[i]), shape_of(host[i]),
+                          hashes[i]);
   }
   tx.commit();
 }

@@ -4,10 +4,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "store/byte_shuffle.h"
 #include "store/content_hash.h"
+#include "store/ordered_work.h"
 #include "store/schema.h"
 
 namespace rwd::store {
@@ -32,6 +35,33 @@ StepRecord read_step(const Statement& st) {
   r.rng_ref = st.col_opt_text(8);
   r.extra = st.col_opt_text(9);
   return r;
+}
+
+// Frames of a blob of `size` raw bytes; even an empty blob gets one (empty) frame.
+size_t chunk_count(size_t size) {
+  return std::max<size_t>(1, (size + kChunkBytes - 1) / kChunkBytes);
+}
+
+// Chunk `idx` of a blob as one zstd frame in `frame`, byte-shuffled through `scratch` first
+// when shuffle_elem > 1 (kChunkBytes is a multiple of 8, so every chunk starts on an element
+// boundary).
+void compress_chunk(ZstdCompressor& zstd, Bytes& scratch, const void* data, size_t size,
+                    size_t idx, int shuffle_elem, Bytes& frame) {
+  const size_t off = idx * kChunkBytes;
+  const size_t len = std::min(kChunkBytes, size - off);
+  const uint8_t* raw = static_cast<const uint8_t*>(data) + off;
+  if (shuffle_elem > 1) {
+    resize_for_overwrite(scratch, len);
+    byte_shuffle(raw, len, static_cast<size_t>(shuffle_elem), scratch.data());
+    raw = scratch.data();
+  }
+  zstd.compress(raw, len, frame);
+}
+
+void check_shuffle(int shuffle_elem) {
+  if (shuffle_elem != 1 && shuffle_elem != 2 && shuffle_elem != 4 && shuffle_elem != 8) {
+    throw StoreError(ExitCode::kInternal, "put_blob: shuffle element size must be 1, 2, 4 or 8");
+  }
 }
 
 constexpr const char* kStepColumns =
@@ -84,9 +114,7 @@ Transaction Store::begin_step() {
 
 std::string Store::put_blob(const void* data, size_t size, int shuffle_elem) {
   require_writable("writing a blob");
-  if (shuffle_elem != 1 && shuffle_elem != 2 && shuffle_elem != 4 && shuffle_elem != 8) {
-    throw StoreError(ExitCode::kInternal, "put_blob: shuffle element size must be 1, 2, 4 or 8");
-  }
+  check_shuffle(shuffle_elem);
   std::string hash = content_hash(data, size);
   if (blob_exists(hash, size)) return hash;  // a read: in WAL mode it takes no write lock
   const PreparedBlob b = prepare_blob(hash, data, size, shuffle_elem);
@@ -94,6 +122,84 @@ std::string Store::put_blob(const void* data, size_t size, int shuffle_elem) {
     if (!blob_exists(b.hash, b.size)) insert_blob(b);  // another connection may have meanwhile
   });
   return hash;
+}
+
+std::vector<std::string> Store::put_blobs(const std::vector<BlobSource>& blobs) {
+  require_writable("writing blobs");
+  for (const BlobSource& b : blobs) check_shuffle(b.shuffle_elem);
+  const int threads = options_.zstd_workers;
+  std::vector<std::string> hashes(blobs.size());
+  run_ordered(
+      blobs.size(), threads, blobs.size(),
+      [&](size_t i, int) { hashes[i] = content_hash(blobs[i].data, blobs[i].size); },
+      [](size_t) {});
+  // The chunks to compress: those of blobs not stored yet (a read: no write lock), each once.
+  struct Chunk {
+    size_t blob, idx;
+    bool last;
+  };
+  std::vector<Chunk> chunks;
+  std::map<std::string, size_t> fresh;  // hash -> size of a new blob already in `chunks`
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    if (blob_exists(hashes[i], blobs[i].size)) continue;
+    const auto [it, first] = fresh.emplace(hashes[i], blobs[i].size);
+    if (!first) {
+      if (it->second != blobs[i].size) throw size_mismatch(hashes[i], it->second, blobs[i].size);
+      continue;
+    }
+    const size_t n = chunk_count(blobs[i].size);
+    for (size_t c = 0; c < n; ++c) chunks.push_back({i, c, c + 1 == n});
+  }
+  // Each thread compresses with a context of its own and no zstd workers: the frames are the
+  // same bytes whichever thread compresses them, so the store does not depend on the count.
+  struct ChunkWorker {
+    ZstdCompressor zstd;
+    Bytes scratch;
+  };
+  std::vector<ChunkWorker> workers;
+  for (int w = 0; w < std::max(1, threads); ++w) {
+    workers.push_back({ZstdCompressor(compressor_.level()), {}});
+  }
+  std::vector<Bytes> frames(chunks.size());  // filled and emptied in a window
+  // Inserted frames' buffers are reused, so the frames of a whole checkpoint cost no more
+  // allocations (and page faults) than the window's.
+  std::mutex spare_mu;
+  std::vector<Bytes> spare;
+  PreparedBlob b;
+  const auto chunk_len = [&](size_t k) {
+    return std::min(kChunkBytes, blobs[chunks[k].blob].size - chunks[k].idx * kChunkBytes);
+  };
+  run_ordered(
+      chunks.size(), threads, static_cast<size_t>(std::max(1, threads) + 2) * kChunkBytes,
+      [&](size_t k, int w) {
+        {
+          std::lock_guard<std::mutex> lock(spare_mu);
+          if (!spare.empty()) {
+            frames[k] = std::move(spare.back());
+            spare.pop_back();
+          }
+        }
+        const BlobSource& src = blobs[chunks[k].blob];
+        compress_chunk(workers[w].zstd, workers[w].scratch, src.data, src.size, chunks[k].idx,
+                       src.shuffle_elem, frames[k]);
+      },
+      [&](size_t k) {
+        b.stored += static_cast<int64_t>(frames[k].size());
+        b.frames.push_back(std::move(frames[k]));
+        if (!chunks[k].last) return;
+        const size_t i = chunks[k].blob;
+        b.hash = hashes[i];
+        b.size = blobs[i].size;
+        b.shuffle = blobs[i].shuffle_elem;
+        in_transaction(db_, [&] {
+          if (!blob_exists(b.hash, b.size)) insert_blob(b);  // another connection may have
+        });
+        std::lock_guard<std::mutex> lock(spare_mu);
+        for (Bytes& f : b.frames) spare.push_back(std::move(f));
+        b = PreparedBlob{};
+      },
+      chunk_len);
+  return hashes;
 }
 
 int Store::tensor_shuffle(Dtype dtype) const {
@@ -105,11 +211,15 @@ bool Store::blob_exists(const std::string& hash, size_t size) {
   st.bind(1, hash);
   if (!st.step()) return false;
   if (st.col_int(0) != static_cast<int64_t>(size)) {
-    throw data_error("store " + path() + ": blob " + hash + " exists with " +
-                     std::to_string(st.col_int(0)) + " bytes but new content has " +
-                     std::to_string(size) + " (hash collision or corrupt row)");
+    throw size_mismatch(hash, static_cast<size_t>(st.col_int(0)), size);
   }
   return true;
+}
+
+StoreError Store::size_mismatch(const std::string& hash, size_t stored, size_t size) const {
+  return data_error("store " + path() + ": blob " + hash + " exists with " +
+                    std::to_string(stored) + " bytes but new content has " +
+                    std::to_string(size) + " (hash collision or corrupt row)");
 }
 
 Store::PreparedBlob Store::prepare_blob(std::string hash, const void* data, size_t size,
@@ -118,20 +228,9 @@ Store::PreparedBlob Store::prepare_blob(std::string hash, const void* data, size
   b.hash = std::move(hash);
   b.size = size;
   b.shuffle = shuffle_elem;
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  // Even an empty blob gets one (empty) frame, so every blob has n_chunks >= 1.
-  const size_t n_chunks = std::max<size_t>(1, (size + kChunkBytes - 1) / kChunkBytes);
-  for (size_t i = 0; i < n_chunks; ++i) {
-    const size_t off = i * kChunkBytes;
-    const size_t len = std::min(kChunkBytes, size - off);
-    const uint8_t* raw = p + off;
-    if (shuffle_elem > 1) {
-      // kChunkBytes is a multiple of 8, so every chunk starts on an element boundary.
-      scratch_.resize(len);
-      byte_shuffle(raw, len, static_cast<size_t>(shuffle_elem), scratch_.data());
-      raw = scratch_.data();
-    }
-    b.frames.push_back(compressor_.compress(raw, len));
+  for (size_t i = 0; i < chunk_count(size); ++i) {
+    b.frames.emplace_back();
+    compress_chunk(compressor_, scratch_, data, size, i, shuffle_elem, b.frames.back());
     b.stored += static_cast<int64_t>(b.frames.back().size());
   }
   return b;
@@ -187,9 +286,8 @@ std::vector<uint8_t> Store::get_blob(const std::string& hash) {
   std::optional<BlobInfo> info = blob_info(hash);
   if (!info) throw data_error(what + " is missing");
   const int sh = info->shuffle;
-  if (info->raw_size < 0 || info->n_chunks < 1 || (sh != 1 && sh != 2 && sh != 4 && sh != 8) ||
-      info->n_chunks != std::max<int64_t>(1, (info->raw_size + int64_t(kChunkBytes) - 1) /
-                                                 int64_t(kChunkBytes))) {
+  if (info->raw_size < 0 || (sh != 1 && sh != 2 && sh != 4 && sh != 8) ||
+      info->n_chunks != int64_t(chunk_count(static_cast<size_t>(info->raw_size)))) {
     throw data_error(what + ": inconsistent size/chunk count/shuffle in its row");
   }
   std::vector<uint8_t> out(static_cast<size_t>(info->raw_size));
@@ -207,7 +305,7 @@ std::vector<uint8_t> Store::get_blob(const std::string& hash) {
       decompressor_.decompress(st.col_blob(1), st.col_bytes(1), out.data() + off, len,
                                chunk.c_str());
     } else {
-      scratch_.resize(len);
+      resize_for_overwrite(scratch_, len);
       decompressor_.decompress(st.col_blob(1), st.col_bytes(1), scratch_.data(), len,
                                chunk.c_str());
       byte_unshuffle(scratch_.data(), len, static_cast<size_t>(info->shuffle), out.data() + off);

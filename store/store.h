@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "store/bytes.h"
 #include "store/dtype.h"
 #include "store/records.h"
 #include "store/sqlite_db.h"
@@ -25,9 +26,21 @@ constexpr size_t kChunkBytes = size_t(64) << 20;
 
 enum class Mode { kReadOnly, kReadWrite };
 
+// One blob for Store::put_blobs: `size` bytes at `data`, which must stay valid and unchanged
+// until put_blobs returns; shuffle_elem as for put_blob.
+struct BlobSource {
+  const void* data = nullptr;
+  size_t size = 0;
+  int shuffle_elem = 1;
+};
+
 struct StoreOptions {
   int zstd_level = 3;           // zstd level of newly written blobs (recorded per blob)
-  int zstd_workers = 0;         // zstd worker threads (0 = the calling thread; capped at what libzstd supports)
+  // Threads that compress blobs (0 = the calling thread only). put_blobs prepares (hashes,
+  // byte-shuffles, compresses) that many blob chunks at once, each thread with its own
+  // single-threaded zstd context; put_blob compresses each frame with that many zstd worker
+  // threads (capped at what libzstd supports).
+  int zstd_workers = 0;
   int busy_timeout_ms = 10000;  // how long a connection waits for another's lock
   int page_size = 16384;        // SQLite page size of a new file (bigger pages suit big blobs)
   // Byte-shuffle tensor blobs by element size before zstd. store_bench (H100 host, level 3):
@@ -69,6 +82,18 @@ class Store {
   // so a big blob, e.g. a checkpoint tensor written by a background thread, does not stall the
   // commits of other connections while it is compressed.
   std::string put_blob(const void* data, size_t size, int shuffle_elem = 1);
+  // put_blob for many blobs at once, returning their hashes in order; the stored rows and
+  // frames are the same whatever the thread count. Hashing, byte-shuffling and compressing run
+  // on StoreOptions::zstd_workers threads, over blobs and their 64 MiB chunks (the whole input
+  // is hashed first, so blobs already stored, or repeated in `blobs`, are not compressed);
+  // SQLite is used only on the calling thread, each new blob inserted in a short transaction of
+  // its own as soon as its chunks are ready (inside an open transaction: in that one). The
+  // chunks being compressed or waiting for their insert hold at most (threads + 2) x 64 MiB of
+  // raw bytes (besides the frames of the blob being completed), which bounds the memory in
+  // flight however large the input is.
+  // The first error (of a thread or an insert) is rethrown once the threads have stopped;
+  // blobs inserted before it stay stored, unreferenced until a row refers to them.
+  std::vector<std::string> put_blobs(const std::vector<BlobSource>& blobs);
   // The byte-shuffle element size this store applies to tensors of `dtype` (1 = none).
   int tensor_shuffle(Dtype dtype) const;
   std::vector<uint8_t> get_blob(const std::string& hash);
@@ -90,6 +115,11 @@ class Store {
   // Checkpoints: named tensors of the training state at a step.
   void put_checkpoint_tensor(int64_t run, int64_t step, const std::string& name, Dtype dtype,
                              const std::vector<int64_t>& shape, const void* data, size_t nbytes);
+  // The same row for a tensor whose bytes are already stored as blob `hash` (put_blob(s)), so
+  // they are not hashed again: kData if that blob is missing, kInternal if its size is not what
+  // dtype and shape need.
+  void put_checkpoint_blob(int64_t run, int64_t step, const std::string& name, Dtype dtype,
+                           const std::vector<int64_t>& shape, const std::string& hash);
   std::vector<int64_t> checkpoint_steps(int64_t run);
   std::optional<int64_t> nearest_checkpoint(int64_t run, int64_t step);  // largest <= step
   std::vector<TensorInfo> checkpoint_entries(int64_t run, int64_t step);
@@ -135,13 +165,16 @@ class Store {
     size_t size = 0;
     int shuffle = 1;
     int64_t stored = 0;
-    std::vector<std::vector<uint8_t>> frames;
+    std::vector<Bytes> frames;
   };
   PreparedBlob prepare_blob(std::string hash, const void* data, size_t size, int shuffle_elem);
   // Whether the blob exists; kData if a blob of that hash exists with another size.
   bool blob_exists(const std::string& hash, size_t size);
+  StoreError size_mismatch(const std::string& hash, size_t stored, size_t size) const;
   void insert_blob(const PreparedBlob& b);  // inside a transaction, of a blob not stored yet
   std::string write_blob(const void* data, size_t size, int shuffle_elem);
+  void insert_checkpoint_row(int64_t run, int64_t step, const std::string& name, Dtype dtype,
+                             const std::vector<int64_t>& shape, const std::string& hash);
   std::optional<TensorRecord> read_tensor(TensorInfo info);
   // References to a blob, described for humans: "run 1 step 5 checkpoint 'wte'".
   std::vector<std::string> blob_references(const std::string& hash);
@@ -152,7 +185,7 @@ class Store {
   int schema_version_;
   ZstdCompressor compressor_;
   ZstdDecompressor decompressor_;
-  std::vector<uint8_t> scratch_;  // one chunk, shuffled (write) or still shuffled (read)
+  Bytes scratch_;  // one chunk, shuffled (write) or still shuffled (read)
 };
 
 }  // namespace rwd::store

@@ -7,15 +7,16 @@
 namespace rwd::store {
 namespace {
 
-void check_size(Dtype dtype, const std::vector<int64_t>& shape, size_t nbytes,
-                const std::string& name) {
+// `source` says where the bytes are: given by the caller, or in a stored blob.
+void check_size(Dtype dtype, const std::vector<int64_t>& shape, uint64_t nbytes,
+                const std::string& name, const std::string& source = "bytes given") {
   for (int64_t d : shape) {
     if (d < 0) throw StoreError(ExitCode::kInternal, "tensor '" + name + "': negative dimension");
   }
   const uint64_t want = static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype);
   if (want != nbytes) {
     throw StoreError(ExitCode::kInternal, "tensor '" + name + "': " + std::to_string(nbytes) +
-                                              " bytes given, shape " + shape_to_json(shape) +
+                                              " " + source + ", shape " + shape_to_json(shape) +
                                               " of " + dtype_name(dtype) + " needs " +
                                               std::to_string(want));
   }
@@ -68,14 +69,33 @@ void Store::put_checkpoint_tensor(int64_t run, int64_t step, const std::string& 
   require_writable("writing a checkpoint");
   check_size(dtype, shape, nbytes, name);
   in_transaction(db_, [&] {
-    const std::string hash = write_blob(data, nbytes, tensor_shuffle(dtype));
-    Statement st(db_,
-                 "INSERT INTO checkpoints(run, step, name, blob, dtype, shape) "
-                 "VALUES (?, ?, ?, ?, ?, ?)");
-    st.bind(1, run).bind(2, step).bind(3, name).bind(4, hash);
-    st.bind(5, std::string(dtype_name(dtype))).bind(6, shape_to_json(shape));
-    st.run();
+    insert_checkpoint_row(run, step, name, dtype, shape,
+                          write_blob(data, nbytes, tensor_shuffle(dtype)));
   });
+}
+
+void Store::put_checkpoint_blob(int64_t run, int64_t step, const std::string& name, Dtype dtype,
+                                const std::vector<int64_t>& shape, const std::string& hash) {
+  require_writable("writing a checkpoint");
+  in_transaction(db_, [&] {
+    const std::optional<BlobInfo> blob = blob_info(hash);
+    if (!blob) {
+      throw data_error("store " + path() + ": checkpoint tensor '" + name + "' at step " +
+                       std::to_string(step) + ": blob " + hash + " is not stored");
+    }
+    check_size(dtype, shape, static_cast<uint64_t>(blob->raw_size), name, "bytes in blob " + hash);
+    insert_checkpoint_row(run, step, name, dtype, shape, hash);
+  });
+}
+
+void Store::insert_checkpoint_row(int64_t run, int64_t step, const std::string& name, Dtype dtype,
+                                  const std::vector<int64_t>& shape, const std::string& hash) {
+  Statement st(db_,
+               "INSERT INTO checkpoints(run, step, name, blob, dtype, shape) "
+               "VALUES (?, ?, ?, ?, ?, ?)");
+  st.bind(1, run).bind(2, step).bind(3, name).bind(4, hash);
+  st.bind(5, std::string(dtype_name(dtype))).bind(6, shape_to_json(shape));
+  st.run();
 }
 
 std::vector<int64_t> Store::checkpoint_steps(int64_t run) {

@@ -44,27 +44,23 @@ ZstdCompressor::ZstdCompressor(int level, int workers) : level_(level) {
 ZstdCompressor::~ZstdCompressor() { ZSTD_freeCCtx(cctx_); }
 
 ZstdCompressor::ZstdCompressor(ZstdCompressor&& other) noexcept
-    : cctx_(std::exchange(other.cctx_, nullptr)),
-      level_(other.level_),
-      out_(std::move(other.out_)) {}
+    : cctx_(std::exchange(other.cctx_, nullptr)), level_(other.level_) {}
 
 ZstdCompressor& ZstdCompressor::operator=(ZstdCompressor&& other) noexcept {
   if (this != &other) {
     ZSTD_freeCCtx(cctx_);
     cctx_ = std::exchange(other.cctx_, nullptr);
     level_ = other.level_;
-    out_ = std::move(other.out_);
   }
   return *this;
 }
 
-const std::vector<uint8_t>& ZstdCompressor::compress(const void* data, size_t size) {
-  out_.resize(ZSTD_compressBound(size));
+void ZstdCompressor::compress(const void* data, size_t size, Bytes& frame) {
+  resize_for_overwrite(frame, ZSTD_compressBound(size));
   // compress2 resets the session but keeps parameters, so the context is safely reused.
-  size_t n = check_zstd(ZSTD_compress2(cctx_, out_.data(), out_.size(), data, size),
+  size_t n = check_zstd(ZSTD_compress2(cctx_, frame.data(), frame.size(), data, size),
                         "zstd: compressing a blob chunk");
-  out_.resize(n);
-  return out_;
+  frame.resize(n);
 }
 
 ZstdDecompressor::ZstdDecompressor() {

@@ -1,12 +1,14 @@
-// RAII zstd contexts, one of each per Store and reused for every frame. Frames carry their
-// content size and a checksum; reading rejects frames whose size is unknown or unexpected.
+// RAII zstd contexts, one of each per Store (and a compressor per put_blobs thread), each
+// reused for every frame. Frames carry their content size and a checksum; reading rejects
+// frames whose size is unknown or unexpected.
 #pragma once
 
 #include <zstd.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+
+#include "store/bytes.h"
 
 namespace rwd::store {
 
@@ -20,14 +22,14 @@ class ZstdCompressor {
   ZstdCompressor(const ZstdCompressor&) = delete;
   ZstdCompressor& operator=(const ZstdCompressor&) = delete;
 
-  // Compresses `size` bytes into one frame; the returned buffer is reused by the next call.
-  const std::vector<uint8_t>& compress(const void* data, size_t size);
+  // Compresses `size` bytes into one frame written to `frame` (resized to fit it). A buffer
+  // passed again keeps its capacity, so a recycled one needs no allocation or fresh pages.
+  void compress(const void* data, size_t size, Bytes& frame);
   int level() const { return level_; }
 
  private:
   ZSTD_CCtx* cctx_ = nullptr;
   int level_;
-  std::vector<uint8_t> out_;
 };
 
 class ZstdDecompressor {

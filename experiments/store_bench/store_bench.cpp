@@ -1,7 +1,8 @@
 // store_bench: throughput (MB/s) and compression ratio of the store for the data rewind records
 // (token batches, FP32 weights, BF16 activations) at zstd levels 1 and 3, each printed beside a
 // plain file write+fsync / read of the same bytes measured in the same run, with and without
-// the byte-shuffle filter.
+// the byte-shuffle filter; then the checkpoint writer's throughput on ~1 GB of FP32 tensors
+// shaped like gpt2-small's parameters and first AdamW moments, on 0 to N preparation threads.
 //
 // Fairness: the store commits one transaction per item with synchronous=NORMAL in WAL mode, so
 // commits do not fsync; durability is paid at close, when the WAL is checkpointed (fsync'd)
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "store/byte_shuffle.h"
@@ -147,7 +149,7 @@ void codec_once(const Workload& w, int level, bool shuffle, Result& r) {
   rwd::store::ZstdCompressor c(level);
   rwd::store::ZstdDecompressor d;
   const size_t elem = shuffle ? rwd::store::dtype_size(w.dtype) : 1;
-  std::vector<std::vector<uint8_t>> frames;
+  std::vector<rwd::store::Bytes> frames;
   std::vector<uint8_t> tmp;
   auto t0 = Clock::now();
   for (const auto& item : w.items) {
@@ -155,7 +157,8 @@ void codec_once(const Workload& w, int level, bool shuffle, Result& r) {
     (void)h;
     tmp.resize(item.size());
     rwd::store::byte_shuffle(item.data(), item.size(), elem, tmp.data());
-    frames.push_back(c.compress(tmp.data(), tmp.size()));
+    frames.emplace_back();
+    c.compress(tmp.data(), tmp.size(), frames.back());
   }
   r.codec_write_s = std::min(r.codec_write_s, seconds_since(t0));
   t0 = Clock::now();
@@ -191,11 +194,112 @@ void plain_once(const Workload& w, const std::string& path, Result& r) {
   r.plain_read_s = std::min(r.plain_read_s, seconds_since(t0));
 }
 
-}  // namespace
+// A checkpoint like rewind's recorder writes: gpt2-small's parameters and first AdamW moments
+// (2 x 124M floats, 296 tensors from 3 KB to 154 MB). Values are slices of one pool of N(0,.02)
+// floats at distinct offsets, so every tensor is a distinct blob that compresses like weights.
+struct Checkpoint {
+  std::vector<float> pool;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors;
+  std::vector<size_t> offsets;  // into pool, per tensor
+  double bytes = 0;
+};
 
-int main(int argc, char** argv) {
-  const std::string dir = argc > 1 ? argv[1] : ".";
-  const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
+Checkpoint gpt2_small_state() {
+  Checkpoint c;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> params = {{"wte", {50304, 768}},
+                                                                      {"wpe", {1024, 768}}};
+  for (int l = 0; l < 12; ++l) {
+    const std::string p = "h" + std::to_string(l) + ".";
+    for (auto& [n, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"ln_1.weight", {768}}, {"ln_1.bias", {768}}, {"attn.c_attn.weight", {768, 2304}},
+             {"attn.c_attn.bias", {2304}}, {"attn.c_proj.weight", {768, 768}},
+             {"attn.c_proj.bias", {768}}, {"ln_2.weight", {768}}, {"ln_2.bias", {768}},
+             {"mlp.c_fc.weight", {768, 3072}}, {"mlp.c_fc.bias", {3072}},
+             {"mlp.c_proj.weight", {3072, 768}}, {"mlp.c_proj.bias", {768}}}) {
+      params.emplace_back(p + n, shape);
+    }
+  }
+  params.push_back({"ln_f.weight", {768}});
+  params.push_back({"ln_f.bias", {768}});
+  for (const char* prefix : {"param/", "exp_avg/"}) {
+    for (const auto& [n, shape] : params) c.tensors.emplace_back(prefix + n, shape);
+  }
+  c.pool.resize(size_t(40) << 20);  // 160 MB: larger than the largest tensor
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  for (float& x : c.pool) x = nd(rng);
+  for (size_t i = 0; i < c.tensors.size(); ++i) {
+    const size_t numel = static_cast<size_t>(rwd::store::shape_numel(c.tensors[i].second));
+    c.offsets.push_back(rng() % (c.pool.size() - numel + 1));
+    c.bytes += double(numel) * 4;
+  }
+  return c;
+}
+
+// Seconds to write `c` as one checkpoint into a new store the way write_checkpoint does
+// (`parallel`: put_blobs on opt.zstd_workers threads, then rows by hash) or did before
+// (put_blob per tensor with opt.zstd_workers zstd workers, then put_checkpoint_tensor, which
+// hashes again). Excludes create and close: the recorder's writer keeps its store open.
+double checkpoint_once(const Checkpoint& c, const StoreOptions& opt, bool parallel,
+                       const std::string& path, double& ratio) {
+  std::remove(path.c_str());
+  Store s = Store::create(path, opt);
+  const int64_t run = s.add_run("{}", "", "{}");
+  const auto t0 = Clock::now();
+  std::vector<rwd::store::BlobSource> blobs;
+  for (size_t i = 0; i < c.tensors.size(); ++i) {
+    const size_t numel = static_cast<size_t>(rwd::store::shape_numel(c.tensors[i].second));
+    blobs.push_back({c.pool.data() + c.offsets[i], numel * 4, s.tensor_shuffle(Dtype::kF32)});
+  }
+  std::vector<std::string> hashes;
+  if (parallel) {
+    hashes = s.put_blobs(blobs);
+  } else {
+    for (const auto& b : blobs) hashes.push_back(s.put_blob(b.data, b.size, b.shuffle_elem));
+  }
+  rwd::store::Transaction txn = s.begin_step();
+  for (size_t i = 0; i < c.tensors.size(); ++i) {
+    const auto& [name, shape] = c.tensors[i];
+    if (parallel) {
+      s.put_checkpoint_blob(run, 0, name, Dtype::kF32, shape, hashes[i]);
+    } else {
+      s.put_checkpoint_tensor(run, 0, name, Dtype::kF32, shape, blobs[i].data, blobs[i].size);
+    }
+  }
+  txn.commit();
+  const double secs = seconds_since(t0);
+  const auto info = s.info();
+  ratio = double(info.raw_bytes) / double(info.stored_bytes);
+  return secs;
+}
+
+// Rows: the write path before put_blobs with the recorder's zstd workers (as many as cores
+// are idle, at most 8), then put_blobs on 0 (the calling thread), 1, 2, 4 .. max_threads
+// preparation threads.
+void bench_checkpoint_write(const std::string& dir, int reps, int max_threads) {
+  const Checkpoint c = gpt2_small_state();
+  std::printf(
+      "\ncheckpoint write: %zu FP32 tensors, %.0f MB (gpt2-small params + exp_avg), zstd 3+s, "
+      "best of %d, %u hardware threads\n%-40s %8s %8s %6s\n",
+      c.tensors.size(), c.bytes / 1e6, reps, std::thread::hardware_concurrency(), "path",
+      "seconds", "MB/s", "ratio");
+  auto row = [&](const char* what, int threads, bool parallel) {
+    StoreOptions opt;
+    opt.zstd_workers = threads;
+    double best = 1e30, ratio = 0;
+    for (int i = 0; i < reps; ++i) {
+      best = std::min(best, checkpoint_once(c, opt, parallel, dir + "/store_bench.db", ratio));
+    }
+    const std::string label = std::string(what) + ", " + std::to_string(threads) + " threads";
+    std::printf("%-40s %8.2f %8.0f %6.3f\n", label.c_str(), best, c.bytes / 1e6 / best, ratio);
+  };
+  row("before: put_blob, zstd workers", std::min(max_threads, 8), false);
+  for (int t = 0; t <= max_threads; t = t == 0 ? 1 : t * 2) row("put_blobs", t, true);
+  if ((max_threads & (max_threads - 1)) != 0) row("put_blobs", max_threads, true);
+}
+
+// The per-item table: every workload at zstd 1 and 3, with and without the shuffle.
+void bench_items(const std::string& dir, int reps) {
   std::printf(
       "store_bench: dir %s, best of %d, one transaction per item, synchronous=NORMAL "
       "(WAL), fsync at close; plain = write + one fsync\n"
@@ -229,6 +333,21 @@ int main(int argc, char** argv) {
           r.plain_read_s / r.store_read_s, mb / r.codec_read_s);
     }
   }
+}
+
+}  // namespace
+
+// store_bench DIR [reps] [max_threads] [checkpoint]: max_threads (default: the hardware
+// threads) is the largest preparation thread count of the checkpoint rows; `checkpoint` runs
+// only those.
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : ".";
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
+  const int max_threads =
+      argc > 3 ? std::atoi(argv[3])
+               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (!(argc > 4 && std::string(argv[4]) == "checkpoint")) bench_items(dir, reps);
+  bench_checkpoint_write(dir, reps, max_threads);
   std::remove((dir + "/store_bench.db").c_str());
   std::remove((dir + "/store_bench.bin").c_str());
   return 0;
