@@ -57,9 +57,10 @@ std::vector<int> parse_index_set(const std::string& text, char prefix, int n, co
   return out;
 }
 
-// The background checkpoint writer compresses with zstd worker threads on the cores training
-// leaves idle (at most 8), unless the caller chose a count: a gpt2-small checkpoint is 1.5 GB
-// and one thread compresses it in seconds, longer than the steps between checkpoints on a GPU.
+// The background checkpoint writer hashes, shuffles and compresses blobs on threads of its
+// own (Store::put_blobs) on the cores training leaves idle (at most 8), unless the caller
+// chose a count: a gpt2-small checkpoint is 1.5 GB and one thread needs seconds for it,
+// longer than the steps between checkpoints on a GPU.
 store::StoreOptions writer_options(store::StoreOptions so) {
   if (so.zstd_workers == 0) {
     const int idle = static_cast<int>(std::thread::hardware_concurrency()) - at::get_num_threads();
