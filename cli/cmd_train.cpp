@@ -30,9 +30,9 @@ struct RecordingMs {
 // made of; r.seconds covers the training step alone, and on a GPU the host's recording work
 // overlaps the device's optimizer work, so only the wall time shows what recording costs.
 // When recording, the line adds the iteration's recording parts: the checkpoint snapshot (and
-// any wait for the writer), the parameter digest and the step's store transaction. The
-// checkpoint and the digest copy from the device, so on a GPU they include waiting for the
-// device work queued before them (the optimizer's).
+// any wait for the writer), the parameter digest and the step's store transaction. On a GPU
+// the digest reads its sums back, so it includes waiting for the device work queued before it
+// (the optimizer's); the checkpoint's copy runs on the device in the background.
 void print_step(const replay::StepResult& r, double wall_ms, bool resumed_check, const RecordingMs* rec) {
   char parts[128] = "";
   if (rec != nullptr) {

@@ -58,8 +58,11 @@ void compress_chunk(ZstdCompressor& zstd, Bytes& scratch, const void* data, size
   zstd.compress(raw, len, frame);
 }
 
+// Byte-shuffle element sizes a blob may record (1 = none).
+bool valid_shuffle(int elem) { return elem == 1 || elem == 2 || elem == 4 || elem == 8; }
+
 void check_shuffle(int shuffle_elem) {
-  if (shuffle_elem != 1 && shuffle_elem != 2 && shuffle_elem != 4 && shuffle_elem != 8) {
+  if (!valid_shuffle(shuffle_elem)) {
     throw StoreError(ExitCode::kInternal, "put_blob: shuffle element size must be 1, 2, 4 or 8");
   }
 }
@@ -286,7 +289,7 @@ std::vector<uint8_t> Store::get_blob(const std::string& hash) {
   std::optional<BlobInfo> info = blob_info(hash);
   if (!info) throw data_error(what + " is missing");
   const int sh = info->shuffle;
-  if (info->raw_size < 0 || (sh != 1 && sh != 2 && sh != 4 && sh != 8) ||
+  if (info->raw_size < 0 || !valid_shuffle(sh) ||
       info->n_chunks != int64_t(chunk_count(static_cast<size_t>(info->raw_size)))) {
     throw data_error(what + ": inconsistent size/chunk count/shuffle in its row");
   }
