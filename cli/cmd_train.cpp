@@ -29,8 +29,10 @@ struct RecordingMs {
 // wall_ms: the whole iteration (checkpoint, step, digest, recording), what a run's length is
 // made of; r.seconds covers the training step alone, and on a GPU the host's recording work
 // overlaps the device's optimizer work, so only the wall time shows what recording costs.
-// When recording, the line adds the iteration's recording parts: the checkpoint snapshot (and
-// any wait for the writer), the parameter digest and the step's store transaction. On a GPU
+// When recording, the line adds the iteration's recording parts on the training thread: the
+// checkpoint snapshot (and any wait for the writer), the parameter digest, and the step's
+// store part: copying the row and captures and queueing them for the step writer, which
+// commits in the background. On a GPU
 // the digest reads its sums back, so it includes waiting for the device work queued before it
 // (the optimizer's); the checkpoint's copy runs on the device in the background.
 void print_step(const replay::StepResult& r, double wall_ms, bool resumed_check, const RecordingMs* rec) {
@@ -70,7 +72,8 @@ int run_train(int argc, char** argv) {
       ("threads", "CPU threads (recorded; replay uses the same)", cxxopts::value<int>()->default_value("1"))
       ("record", "record into this store (created; never overwritten)", cxxopts::value<std::string>())
       ("resume", "continue the last run recorded in this store", cxxopts::value<std::string>())
-      ("checkpoint-every", "checkpoint every K steps", cxxopts::value<int>()->default_value("20"))
+      ("checkpoint-every", "checkpoint every K steps (later while the writer is busy)", cxxopts::value<int>()->default_value("20"))
+      ("checkpoint-wait", "wait for a busy checkpoint writer: checkpoints exactly K apart")
       ("digest-every", "parameter digest every N steps", cxxopts::value<int>()->default_value("1"))
       ("batches", "offsets (sample offsets + hash) | full (store tokens)", cxxopts::value<std::string>()->default_value("offsets"))
       ("capture", "attention tensors to keep, e.g. 'steps=10:12;L1.H*'", cxxopts::value<std::string>()->default_value(""))
@@ -141,10 +144,11 @@ int run_train(int argc, char** argv) {
   if (st) {
     replay::RecordOptions ro;
     ro.checkpoint_every = spec.checkpoint_every;
+    ro.wait_for_writer = r.count("checkpoint-wait") > 0;
     ro.digest_every = spec.digest_every;
     ro.full_batches = spec.full_batches;
     ro.capture = replay::CaptureSpec::parse(r["capture"].as<std::string>(), spec.config.n_layer, spec.config.n_head);
-    rec = std::make_unique<replay::Recorder>(*st, st->path(), spec.run_id, ro, so);
+    rec = std::make_unique<replay::Recorder>(st->path(), spec.run_id, ro, so);
   }
   const int log_every = std::max(1, r["log-every"].as<int>());
   const int64_t total = spec.config.max_iters;
@@ -159,7 +163,7 @@ int run_train(int argc, char** argv) {
     trainer->set_plan(spec.plan.at(s, cfg.n_layer, cfg.n_head));
     const bool already = s <= recorded_last;
     RecordingMs rms;
-    if (rec && !already && rec->wants_checkpoint(s) && st->nearest_checkpoint(spec.run_id, s) != s) {
+    if (rec && !already && rec->checkpoint_due(s) && st->nearest_checkpoint(spec.run_id, s) != s) {
       const auto tc = std::chrono::steady_clock::now();
       rec->checkpoint(s, *trainer);
       rms.checkpoint = ms_since(tc);
@@ -185,17 +189,27 @@ int run_train(int argc, char** argv) {
   }
   if (std::string phases = trainer->phase_report(); !phases.empty()) std::printf("%s\n", phases.c_str());
   if (rec) {
-    if (rec->wants_checkpoint(total) && st->nearest_checkpoint(spec.run_id, total) != total)
+    if (rec->checkpoint_due(total, /*at_end=*/true) && st->nearest_checkpoint(spec.run_id, total) != total)
       rec->checkpoint(total, *trainer);
     rec->flush();
-    const replay::Recorder::CheckpointCosts cc = rec->checkpoint_costs();
-    if (cc.count > 0) {
-      // What checkpoints cost the run: if "waited" grows, the writer cannot keep up with
-      // --checkpoint-every and a larger K (or a lower --zstd-level) speeds the run up.
+    const replay::Recorder::Costs cc = rec->costs();
+    if (cc.checkpoints > 0) {
+      // What checkpoints cost the run: if "waited" grows (--checkpoint-wait) or checkpoints
+      // are deferred, the writer cannot keep up with --checkpoint-every; a larger K (or a
+      // lower --zstd-level) keeps them on schedule.
       std::printf("checkpoints: %d, training spent %.2f s copying them and %.2f s waiting for the "
                   "writer, which compressed and stored them in %.2f s in the background\n",
-                  cc.count, cc.snapshot_seconds, cc.waited_seconds, cc.writer_seconds);
+                  cc.checkpoints, cc.snapshot_seconds, cc.checkpoint_waited_seconds,
+                  cc.checkpoint_writer_seconds);
+      if (cc.late > 0) {
+        std::printf("checkpoints: %d taken late, by up to %lld steps, because the writer was busy "
+                    "(%d more due ones folded into them); --checkpoint-wait keeps them exactly %d "
+                    "apart instead\n",
+                    cc.late, static_cast<long long>(cc.max_late_steps), cc.folded, spec.checkpoint_every);
+      }
     }
+    std::printf("steps: committed in %.2f s by the step writer in the background; training waited "
+                "%.2f s for room in its queue\n", cc.step_writer_seconds, cc.step_waited_seconds);
     std::printf("recorded run %lld into %s\n", static_cast<long long>(spec.run_id), st->path().c_str());
   }
   return 0;

@@ -1,4 +1,4 @@
-// Recorder: per-step transactions and the background checkpoint writer.
+// Recorder: the step and checkpoint writers (background threads) and the checkpoint schedule.
 #include "replay/recorder.h"
 
 #include <ATen/core/Generator.h>
@@ -134,67 +134,45 @@ CaptureSpec CaptureSpec::parse(const std::string& spec, int n_layer, int n_head)
   return c;
 }
 
-Recorder::Recorder(store::Store& s, const std::string& store_path, int64_t run,
-                   const RecordOptions& o, const store::StoreOptions& so)
-    : store_(s),
-      run_(run),
+namespace {
+constexpr size_t kMaxQueuedSteps = 256;
+}  // namespace
+
+Recorder::Recorder(const std::string& store_path, int64_t run, const RecordOptions& o,
+                   const store::StoreOptions& so)
+    : run_(run),
       opt_(o),
-      writer_store_(store::Store::open(store_path, store::Mode::kReadWrite, writer_options(so))),
-      thread_([this] { writer_loop(); }) {}
+      steps_(store_path, so, kMaxQueuedSteps, "step writer"),
+      checkpoints_(store_path, writer_options(so), 1, "checkpoint writer") {}
 
-Recorder::~Recorder() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+Recorder::~Recorder() = default;
 
-void Recorder::writer_loop() {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-    }
-    cv_.notify_all();  // a checkpoint() waiting for room may queue the next one now
-    auto t0 = std::chrono::steady_clock::now();
-    std::string err;
-    try {
-      if (job.wait_ready) job.wait_ready();
-      write_checkpoint(writer_store_, run_, job.step, job.state);
-    } catch (const std::exception& e) {
-      err = e.what();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      busy_ = false;
-      ckpt_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (!err.empty() && error_.empty()) error_ = err;
-    }
-    cv_.notify_all();
+bool Recorder::checkpoint_due(int64_t step, bool at_end) {
+  const bool scheduled = opt_.checkpoint_every > 0 && step % opt_.checkpoint_every == 0;
+  if (!scheduled && deferred_from_ < 0) return false;
+  if (at_end || opt_.wait_for_writer || checkpoints_.has_room()) return true;
+  if (deferred_from_ < 0) {
+    deferred_from_ = step;
+    ++costs_.late;
+  } else if (scheduled) {
+    ++costs_.folded;  // due again before the deferred one was taken: one checkpoint for both
   }
+  return false;
 }
 
 void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   // Backpressure: at most one checkpoint waits while another is written, so host memory
-  // stays bounded (gpt2-small's state is 1.5 GB) when checkpoints come faster than the writer
-  // compresses them; the wait shows in the step's wall time.
+  // stays bounded (gpt2-small's state is 1.5 GB); checkpoint_due defers rather than wait here
+  // unless asked to, and any wait shows in the step's wall time.
   using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return queue_.empty() || !error_.empty(); });
+  if (deferred_from_ >= 0) {
+    costs_.max_late_steps = std::max(costs_.max_late_steps, step - deferred_from_);
+    deferred_from_ = -1;
   }
+  checkpoints_.wait_for_room(&costs_.checkpoint_waited_seconds);
   const auto t1 = Clock::now();
   const NamedTensors state = trainer.state();
-  Job job;
-  job.step = step;
+  NamedTensors host_state;
   std::vector<torch::Tensor>& pinned = pinned_[pinned_next_];
   pinned_next_ ^= 1;
   pinned.resize(state.size());
@@ -203,7 +181,7 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
     const auto& [name, t] = state[i];
     torch::Tensor d = t.detach();
     if (d.is_cpu()) {
-      job.state.emplace_back(name, d.clone());
+      host_state.emplace_back(name, d.clone());
       continue;
     }
     torch::Tensor& buf = pinned[i];  // allocated once, again only if a tensor changed shape
@@ -211,47 +189,48 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
       buf = torch::empty(d.sizes(), torch::TensorOptions().dtype(d.scalar_type()).pinned_memory(true));
     }
     device_copies.emplace_back(&buf, d);
-    job.state.emplace_back(name, buf);
+    host_state.emplace_back(name, buf);
   }
-  if (!device_copies.empty()) job.wait_ready = copy_from_device(device_copies, trainer);
+  std::function<void()> wait_ready;  // blocks until the snapshot's bytes are on the host
+  if (!device_copies.empty()) wait_ready = copy_from_device(device_copies, trainer);
   // The CPU generator's state: unused by training (no dropout) but recorded per DESIGN §6.
   auto gen = at::detail::getDefaultCPUGenerator();
-  job.state.emplace_back("rng/cpu", gen.get_state().clone());
+  host_state.emplace_back("rng/cpu", gen.get_state().clone());
   // CUDA generator (seed and offset inside its state), when training runs on a GPU.
   if (!state.empty() && state.front().second.is_cuda()) {
     auto cuda_gen = at::globalContext().defaultGenerator(state.front().second.device());
-    job.state.emplace_back("rng/cuda", cuda_gen.get_state().clone());
+    host_state.emplace_back("rng/cuda", cuda_gen.get_state().clone());
   }
-  ++ckpt_count_;
-  waited_seconds_ += std::chrono::duration<double>(t1 - t0).count();
-  snapshot_seconds_ += std::chrono::duration<double>(Clock::now() - t1).count();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!error_.empty()) throw Error(ExitCode::kData, "checkpoint writer failed: " + error_);
-    queue_.push_back(std::move(job));
-  }
-  cv_.notify_all();
+  const uint64_t steps_before = steps_.pushed();
+  const auto t2 = Clock::now();
+  checkpoints_.push(
+      [this, steps_before, step, run = run_, state = std::move(host_state),
+       wait_ready = std::move(wait_ready)](store::Store& s) {
+        steps_.wait_done(steps_before);
+        if (wait_ready) wait_ready();
+        write_checkpoint(s, run, step, state);
+      },
+      &costs_.checkpoint_waited_seconds);
+  ++costs_.checkpoints;
+  costs_.snapshot_seconds += std::chrono::duration<double>(t2 - t1).count();
 }
 
-Recorder::CheckpointCosts Recorder::checkpoint_costs() {
-  CheckpointCosts c;
-  c.count = ckpt_count_;
-  c.snapshot_seconds = snapshot_seconds_;
-  c.waited_seconds = waited_seconds_;
-  std::lock_guard<std::mutex> lock(mu_);
-  c.writer_seconds = ckpt_seconds_;
+Recorder::Costs Recorder::costs() {
+  Costs c = costs_;
+  c.checkpoint_writer_seconds = checkpoints_.busy_seconds();
+  c.step_writer_seconds = steps_.busy_seconds();
   return c;
 }
 
 void Recorder::flush() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
-  if (!error_.empty()) throw Error(ExitCode::kData, "checkpoint writer failed: " + error_);
+  steps_.flush();
+  checkpoints_.flush();
 }
 
 void Recorder::record_step(const StepResult& r, const std::string& digest, const TokenFile& data,
                            int block_size) {
-  auto tx = store_.begin_step();
+  // Everything the transaction needs, copied on this thread (captured device tensors to the
+  // host) so the step writer owns it.
   store::StepRecord rec;
   rec.run = run_;
   rec.step = r.step;
@@ -264,13 +243,11 @@ void Recorder::record_step(const StepResult& r, const std::string& digest, const
   extra["offsets"] = r.offsets;
   extra["seconds"] = r.seconds;
   rec.extra = extra.dump();
+  std::vector<uint16_t> tokens;
   if (opt_.full_batches) {
-    std::vector<uint16_t> tokens;
     for (const auto& micro : r.offsets)
       for (int64_t off : micro) tokens.insert(tokens.end(), data.data() + off, data.data() + off + block_size + 1);
-    rec.batch_ref = store_.put_blob(tokens.data(), tokens.size() * 2);
   }
-  store_.put_step(rec);
   std::vector<std::pair<std::string, double>> metrics = {{"lr", r.lr}, {"step_seconds", r.seconds}};
   metrics.reserve(2 + 5 * r.monitors.size());
   for (const HeadMonitor& m : r.monitors) {
@@ -281,7 +258,7 @@ void Recorder::record_step(const StepResult& r, const std::string& digest, const
     metrics.emplace_back(p + "pbar_one", m.pbar_one);
     if (m.stable_guard > 0) metrics.emplace_back(p + "stable_guard", m.stable_guard);
   }
-  store_.put_metrics(run_, r.step, metrics);
+  std::vector<std::pair<store::TensorKey, torch::Tensor>> tensors;
   for (size_t i = 0; i < opt_.capture.layers.size(); ++i) {
     const int layer = opt_.capture.layers[i];
     auto it = r.captures.find(layer);
@@ -290,20 +267,31 @@ void Recorder::record_step(const StepResult& r, const std::string& digest, const
     const std::pair<const char*, const torch::Tensor*> items[] = {
         {"q", &c.q}, {"k", &c.k}, {"v", &c.v}, {"o", &c.o}, {"lse", &c.lse}, {"do", &c.d_o}, {"delta", &c.delta}};
     if (c.x.defined()) {  // the layer input, shared by all heads: head -1
-      torch::Tensor t = c.x.contiguous().to(torch::kCPU);  // (B,T,C)
-      store::TensorKey key{run_, r.step, layer, -1, "x"};
-      store_.put_tensor(key, store_dtype(t), shape_of(t), t.data_ptr(), t.numel() * t.element_size());
+      tensors.emplace_back(store::TensorKey{run_, r.step, layer, -1, "x"}, c.x.contiguous().to(torch::kCPU));  // (B,T,C)
     }
     for (int head : opt_.capture.heads[i]) {
       for (const auto& [name, tensor] : items) {
         if (!tensor->defined()) continue;
-        torch::Tensor t = tensor->select(1, head).contiguous().to(torch::kCPU);  // (B,T,D) or (B,T)
-        store::TensorKey key{run_, r.step, layer, head, name};
-        store_.put_tensor(key, store_dtype(t), shape_of(t), t.data_ptr(), t.numel() * t.element_size());
+        tensors.emplace_back(store::TensorKey{run_, r.step, layer, head, name},
+                             tensor->select(1, head).contiguous().to(torch::kCPU));  // (B,T,D) or (B,T)
       }
     }
   }
-  tx.commit();
+  steps_.push(
+      [rec = std::move(rec), tokens = std::move(tokens), metrics = std::move(metrics),
+       tensors = std::move(tensors)](store::Store& s) mutable {
+        auto tx = s.begin_step();
+        if (!tokens.empty()) rec.batch_ref = s.put_blob(tokens.data(), tokens.size() * 2);
+        s.put_step(rec);
+        s.put_metrics(rec.run, rec.step, metrics);
+        for (const auto& [key, t] : tensors) {
+          // Captures are tensors of this step's forward and backward, which nothing writes
+          // afterwards: host ones are shared with the StepResult, not copied.
+          s.put_tensor(key, store_dtype(t), shape_of(t), t.data_ptr(), t.numel() * t.element_size());
+        }
+        tx.commit();
+      },
+      &costs_.step_waited_seconds);
 }
 
 }  // namespace rwd::replay

@@ -1,19 +1,16 @@
 // Writes a training run into a store: one transaction per step (batch, RNG, lr, loss and
-// grad-norm bits, digest, monitors, captured attention tensors) and checkpoints written by a
-// background thread on its own connection, so training never waits for compression.
+// grad-norm bits, digest, monitors, captured attention tensors) and the checkpoints, each kind
+// written by a background thread on a connection of its own (store::StoreWorker), so training
+// waits neither for compression nor for SQLite's write lock.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "replay/trainer.h"
 #include "store/store.h"
+#include "store/store_worker.h"
 
 namespace rwd::replay {
 
@@ -29,6 +26,10 @@ struct CaptureSpec {
 
 struct RecordOptions {
   int checkpoint_every = 20;  // K: checkpoints at steps 0, K, 2K, ...
+  // A checkpoint that falls due while the writer still has one waiting behind the one it is
+  // writing is taken at the first later step where the writer has room (false: training never
+  // waits for the writer), or waited for (true: checkpoints exactly K apart).
+  bool wait_for_writer = false;
   int digest_every = 1;       // N: parameter digest every N steps
   bool full_batches = false;  // store the batch tokens, not only offsets + hash
   CaptureSpec capture;
@@ -36,67 +37,65 @@ struct RecordOptions {
 
 class Recorder {
  public:
-  Recorder(store::Store& s, const std::string& store_path, int64_t run, const RecordOptions& o,
-           const store::StoreOptions& so);
-  ~Recorder();  // waits for pending checkpoints
+  // Opens two connections of its own to the store at `store_path` (one per writer thread).
+  Recorder(const std::string& store_path, int64_t run, const RecordOptions& o, const store::StoreOptions& so);
+  ~Recorder();  // commits what is queued (steps, then checkpoints) unless a write failed
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
-  // Records the step that just ran. `digest`: parameter digest after the step, or "".
+  // Records the step that just ran. `digest`: parameter digest after the step, or "". Copies
+  // what the step row needs (device tensors to the host) and queues it for the step writer,
+  // which commits it in one transaction; waits only while 256 steps are queued. Throws if an
+  // earlier write failed.
   void record_step(const StepResult& r, const std::string& digest, const TokenFile& data,
                    int block_size);
-  // Snapshots the trainer's state and queues it for the background writer. Host tensors are
+  // Whether to checkpoint before step `step`: at steps 0, K, 2K, ..., except that a due
+  // checkpoint finding the writer full (RecordOptions::wait_for_writer off) is deferred to
+  // the first later step where it has room. `at_end`: after the last step, where a due or
+  // deferred checkpoint is taken whatever the writer's state. Counts the deferrals.
+  bool checkpoint_due(int64_t step, bool at_end = false);
+  // Snapshots the trainer's state and queues it for the checkpoint writer. Host tensors are
   // copied on this thread. Device tensors are copied into pinned host buffers on a side
   // stream, after the work already queued and overlapping the next forward and backward;
   // the trainer's next optimizer update waits for the copy on the device (set_before_update),
-  // and the writer waits for it before reading the buffers.
+  // and the writer waits for it before reading the buffers. The writer commits the checkpoint
+  // only after every step recorded before it, so a checkpoint at step s in the store always
+  // follows steps < s (what resuming a killed recording relies on).
   void checkpoint(int64_t step, Trainer& trainer);
-  void flush();  // blocks until every queued checkpoint is committed; rethrows its error
+  void flush();  // blocks until every queued step and checkpoint is committed; rethrows an error
 
-  bool wants_checkpoint(int64_t step) const {
-    return opt_.checkpoint_every > 0 && step % opt_.checkpoint_every == 0;
-  }
   bool wants_digest(int64_t step) const {
     return opt_.digest_every > 0 && (step + 1) % opt_.digest_every == 0;
   }
   const RecordOptions& options() const { return opt_; }
-  // Checkpoint costs, to read after flush(): how many were queued, the training thread's time
-  // copying them and waiting for room in the writer's queue, and the writer's own time.
-  struct CheckpointCosts {
-    int count = 0;
-    double snapshot_seconds = 0, waited_seconds = 0, writer_seconds = 0;
+  // What recording cost, to read after flush(): checkpoints queued, how many of them were
+  // taken late (and by how many steps at most) and how many due ones were folded into a late
+  // one, the training thread's time copying checkpoints and waiting for room in either
+  // writer's queue, and each writer's own time.
+  struct Costs {
+    int checkpoints = 0, late = 0, folded = 0;
+    int64_t max_late_steps = 0;
+    double snapshot_seconds = 0, checkpoint_waited_seconds = 0, step_waited_seconds = 0;
+    double checkpoint_writer_seconds = 0, step_writer_seconds = 0;
   };
-  CheckpointCosts checkpoint_costs();
+  Costs costs();
 
  private:
-  void writer_loop();
-
-  store::Store& store_;
   int64_t run_;
   RecordOptions opt_;
-  store::Store writer_store_;  // own connection for the background thread
-  std::mutex mu_;
-  std::condition_variable cv_;
-  struct Job {
-    int64_t step = 0;
-    NamedTensors state;
-    std::function<void()> wait_ready;  // blocks until the snapshot's bytes are on the host
-  };
-  std::deque<Job> queue_;
-  bool stop_ = false;
-  bool busy_ = false;
-  std::string error_;
-  double ckpt_seconds_ = 0;                         // writer thread, under mu_
-  int ckpt_count_ = 0;                              // training thread
-  double snapshot_seconds_ = 0, waited_seconds_ = 0;  // training thread
+  Costs costs_;                    // training thread's part
+  int64_t deferred_from_ = -1;     // step of the due checkpoint not yet taken, or -1
   // Page-locked host buffers for device tensors, two sets used in turn: a device-to-host copy
   // into reused pinned memory runs at PCIe speed, while a fresh pageable copy of gpt2-small's
   // 1.5 GB state took 0.4-1.1 s of the training thread (allocation and first touch). Set
-  // k % 2 is free again when checkpoint k + 2 is taken: checkpoint() first waits until the
-  // writer took checkpoint k + 1 from the queue, so it has finished checkpoint k.
+  // k % 2 is free again when checkpoint k + 2 is taken: the checkpoint writer queues at most
+  // one job behind the one it runs, so queueing checkpoint k + 2 waits until it has finished k.
   std::vector<torch::Tensor> pinned_[2];
   int pinned_next_ = 0;
-  std::thread thread_;
+  // Declared in this order so the checkpoint writer, whose jobs wait for the step writer,
+  // stops first.
+  store::StoreWorker steps_;
+  store::StoreWorker checkpoints_;
 };
 
 }  // namespace rwd::replay

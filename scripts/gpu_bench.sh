@@ -9,9 +9,11 @@ R=$BUILD/rewind
 W=${TMPDIR:-/tmp}/rewind_gpu_bench
 rm -rf "$W" && mkdir -p "$W"
 STEPS=${STEPS:-22}
-# The recorded runs are longer and use train's defaults (checkpoint every 20 steps, digest
-# every step): the first two checkpoints allocate the two pinned host buffer sets (~1 s each,
-# once per run), which a 22-step run would spread over too few steps.
+# The recorded runs are longer: the first two checkpoints allocate the two pinned host buffer
+# sets (~1 s each, once per run), which a 22-step run would spread over too few steps. Three
+# recorded modes: train's defaults (checkpoint due every 20 steps, taken late while the writer
+# is busy; digest every step), the same with --checkpoint-wait (exactly every 20 steps,
+# training waits for the writer), and a checkpoint every 100 steps.
 RECORD_STEPS=${RECORD_STEPS:-82}
 B=${B:-8}
 "$R" data synth --tokens 20000000 --vocab 50304 -o "$W/train.bin" > /dev/null
@@ -19,7 +21,7 @@ ROUNDS=${ROUNDS:-3}
 # Appends the step times (ms) of steps 3.. (warm-up excluded) of one run to $W/<mode>.ms.
 run() {  # mode, extra args
   local mode=$1; shift
-  local steps=$STEPS; [[ $mode == record ]] && steps=$RECORD_STEPS
+  local steps=$STEPS; [[ $mode == record* ]] && steps=$RECORD_STEPS
   "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps "$steps" \
     --batch-size "$B" --gradient-accumulation-steps 1 "$@" > "$W/log.txt" 2>&1 || { cat "$W/log.txt"; exit 1; }
   grep -E "^step" "$W/log.txt" | awk -F'|' 'NR>2 {gsub(/ ms/,"",$5); print $5+0}' >> "$W/$mode.ms"
@@ -37,33 +39,42 @@ for ((round = 0; round < ROUNDS; ++round)); do
   run stable --plan 'L*.H*.softmax=stable(beta=2)'
   rm -f "$W/rec.db"*
   run record --record "$W/rec.db"
+  rm -f "$W/rec.db"*
+  run record-wait --record "$W/rec.db" --checkpoint-wait
+  rm -f "$W/rec.db"*
+  run record-k100 --record "$W/rec.db" --checkpoint-every 100
 done
-sdpa=$(median sdpa); ours=$(median rewind); stable=$(median stable); rec=$(median record)
+sdpa=$(median sdpa); ours=$(median rewind); stable=$(median stable)
 tok=$((B * 1024))
 printf "gpt2-small training, B=%d T=1024, median step (ms) over %d rounds x %d steps, tokens/s\n" "$B" "$ROUNDS" "$((STEPS - 2))"
-printf "%-16s %8s %14s %10s %8s %10s\n" mode ms "p25-p75 ms" tokens/s ratio "last loss"
-for row in "sdpa:$sdpa:sdpa" "rewind:$ours:rewind" "rewind-stable:$stable:stable" "rewind+record:$rec:record"; do
+printf "%-26s %8s %14s %10s %8s %10s\n" mode ms "p25-p75 ms" tokens/s ratio "last loss"
+for row in "sdpa:$sdpa:sdpa" "rewind:$ours:rewind" "rewind-stable:$stable:stable" \
+           "rewind+record:$(median record):record" "record --checkpoint-wait:$(median record-wait):record-wait" \
+           "record K=100:$(median record-k100):record-k100"; do
   IFS=: read -r name ms file <<< "$row"
   awk -v n="$name" -v ms="$ms" -v q="$(quartiles "$file")" -v t="$tok" -v base="$sdpa" \
     -v loss="$(cat "$W/$file.loss")" \
-    'BEGIN {printf "%-16s %8.1f %14s %10.0f %8.2f %10.4f\n", n, ms, q, t/(ms/1000), base/ms, loss}'
+    'BEGIN {printf "%-26s %8.1f %14s %10.0f %8.2f %10.4f\n", n, ms, q, t/(ms/1000), base/ms, loss}'
 done
-awk -v a="$rec" -v b="$ours" 'BEGIN {printf "recording overhead: %.1f%% of the median step\n", (a-b)/b*100}'
-# Checkpoints come every 20 steps and cost more than the other steps, so the median hides
+# Checkpoints come every K steps and cost more than the other steps, so the median hides
 # them: the mean over all timed steps is what a recorded run takes longer; "steady" leaves out
-# the steps up to the second checkpoint (which allocate the pinned buffers).
-awk -v a="$(mean record)" -v b="$(mean rewind)" \
-  'BEGIN {printf "recording overhead: %.1f%% of the mean step (%.1f vs %.1f ms)\n", (a-b)/b*100, a, b}'
-# Where the recorded steps' extra time goes (means over the timed steps, ms), and what the
-# checkpoints cost each run.
-grep -E "^step" "$W/record.log" | awk -F'|' -v steps="$RECORD_STEPS" -v b="$(mean rewind)" '
-  { pos = (NR - 1) % steps; if (pos < 2) next; n = split($5, w, /[ ,:()]+/);
-    for (i = 1; i <= n; ++i) { if (w[i] == "checkpoint") c += w[i+1]; if (w[i] == "digest") d += w[i+1];
-                               if (w[i] == "store") s += w[i+1] } ++m
-    if (pos > 20) { t += $5 + 0; ++k } }
-  END { printf "recorded steps, mean ms: checkpoint %.1f, digest %.1f, store %.1f\n", c/m, d/m, s/m
-        printf "recording overhead, steady (steps after the second checkpoint): %.1f%% (%.1f vs %.1f ms)\n", (t/k-b)/b*100, t/k, b }'
-grep -E "^checkpoints:" "$W/record.log" | sed 's/^/  /'
+# the steps up to the second checkpoint (which allocate the pinned buffers). Then where the
+# recorded steps' extra time goes (means over the timed steps, ms) and what the checkpoints
+# cost each run.
+for mode in record record-wait record-k100; do
+  echo "== $mode"
+  awk -v a="$(median $mode)" -v b="$ours" 'BEGIN {printf "recording overhead: %.1f%% of the median step (%.1f vs %.1f ms)\n", (a-b)/b*100, a, b}'
+  awk -v a="$(mean $mode)" -v b="$(mean rewind)" \
+    'BEGIN {printf "recording overhead: %.1f%% of the mean step (%.1f vs %.1f ms)\n", (a-b)/b*100, a, b}'
+  grep -E "^step" "$W/$mode.log" | awk -F'|' -v steps="$RECORD_STEPS" -v b="$(mean rewind)" '
+    { pos = (NR - 1) % steps; if (pos < 2) next; n = split($5, w, /[ ,:()]+/);
+      for (i = 1; i <= n; ++i) { if (w[i] == "checkpoint") c += w[i+1]; if (w[i] == "digest") d += w[i+1];
+                                 if (w[i] == "store") s += w[i+1] } ++m
+      if (pos > 20) { t += $5 + 0; ++k } }
+    END { printf "recorded steps, mean ms: checkpoint %.1f, digest %.1f, store %.1f\n", c/m, d/m, s/m
+          printf "recording overhead, steady (steps after the second checkpoint): %.1f%% (%.1f vs %.1f ms)\n", (t/k-b)/b*100, t/k, b }'
+  grep -E "^(checkpoints|steps):" "$W/$mode.log" | sed 's/^/  /'
+done
 # Where a step's time goes (one more short run per mode; the device is synchronized at each
 # phase edge, so these steps are a little slower than the timed ones above).
 for row in "sdpa:--attention sdpa" "rewind:" "rewind-stable:--plan L*.H*.softmax=stable(beta=2)"; do

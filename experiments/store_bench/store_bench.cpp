@@ -2,7 +2,8 @@
 // (token batches, FP32 weights, BF16 activations) at zstd levels 1 and 3, each printed beside a
 // plain file write+fsync / read of the same bytes measured in the same run, with and without
 // the byte-shuffle filter; then the checkpoint writer's throughput on ~1 GB of FP32 tensors
-// shaped like gpt2-small's parameters and first AdamW moments, on 0 to N preparation threads.
+// shaped like gpt2-small's parameters and first AdamW moments, on 0 to N preparation threads;
+// then step-commit latency while such a checkpoint is written (where the WAL is checkpointed).
 //
 // Fairness: the store commits one transaction per item with synchronous=NORMAL in WAL mode, so
 // commits do not fsync; durability is paid at close, when the WAL is checkpointed (fsync'd)
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -298,6 +300,102 @@ void bench_checkpoint_write(const std::string& dir, int reps, int max_threads) {
   if ((max_threads & (max_threads - 1)) != 0) row("put_blobs", max_threads, true);
 }
 
+// One recorded step's transaction: its row and gpt2-small's 576 per-head monitors.
+std::vector<std::pair<std::string, double>> gpt2_small_monitors() {
+  std::vector<std::pair<std::string, double>> metrics;
+  for (int l = 0; l < 12; ++l)
+    for (int h = 0; h < 12; ++h)
+      for (const char* k : {"wq_sn", "max_logit", "repmax_rate", "pbar_one"})
+        metrics.emplace_back("L" + std::to_string(l) + ".H" + std::to_string(h) + "." + k, 0.5);
+  return metrics;
+}
+double commit_step_ms(Store& s, int64_t run, int64_t step,
+                      const std::vector<std::pair<std::string, double>>& metrics) {
+  const auto t0 = Clock::now();
+  rwd::store::Transaction txn = s.begin_step();
+  rwd::store::StepRecord rec;
+  rec.run = run;
+  rec.step = step;
+  rec.batch_hash = "0123456789abcdef";
+  s.put_step(rec);
+  s.put_metrics(run, step, metrics);
+  txn.commit();
+  return seconds_since(t0) * 1e3;
+}
+
+// Recording: one thread commits a step (a row and gpt2-small's 576 per-head monitors) every
+// `step_ms` on its own connection while a writer stores checkpoint `c` on another, as the
+// recorder's two connections do. Returns the writer's seconds and each step commit's ms.
+std::pair<double, std::vector<double>> recording_once(const Checkpoint& c, int threads,
+                                                      double step_ms, const std::string& path) {
+  std::remove(path.c_str());
+  StoreOptions opt;
+  opt.zstd_workers = threads;
+  int64_t run = 0;
+  { run = Store::create(path, opt).add_run("{}", "", "{}"); }
+  Store steps = Store::open(path, Mode::kReadWrite, opt);
+  Store writer = Store::open(path, Mode::kReadWrite, opt);
+  const auto metrics = gpt2_small_monitors();
+  std::atomic<bool> done{false};
+  double writer_s = 0;
+  std::thread w([&] {
+    const auto t0 = Clock::now();
+    std::vector<rwd::store::BlobSource> blobs;
+    for (size_t i = 0; i < c.tensors.size(); ++i) {
+      const size_t numel = static_cast<size_t>(rwd::store::shape_numel(c.tensors[i].second));
+      blobs.push_back({c.pool.data() + c.offsets[i], numel * 4, writer.tensor_shuffle(Dtype::kF32)});
+    }
+    const std::vector<std::string> hashes = writer.put_blobs(blobs);
+    rwd::store::Transaction txn = writer.begin_step();
+    for (size_t i = 0; i < c.tensors.size(); ++i) {
+      writer.put_checkpoint_blob(run, 0, c.tensors[i].first, Dtype::kF32, c.tensors[i].second, hashes[i]);
+    }
+    txn.commit();
+    writer_s = seconds_since(t0);
+    done = true;
+  });
+  std::vector<double> commit_ms;
+  for (int64_t step = 0; !done; ++step) {
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(step_ms * 1000)));
+    commit_ms.push_back(commit_step_ms(steps, run, step, metrics));
+  }
+  w.join();
+  return {writer_s, commit_ms};
+}
+
+// Step-commit latency beside a checkpoint writer, against the same commits with no writer
+// (measured in the same run): what a training thread committing its own steps would wait.
+// The recorder commits steps on a thread of its own for this reason.
+void bench_recording(const std::string& dir, int reps, int threads, double step_ms) {
+  const Checkpoint c = gpt2_small_state();
+  std::printf(
+      "\nrecording: step commits (row + 576 metrics, one every %.0f ms) while a writer stores a "
+      "%.0f MB checkpoint on %d threads, all %d reps\n%-28s %8s %7s %8s %8s %8s %10s\n",
+      step_ms, c.bytes / 1e6, threads, reps, "commits", "writer s", "count", "p50 ms", "p99 ms",
+      "max ms", "max/alone");
+  // Alone: the same commits, 200 of them, into a store with no writer.
+  std::vector<double> alone;
+  {
+    std::remove((dir + "/store_bench.db").c_str());
+    Store s = Store::create(dir + "/store_bench.db");
+    const int64_t run = s.add_run("{}", "", "{}");
+    const auto metrics = gpt2_small_monitors();
+    for (int64_t step = 0; step < 200; ++step) alone.push_back(commit_step_ms(s, run, step, metrics));
+  }
+  auto row = [&](const char* what, double writer_s, std::vector<double> v, double base_max) {
+    std::sort(v.begin(), v.end());
+    std::printf("%-28s %8.2f %7zu %8.2f %8.2f %8.2f %10.1f\n", what, writer_s, v.size(),
+                v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)], v.back(),
+                v.back() / base_max);
+    return v.back();
+  };
+  const double base = row("alone (no writer)", 0, alone, *std::max_element(alone.begin(), alone.end()));
+  for (int i = 0; i < reps; ++i) {
+    auto r = recording_once(c, threads, step_ms, dir + "/store_bench.db");
+    row("beside the writer", r.first, r.second, base);
+  }
+}
+
 // The per-item table: every workload at zstd 1 and 3, with and without the shuffle.
 void bench_items(const std::string& dir, int reps) {
   std::printf(
@@ -337,17 +435,20 @@ void bench_items(const std::string& dir, int reps) {
 
 }  // namespace
 
-// store_bench DIR [reps] [max_threads] [checkpoint]: max_threads (default: the hardware
-// threads) is the largest preparation thread count of the checkpoint rows; `checkpoint` runs
-// only those.
+// store_bench DIR [reps] [max_threads] [checkpoint|recording]: max_threads (default: the
+// hardware threads) is the largest preparation thread count of the checkpoint rows (the
+// recording rows use at most 8, as the recorder does); `checkpoint` or `recording` runs only
+// that table.
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : ".";
   const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
   const int max_threads =
       argc > 3 ? std::atoi(argv[3])
                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  if (!(argc > 4 && std::string(argv[4]) == "checkpoint")) bench_items(dir, reps);
-  bench_checkpoint_write(dir, reps, max_threads);
+  const std::string only = argc > 4 ? argv[4] : "";
+  if (only.empty()) bench_items(dir, reps);
+  if (only.empty() || only == "checkpoint") bench_checkpoint_write(dir, reps, max_threads);
+  if (only.empty() || only == "recording") bench_recording(dir, reps, std::min(max_threads, 8), 5.0);
   std::remove((dir + "/store_bench.db").c_str());
   std::remove((dir + "/store_bench.bin").c_str());
   return 0;

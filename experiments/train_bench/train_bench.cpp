@@ -65,10 +65,10 @@ double record(const replay::Config& c, const replay::TokenFile& data, const std:
   replay::Trainer t(c, plan::Plan::defaults(c.n_layer, c.n_head), data);
   std::vector<double> ms;
   {
-    replay::Recorder rec(st, path, spec.run_id, ro, store::StoreOptions{});
+    replay::Recorder rec(path, spec.run_id, ro, store::StoreOptions{});
     for (int s = 0; s < steps; ++s) {
       auto t0 = Clock::now();
-      if (rec.wants_checkpoint(s)) rec.checkpoint(s, t);
+      if (rec.checkpoint_due(s)) rec.checkpoint(s, t);
       std::vector<int> layers;
       if (ro.capture.active(s)) layers = ro.capture.layers;
       replay::StepResult r = t.train_step(layers);

@@ -160,6 +160,39 @@ TEST_F(RecordReplay, KilledRecorderVerifiesReplaysAndResumesBitwise) {
   EXPECT_EQ(loss_bits(killed, 0, 299).size(), 300u);
 }
 
+// A checkpoint due every step: with --checkpoint-wait every one is taken; without it, those
+// that find the writer full are deferred (how many depends on timing), step 0 and the last
+// are always there, and every window still replays bitwise from its nearest checkpoint.
+TEST_F(RecordReplay, BusyWriterDefersCheckpointsUnlessAskedToWait) {
+  auto checkpoint_steps = [](const std::string& path) {
+    auto s = rwd::store::Store::open(path, rwd::store::Mode::kReadOnly);
+    return s.checkpoint_steps(1);
+  };
+  const std::string args = " train --data " + data_ + " --steps 30 --checkpoint-every 1" + kModel;
+  const std::string waited = dir_ + "/ckpt_wait.db", deferred = dir_ + "/ckpt_defer.db";
+  Cmd w = sh(kBin + args + " --checkpoint-wait --record " + waited);
+  ASSERT_EQ(w.code, 0) << w.out;
+  EXPECT_NE(w.out.find("checkpoints: 31, training spent "), std::string::npos) << w.out;
+  EXPECT_EQ(w.out.find("taken late"), std::string::npos) << w.out;
+  std::vector<int64_t> all(31);
+  for (int i = 0; i <= 30; ++i) all[i] = i;
+  EXPECT_EQ(checkpoint_steps(waited), all);
+
+  Cmd d = sh(kBin + args + " --record " + deferred);
+  ASSERT_EQ(d.code, 0) << d.out;
+  const std::vector<int64_t> got = checkpoint_steps(deferred);
+  ASSERT_GE(got.size(), 2u);
+  EXPECT_EQ(got.front(), 0);
+  EXPECT_EQ(got.back(), 30);
+  if (got.size() < 31) {
+    EXPECT_NE(d.out.find(" taken late, by up to "), std::string::npos) << d.out;
+  }
+  EXPECT_EQ(loss_bits(deferred, 0, 29), loss_bits(waited, 0, 29));
+  Cmd rp = sh(kBin + " replay --store " + deferred + " --from 0 --to 29 --verify");
+  EXPECT_EQ(rp.code, 0) << rp.out;
+  EXPECT_NE(rp.out.find("bitwise identical"), std::string::npos) << rp.out;
+}
+
 TEST_F(RecordReplay, StepProbeAllFp32DiffersAndRecordedPlanIsExactlyZero) {
   const std::string a = dir_ + "/all.json", z = dir_ + "/zero.json";
   Cmd r1 = sh(kBin + " step --store " + store_ + " --step 30 --fp32 all --json " + a);
