@@ -78,6 +78,8 @@ int run_train(int argc, char** argv) {
       ("batches", "offsets (sample offsets + hash) | full (store tokens)", cxxopts::value<std::string>()->default_value("offsets"))
       ("capture", "attention tensors to keep, e.g. 'steps=10:12;L1.H*'", cxxopts::value<std::string>()->default_value(""))
       ("zstd-level", "zstd level of the store", cxxopts::value<int>()->default_value("3"))
+      ("zstd-threads", "checkpoint compression threads (0: the idle cores, at most 8)",
+       cxxopts::value<int>()->default_value("0"))
       ("log-every", "print every N steps", cxxopts::value<int>()->default_value("1"))
       ("h,help", "show help");
   auto r = opts.parse(argc, argv);
@@ -85,6 +87,8 @@ int run_train(int argc, char** argv) {
 
   store::StoreOptions so;
   so.zstd_level = r["zstd-level"].as<int>();
+  so.zstd_workers = r["zstd-threads"].as<int>();
+  if (so.zstd_workers < 0) throw UsageError("--zstd-threads must be 0 or more");
   std::unique_ptr<store::Store> st;
   replay::RunSpec spec;
   std::unique_ptr<replay::TokenFile> data;

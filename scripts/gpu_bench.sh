@@ -24,10 +24,10 @@ run() {  # mode, extra args
   local steps=$STEPS; [[ $mode == record* ]] && steps=$RECORD_STEPS
   "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps "$steps" \
     --batch-size "$B" --gradient-accumulation-steps 1 "$@" > "$W/log.txt" 2>&1 || { cat "$W/log.txt"; exit 1; }
-  grep -E "^step" "$W/log.txt" | awk -F'|' 'NR>2 {gsub(/ ms/,"",$5); print $5+0}' >> "$W/$mode.ms"
+  grep -E "^step +[0-9]" "$W/log.txt" | awk -F'|' 'NR>2 {gsub(/ ms/,"",$5); print $5+0}' >> "$W/$mode.ms"
   cat "$W/log.txt" >> "$W/$mode.log"
   # The last step's loss: a sanity check (all modes train the same model on the same batches).
-  grep -E "^step" "$W/log.txt" | tail -1 | awk -F'|' '{sub(/ *loss /,"",$2); print $2+0}' > "$W/$mode.loss"
+  grep -E "^step +[0-9]" "$W/log.txt" | tail -1 | awk -F'|' '{sub(/ *loss /,"",$2); print $2+0}' > "$W/$mode.loss"
 }
 mean() { awk '{s += $1} END {printf "%.1f", s / NR}' "$W/$1.ms"; }
 median() { sort -n "$W/$1.ms" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -60,14 +60,14 @@ done
 # them: the mean over all timed steps is what a recorded run takes longer; "steady" leaves out
 # the steps up to the second checkpoint (which allocate the pinned buffers). Then where the
 # recorded steps' extra time goes (means over the timed steps, ms) and what the checkpoints
-# cost each run.
+# cost each run. Steps are told apart by the number on their line ("steps:" lines are not).
 for mode in record record-wait record-k100; do
   echo "== $mode"
   awk -v a="$(median $mode)" -v b="$ours" 'BEGIN {printf "recording overhead: %.1f%% of the median step (%.1f vs %.1f ms)\n", (a-b)/b*100, a, b}'
   awk -v a="$(mean $mode)" -v b="$(mean rewind)" \
     'BEGIN {printf "recording overhead: %.1f%% of the mean step (%.1f vs %.1f ms)\n", (a-b)/b*100, a, b}'
-  grep -E "^step" "$W/$mode.log" | awk -F'|' -v steps="$RECORD_STEPS" -v b="$(mean rewind)" '
-    { pos = (NR - 1) % steps; if (pos < 2) next; n = split($5, w, /[ ,:()]+/);
+  grep -E "^step +[0-9]" "$W/$mode.log" | awk -F'|' -v b="$(mean rewind)" '
+    { split($1, h, " "); pos = h[2] + 0; if (pos < 2) next; n = split($5, w, /[ ,:()]+/);
       for (i = 1; i <= n; ++i) { if (w[i] == "checkpoint") c += w[i+1]; if (w[i] == "digest") d += w[i+1];
                                  if (w[i] == "store") s += w[i+1] } ++m
       if (pos > 20) { t += $5 + 0; ++k } }
@@ -75,6 +75,8 @@ for mode in record record-wait record-k100; do
           printf "recording overhead, steady (steps after the second checkpoint): %.1f%% (%.1f vs %.1f ms)\n", (t/k-b)/b*100, t/k, b }'
   grep -E "^(checkpoints|steps):" "$W/$mode.log" | sed 's/^/  /'
 done
+# The recorded runs' logs (every step line), beside the other results when OUT is set.
+[[ -n "${OUT:-}" ]] && cp "$W"/record*.log "$OUT"/
 # Where a step's time goes (one more short run per mode; the device is synchronized at each
 # phase edge, so these steps are a little slower than the timed ones above).
 for row in "sdpa:--attention sdpa" "rewind:" "rewind-stable:--plan L*.H*.softmax=stable(beta=2)"; do
