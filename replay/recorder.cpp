@@ -142,22 +142,14 @@ Recorder::Recorder(const std::string& store_path, int64_t run, const RecordOptio
                    const store::StoreOptions& so)
     : run_(run),
       opt_(o),
+      schedule_(o.checkpoint_every, o.wait_for_writer),
       steps_(store_path, so, kMaxQueuedSteps, "step writer"),
       checkpoints_(store_path, writer_options(so), 1, "checkpoint writer") {}
 
 Recorder::~Recorder() = default;
 
 bool Recorder::checkpoint_due(int64_t step, bool at_end) {
-  const bool scheduled = opt_.checkpoint_every > 0 && step % opt_.checkpoint_every == 0;
-  if (!scheduled && deferred_from_ < 0) return false;
-  if (at_end || opt_.wait_for_writer || checkpoints_.has_room()) return true;
-  if (deferred_from_ < 0) {
-    deferred_from_ = step;
-    ++costs_.late;
-  } else if (scheduled) {
-    ++costs_.folded;  // due again before the deferred one was taken: one checkpoint for both
-  }
-  return false;
+  return schedule_.due(step, checkpoints_.has_room(), at_end);
 }
 
 void Recorder::checkpoint(int64_t step, Trainer& trainer) {
@@ -165,10 +157,7 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   // stays bounded (gpt2-small's state is 1.5 GB); checkpoint_due defers rather than wait here
   // unless asked to, and any wait shows in the step's wall time.
   using Clock = std::chrono::steady_clock;
-  if (deferred_from_ >= 0) {
-    costs_.max_late_steps = std::max(costs_.max_late_steps, step - deferred_from_);
-    deferred_from_ = -1;
-  }
+  schedule_.taken(step);
   checkpoints_.wait_for_room(&costs_.checkpoint_waited_seconds);
   const auto t1 = Clock::now();
   const NamedTensors state = trainer.state();
@@ -217,6 +206,9 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
 
 Recorder::Costs Recorder::costs() {
   Costs c = costs_;
+  c.late = schedule_.late();
+  c.folded = schedule_.folded();
+  c.max_late_steps = schedule_.max_late();
   c.checkpoint_writer_seconds = checkpoints_.busy_seconds();
   c.step_writer_seconds = steps_.busy_seconds();
   return c;

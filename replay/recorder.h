@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "replay/checkpoint_schedule.h"
 #include "replay/trainer.h"
 #include "store/store.h"
 #include "store/store_worker.h"
@@ -49,10 +50,8 @@ class Recorder {
   // earlier write failed.
   void record_step(const StepResult& r, const std::string& digest, const TokenFile& data,
                    int block_size);
-  // Whether to checkpoint before step `step`: at steps 0, K, 2K, ..., except that a due
-  // checkpoint finding the writer full (RecordOptions::wait_for_writer off) is deferred to
-  // the first later step where it has room. `at_end`: after the last step, where a due or
-  // deferred checkpoint is taken whatever the writer's state. Counts the deferrals.
+  // Whether to checkpoint before step `step` (CheckpointSchedule, asked with whether the
+  // checkpoint writer has room). `at_end`: after the last step.
   bool checkpoint_due(int64_t step, bool at_end = false);
   // Snapshots the trainer's state and queues it for the checkpoint writer. Host tensors are
   // copied on this thread. Device tensors are copied into pinned host buffers on a side
@@ -84,7 +83,7 @@ class Recorder {
   int64_t run_;
   RecordOptions opt_;
   Costs costs_;                    // training thread's part
-  int64_t deferred_from_ = -1;     // step of the due checkpoint not yet taken, or -1
+  CheckpointSchedule schedule_;
   // Page-locked host buffers for device tensors, two sets used in turn: a device-to-host copy
   // into reused pinned memory runs at PCIe speed, while a fresh pageable copy of gpt2-small's
   // 1.5 GB state took 0.4-1.1 s of the training thread (allocation and first touch). Set
