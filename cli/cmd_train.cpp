@@ -32,9 +32,9 @@ struct RecordingMs {
 // When recording, the line adds the iteration's recording parts on the training thread: the
 // checkpoint snapshot (and any wait for the writer), the parameter digest, and the step's
 // store part: copying the row and captures and queueing them for the step writer, which
-// commits in the background. On a GPU
-// the digest reads its sums back, so it includes waiting for the device work queued before it
-// (the optimizer's); the checkpoint's copy runs on the device in the background.
+// commits in the background. On a GPU the digest reads its sums back, so it includes waiting
+// for the device work queued before it (the optimizer's); the checkpoint's copy runs on the
+// device in the background.
 void print_step(const replay::StepResult& r, double wall_ms, bool resumed_check, const RecordingMs* rec) {
   char parts[128] = "";
   if (rec != nullptr) {

@@ -238,16 +238,10 @@ Checkpoint gpt2_small_state() {
   return c;
 }
 
-// Seconds to write `c` as one checkpoint into a new store the way write_checkpoint does
-// (`parallel`: put_blobs on opt.zstd_workers threads, then rows by hash) or did before
-// (put_blob per tensor with opt.zstd_workers zstd workers, then put_checkpoint_tensor, which
-// hashes again). Excludes create and close: the recorder's writer keeps its store open.
-double checkpoint_once(const Checkpoint& c, const StoreOptions& opt, bool parallel,
-                       const std::string& path, double& ratio) {
-  std::remove(path.c_str());
-  Store s = Store::create(path, opt);
-  const int64_t run = s.add_run("{}", "", "{}");
-  const auto t0 = Clock::now();
+// Writes `c` as checkpoint (run, step 0) the way write_checkpoint does (`parallel`: put_blobs
+// on the store's zstd_workers threads, then rows by hash) or did before (put_blob per tensor
+// with that many zstd workers, then put_checkpoint_tensor, which hashes again).
+void store_checkpoint(Store& s, int64_t run, const Checkpoint& c, bool parallel) {
   std::vector<rwd::store::BlobSource> blobs;
   for (size_t i = 0; i < c.tensors.size(); ++i) {
     const size_t numel = static_cast<size_t>(rwd::store::shape_numel(c.tensors[i].second));
@@ -269,6 +263,17 @@ double checkpoint_once(const Checkpoint& c, const StoreOptions& opt, bool parall
     }
   }
   txn.commit();
+}
+
+// Seconds to write `c` as one checkpoint into a new store (store_checkpoint). Excludes create
+// and close: the recorder's writer keeps its store open.
+double checkpoint_once(const Checkpoint& c, const StoreOptions& opt, bool parallel,
+                       const std::string& path, double& ratio) {
+  std::remove(path.c_str());
+  Store s = Store::create(path, opt);
+  const int64_t run = s.add_run("{}", "", "{}");
+  const auto t0 = Clock::now();
+  store_checkpoint(s, run, c, parallel);
   const double secs = seconds_since(t0);
   const auto info = s.info();
   ratio = double(info.raw_bytes) / double(info.stored_bytes);
@@ -340,17 +345,7 @@ std::pair<double, std::vector<double>> recording_once(const Checkpoint& c, int t
   double writer_s = 0;
   std::thread w([&] {
     const auto t0 = Clock::now();
-    std::vector<rwd::store::BlobSource> blobs;
-    for (size_t i = 0; i < c.tensors.size(); ++i) {
-      const size_t numel = static_cast<size_t>(rwd::store::shape_numel(c.tensors[i].second));
-      blobs.push_back({c.pool.data() + c.offsets[i], numel * 4, writer.tensor_shuffle(Dtype::kF32)});
-    }
-    const std::vector<std::string> hashes = writer.put_blobs(blobs);
-    rwd::store::Transaction txn = writer.begin_step();
-    for (size_t i = 0; i < c.tensors.size(); ++i) {
-      writer.put_checkpoint_blob(run, 0, c.tensors[i].first, Dtype::kF32, c.tensors[i].second, hashes[i]);
-    }
-    txn.commit();
+    store_checkpoint(writer, run, c, /*parallel=*/true);
     writer_s = seconds_since(t0);
     done = true;
   });
