@@ -180,6 +180,8 @@ __device__ __forceinline__ float ge_one(float x, float y) {
   asm("set.ge.f32.f32 %0, %1, %2;\n" : "=f"(m) : "f"(x), "f"(y));
   return m;
 }
+// Two BF16 ones packed as an mma B-fragment register (a sum over k against an all-ones B).
+constexpr uint32_t kBf16OnePair = 0x3F803F80u;
 // All-ones (as int: -1) when x == y, else 0.
 __device__ __forceinline__ int eq_mask(float x, float y) {
   int m;

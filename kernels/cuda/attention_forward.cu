@@ -15,7 +15,9 @@
 // The CPU twin is kernels/attention_forward_cpu.cpp (same formulas; sums in other orders).
 // The query tile (64 or 128 rows) does not enter the numerics: every rounding point is per row and
 // per 64-key tile. Ties (stable rule, monitors) are counted only when a head is stabilized or
-// stats are requested (a.stats non-null), in specializations of their own.
+// stats are requested (a.stats non-null), in specializations of their own. Without monitors
+// the stabilized kernel speculates that no row repeats its tile max and redoes the rare warp
+// tile where one does (forward_block), with the bits of counting first.
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/attention_internal.cuh"
@@ -46,6 +48,11 @@ struct FwdConfig {
 #endif
 #ifndef REWIND_FWD128_CONFIG
 #define REWIND_FWD128_CONFIG 4210
+#endif
+// 1: the stabilized kernel without monitors speculates (see forward_block); 0: it counts the
+// ties first, as the monitored one does (kept for A/B timing: scripts/cuda_explore.sh).
+#ifndef REWIND_STABLE_SPEC
+#define REWIND_STABLE_SPEC 1
 #endif
 template <int D>
 struct FwdTraits;
@@ -110,6 +117,108 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   }
   StatAcc st;
 
+  // S of key tile j for this warp (K tile in k_t): Q K^T on the tensor cores, then scale,
+  // optional qk fault and BF16 rounding, mask. Also called again, on the same tile, by the
+  // stabilized kernel's rare redo (see below), so both passes give the same bits.
+  auto scores = [&](float (&s)[kMt][8][4], const uint16_t* k_t, int j) {
+      // S = Q K^T: (16 kMt rows x 64 keys) per warp; each K fragment feeds kMt mma.
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.0f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qa[kMt][4];
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          if constexpr (Tr::kQRegs) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) qa[mt][i] = qf[mt][kk][i];
+          } else {
+            ldmatrix_x4(qa[mt], s_q + (warp * 16 * kMt + mt * 16 + (lane % 8) +
+                                       ((lane / 8) % 2) * 8) * kStride +
+                                    kk * 16 + (lane / 16) * 8);
+          }
+        }
+#pragma unroll
+        for (int nb2 = 0; nb2 < 4; ++nb2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, k_t + (nb2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 +
+                             ((lane / 8) % 2) * 8);
+#pragma unroll
+          for (int mt = 0; mt < kMt; ++mt) {
+            mma_bf16(s[mt][2 * nb2], qa[mt], b[0], b[1]);
+            mma_bf16(s[mt][2 * nb2 + 1], qa[mt], b[2], b[3]);
+          }
+        }
+      }
+
+      // Scale, optional qk fault and BF16 rounding of S, mask (causal and T tail) -> -inf; row
+      // max r_m with two partial maxima per row (even / odd n-blocks: shorter dependency chains).
+      // The mask is a separate pass, taken only by tiles that need it: inside the element loop a
+      // runtime test costs a branch per element even where it is false.
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[mt][nb][e] = kExtras ? finish_score(s[mt][nb][e], a.scale, f)
+                                   : __fmul_rn(a.scale, s[mt][nb][e]);
+          }
+        }
+      }
+      const bool need_mask = (a.causal && j * kBlockK + kBlockK - 1 > w_row0) || (j + 1) * kBlockK > T;
+      if (need_mask) {
+        const int col0 = j * kBlockK + (lane % 4) * 2;
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          const int row_a = w_row0 + mt * 16 + lane / 4;
+          // Last visible column of each of the thread's two rows.
+          const int last[2] = {a.causal ? min(row_a, T - 1) : T - 1,
+                               a.causal ? min(row_a + 8, T - 1) : T - 1};
+#pragma unroll
+          for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int col = col0 + nb * 8 + (e & 1);
+              s[mt][nb][e] = col > last[e / 2] ? -INFINITY : s[mt][nb][e];
+            }
+          }
+        }
+      }
+  };
+
+  // P̄ = exp(S - mn) of one tile (FP32, fast_exp_shifted), this thread's part of each row's
+  // sum of the unrounded P̄, and the P̄V operand packed as mma A fragments.
+  auto exp_pass = [&](const float (&s)[kMt][8][4], const float (&mn)[kMt][2],
+                      uint32_t (&pa)[kMt][4][4], float (&rowsum)[kMt][2]) {
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      rowsum[mt][0] = rowsum[mt][1] = 0.0f;
+      const float m_log2[2] = {__fmul_rn(mn[mt][0], kLog2e), __fmul_rn(mn[mt][1], kLog2e)};
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          // The faults test P̄ < 1, which needs P̄ = 1 exactly at S = m: exact S - m there.
+          float pbar = kExtras ? fast_exp(__fsub_rn(s[mt][nb][e], mn[mt][e / 2]))
+                               : fast_exp_shifted(s[mt][nb][e], m_log2[e / 2]);
+          if constexpr (kExtras) pbar = softmax_fault(pbar, f);
+          rowsum[mt][e / 2] += pbar;
+          p[e] = pbar;
+          if constexpr (kExtras) p[e] = pv_operand(pbar, f);
+          if (kStats && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
+        }
+        // pack_bf16x2 rounds to nearest even: the PV operand bf16(P̄ (1 + c)).
+        pa[mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(p[0], p[1]);
+        pa[mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(p[2], p[3]);
+      }
+    }
+  };
+
   for (int j = 0; j < n_kt; ++j) {
     cp_async_wait_all();
     __syncthreads();
@@ -139,74 +248,9 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     // skipping it changes nothing (m, l, Ō and the monitors are unchanged by an empty tile).
     if (a.causal && j * kBlockK > w_row_last) continue;
 
-    // S = Q K^T: (16 kMt rows x 64 keys) per warp; each K fragment feeds kMt mma.
     float s[kMt][8][4];
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.0f;
-    }
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qa[kMt][4];
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        if constexpr (Tr::kQRegs) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) qa[mt][i] = qf[mt][kk][i];
-        } else {
-          ldmatrix_x4(qa[mt], s_q + (warp * 16 * kMt + mt * 16 + (lane % 8) +
-                                     ((lane / 8) % 2) * 8) * kStride +
-                                  kk * 16 + (lane / 16) * 8);
-        }
-      }
-#pragma unroll
-      for (int nb2 = 0; nb2 < 4; ++nb2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, k_t + (nb2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 +
-                           ((lane / 8) % 2) * 8);
-#pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) {
-          mma_bf16(s[mt][2 * nb2], qa[mt], b[0], b[1]);
-          mma_bf16(s[mt][2 * nb2 + 1], qa[mt], b[2], b[3]);
-        }
-      }
-    }
+    scores(s, k_t, j);
 
-    // Scale, optional qk fault and BF16 rounding of S, mask (causal and T tail) -> -inf; row
-    // max r_m with two partial maxima per row (even / odd n-blocks: shorter dependency chains).
-    // The mask is a separate pass, taken only by tiles that need it: inside the element loop a
-    // runtime test costs a branch per element even where it is false.
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[mt][nb][e] = kExtras ? finish_score(s[mt][nb][e], a.scale, f)
-                                 : __fmul_rn(a.scale, s[mt][nb][e]);
-        }
-      }
-    }
-    const bool need_mask = (a.causal && j * kBlockK + kBlockK - 1 > w_row0) || (j + 1) * kBlockK > T;
-    if (need_mask) {
-      const int col0 = j * kBlockK + (lane % 4) * 2;
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        const int row_a = w_row0 + mt * 16 + lane / 4;
-        // Last visible column of each of the thread's two rows.
-        const int last[2] = {a.causal ? min(row_a, T - 1) : T - 1,
-                             a.causal ? min(row_a + 8, T - 1) : T - 1};
-#pragma unroll
-        for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = col0 + nb * 8 + (e & 1);
-            s[mt][nb][e] = col > last[e / 2] ? -INFINITY : s[mt][nb][e];
-          }
-        }
-      }
-    }
     float r_m[kMt][2];
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
@@ -224,116 +268,170 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       }
     }
 
-    // Running max update (stabilized per tile when the head asks for it), monitors.
-    float corr[kMt][2];
+    // Running max of each row after this tile (m_new), stabilized per tile when the head asks
+    // for it, and the monitors. The stabilized kernel without monitors (kSpec) speculates that
+    // no row of the tile repeats its max (m' = r_m) and forms P̄ with that max while the tensor
+    // cores count the ties; a warp where a repeated max changes some row's running max redoes
+    // the tile (below). The other variants count the ties first.
+    constexpr bool kSpec = REWIND_STABLE_SPEC && kTies && !kStats && !kExtras;
+    float m_new[kMt][2];
+    float tie_cnt[kMt][2][4];  // kSpec: C fragments of two tie-count accumulators
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
-      // r_s = #{S >= r_m - eps} for the stable rule; exact ties of the tile max (eps 0) for
-      // repeated_max_rows. Independent compares (one pass over the registers), two partial
-      // counts per row. Masked (-inf) entries count only in a row with no visible key in this
-      // tile (r_m = -inf), which stable_max leaves alone.
-      int r_s[2] = {0, 0}, ties[2] = {0, 0};
-      if constexpr (kTies) {
-        // c: float counts (FSET.BF + FADD, 2 instructions per element; the integer compare
-        // and select took 2.5). t: negated integer counts (eq_mask gives -1 per match).
-        float c[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-        int t[2][2] = {{0, 0}, {0, 0}};
+      if constexpr (kSpec) {
+        // r_s = #{S >= r_m - eps}. set.ge gives 1.0f or 0.0f, whose bits read as a BF16 pair
+        // are (0, flag): each flag is an mma A-fragment register as it stands (a0, a2: row
+        // lane/4; a1, a3: row lane/4 + 8), and an mma against an all-ones B sums a row's
+        // flags exactly in FP32 with the count in every C column: no adds, no quad shuffles.
+        // One compare per score plus an mma per 8 keys, off the path to P̄.
         const float thr[2] = {r_m[mt][0] - f.eps, r_m[mt][1] - f.eps};
 #pragma unroll
+        for (int c = 0; c < 2; ++c) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) tie_cnt[mt][c][i] = 0.0f;
+        }
+#pragma unroll
         for (int nb = 0; nb < 8; ++nb) {
+          const uint32_t flags[4] = {__float_as_uint(ge_one(s[mt][nb][0], thr[0])),
+                                     __float_as_uint(ge_one(s[mt][nb][2], thr[1])),
+                                     __float_as_uint(ge_one(s[mt][nb][1], thr[0])),
+                                     __float_as_uint(ge_one(s[mt][nb][3], thr[1]))};
+          mma_bf16(tie_cnt[mt][nb & 1], flags, kBf16OnePair, kBf16OnePair);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) m_new[mt][r] = fmaxf(m[mt][r], r_m[mt][r]);
+      } else {
+        // r_s = #{S >= r_m - eps} for the stable rule; exact ties of the tile max (eps 0) for
+        // repeated_max_rows. Independent compares (one pass over the registers), two partial
+        // counts per row. Masked (-inf) entries count only in a row with no visible key in
+        // this tile (r_m = -inf), which stable_max leaves alone.
+        int r_s[2] = {0, 0}, ties[2] = {0, 0};
+        if constexpr (kTies) {
+          // c: float counts (FSET.BF + FADD, 2 instructions per element; the integer compare
+          // and select took 2.5). t: negated integer counts (eq_mask gives -1 per match).
+          float c[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+          int t[2][2] = {{0, 0}, {0, 0}};
+          const float thr[2] = {r_m[mt][0] - f.eps, r_m[mt][1] - f.eps};
+#pragma unroll
+          for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              c[r][nb & 1] += ge_one(s[mt][nb][2 * r], thr[r]);
+              c[r][nb & 1] += ge_one(s[mt][nb][2 * r + 1], thr[r]);
+              if constexpr (kStats) {
+                t[r][nb & 1] += eq_mask(s[mt][nb][2 * r], r_m[mt][r]) +
+                                eq_mask(s[mt][nb][2 * r + 1], r_m[mt][r]);
+              }
+            }
+          }
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            c[r][nb & 1] += ge_one(s[mt][nb][2 * r], thr[r]);
-            c[r][nb & 1] += ge_one(s[mt][nb][2 * r + 1], thr[r]);
+            r_s[r] = static_cast<int>(c[r][0] + c[r][1]);  // exact: at most 64
+            r_s[r] += __shfl_xor_sync(0xffffffffu, r_s[r], 1);
+            r_s[r] += __shfl_xor_sync(0xffffffffu, r_s[r], 2);
             if constexpr (kStats) {
-              t[r][nb & 1] += eq_mask(s[mt][nb][2 * r], r_m[mt][r]) +
-                              eq_mask(s[mt][nb][2 * r + 1], r_m[mt][r]);
+              ties[r] = -(t[r][0] + t[r][1]);
+              ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 1);
+              ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 2);
+              if (r_m[mt][r] == -INFINITY) ties[r] = 0;
             }
           }
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          r_s[r] = static_cast<int>(c[r][0] + c[r][1]);  // exact: at most 64
-          r_s[r] += __shfl_xor_sync(0xffffffffu, r_s[r], 1);
-          r_s[r] += __shfl_xor_sync(0xffffffffu, r_s[r], 2);
-          if constexpr (kStats) {
-            ties[r] = -(t[r][0] + t[r][1]);
-            ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 1);
-            ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 2);
-            if (r_m[mt][r] == -INFINITY) ties[r] = 0;
+          float m_tile = r_m[mt][r];
+          int branch = 0;
+          bool guarded = false;
+          if constexpr (kTies) {
+            // The shift code runs only in warps where some row has a repeated max (rare).
+            if (__any_sync(0xffffffffu, r_s[r] > 1)) {
+              m_tile = stable_max(r_m[mt][r], r_s[r], f, &branch, &guarded);
+            }
           }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float m_tile = r_m[mt][r];
-        int branch = 0;
-        bool guarded = false;
-        if constexpr (kTies) {
-          // The shift code runs only in warps where some row has a repeated max (rare).
-          if (__any_sync(0xffffffffu, r_s[r] > 1)) {
-            m_tile = stable_max(r_m[mt][r], r_s[r], f, &branch, &guarded);
-          }
-        }
-        const float m_new = fmaxf(m[mt][r], m_tile);
-        corr[mt][r] = rescale_factor(m[mt][r], m_new);
-        m[mt][r] = m_new;
-        const int row = w_row0 + mt * 16 + lane / 4 + 8 * r;
-        if (kStats && (lane % 4) == 0 && row < T) {
-          st.pos += branch == 1;
-          st.neg += branch == 2;
-          st.guard += guarded;
-          st.max_logit = fmaxf(st.max_logit, r_m[mt][r]);
-          if (r_m[mt][r] > run_max[mt][r]) {
-            run_max[mt][r] = r_m[mt][r];
-            run_cnt[mt][r] = ties[r];
-          } else if (r_m[mt][r] == run_max[mt][r]) {
-            run_cnt[mt][r] += ties[r];
+          m_new[mt][r] = fmaxf(m[mt][r], m_tile);
+          const int row = w_row0 + mt * 16 + lane / 4 + 8 * r;
+          if (kStats && (lane % 4) == 0 && row < T) {
+            st.pos += branch == 1;
+            st.neg += branch == 2;
+            st.guard += guarded;
+            st.max_logit = fmaxf(st.max_logit, r_m[mt][r]);
+            if (r_m[mt][r] > run_max[mt][r]) {
+              run_max[mt][r] = r_m[mt][r];
+              run_cnt[mt][r] = ties[r];
+            } else if (r_m[mt][r] == run_max[mt][r]) {
+              run_cnt[mt][r] += ties[r];
+            }
           }
         }
       }
     }
 
-    // P̄ = exp(S - m) (FP32, fast_exp_shifted), l from the unrounded P̄, P operand for P̄V.
-    // Ō is rescaled only when some row of the warp changed its max (corr != 1): multiplying
-    // by exactly 1 is the identity, so skipping it changes no bit.
+    // P̄ = exp(S - m_new) (FP32, fast_exp_shifted), row sums of the unrounded P̄ (this thread's
+    // columns), P operand for P̄V.
     uint32_t pa[kMt][4][4];  // A fragments of P: 4 k-blocks of 16 keys
+    float rowsum[kMt][2];
+    exp_pass(s, m_new, pa, rowsum);
+
+    if constexpr (kSpec) {
+      // Rows whose max repeats (r_s > 1) take the stabilized max. Where that changes a row's
+      // running max, the warp computes S of this tile again (the K tile is still in shared
+      // memory; the same mma in the same order give the same bits) and P̄ with the final max,
+      // so the result is bit for bit that of counting first (the monitored kernel's).
+      bool any_tie = false;
+      int r_s[kMt][2];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          r_s[mt][r] = static_cast<int>(tie_cnt[mt][0][2 * r] + tie_cnt[mt][1][2 * r]);
+          any_tie |= r_s[mt][r] > 1;
+        }
+      }
+      if (__any_sync(0xffffffffu, any_tie)) {
+        bool changed = false;
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            int branch;
+            bool guarded;
+            const float m_fix =
+                fmaxf(m[mt][r], stable_max(r_m[mt][r], r_s[mt][r], f, &branch, &guarded));
+            changed |= m_fix != m_new[mt][r];
+            m_new[mt][r] = m_fix;
+          }
+        }
+        if (__any_sync(0xffffffffu, changed)) {
+          float s2[kMt][8][4];
+          scores(s2, k_t, j);
+          exp_pass(s2, m_new, pa, rowsum);
+        }
+      }
+    }
+
+    // l = exp(m_old - m_new) l + rowsum(P̄), Ō rescaled by the same factor. Ō is rescaled only
+    // when some row of the warp changed its max (corr != 1): multiplying by exactly 1 is the
+    // identity, so skipping it changes no bit.
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
-      float rowsum[2] = {0.0f, 0.0f};
-      const float m_log2[2] = {__fmul_rn(m[mt][0], kLog2e), __fmul_rn(m[mt][1], kLog2e)};
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) {
-        float p[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          // The faults test P̄ < 1, which needs P̄ = 1 exactly at S = m: exact S - m there.
-          float pbar = kExtras ? fast_exp(__fsub_rn(s[mt][nb][e], m[mt][e / 2]))
-                               : fast_exp_shifted(s[mt][nb][e], m_log2[e / 2]);
-          if constexpr (kExtras) pbar = softmax_fault(pbar, f);
-          rowsum[e / 2] += pbar;
-          p[e] = pbar;
-          if constexpr (kExtras) p[e] = pv_operand(pbar, f);
-          if (kStats && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
-        }
-        // pack_bf16x2 rounds to nearest even: the PV operand bf16(P̄ (1 + c)).
-        pa[mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(p[0], p[1]);
-        pa[mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(p[2], p[3]);
-      }
+      float corr[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 1);
-        rowsum[r] += __shfl_xor_sync(0xffffffffu, rowsum[r], 2);
-        l[mt][r] = l[mt][r] * corr[mt][r] + rowsum[r];
+        corr[r] = rescale_factor(m[mt][r], m_new[mt][r]);
+        m[mt][r] = m_new[mt][r];
+        float sum = rowsum[mt][r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        l[mt][r] = l[mt][r] * corr[r] + sum;
         if (kExtras && f.acc_bf16) l[mt][r] = round_bf16(l[mt][r]);
       }
-      if (__any_sync(0xffffffffu, corr[mt][0] != 1.0f || corr[mt][1] != 1.0f)) {
+      if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
         for (int i = 0; i < D / 8; ++i) {
-          o[mt][i][0] *= corr[mt][0];
-          o[mt][i][1] *= corr[mt][0];
-          o[mt][i][2] *= corr[mt][1];
-          o[mt][i][3] *= corr[mt][1];
+          o[mt][i][0] *= corr[0];
+          o[mt][i][1] *= corr[0];
+          o[mt][i][2] *= corr[1];
+          o[mt][i][3] *= corr[1];
         }
       }
     }

@@ -213,28 +213,44 @@ TEST(AttentionCuda, StabilizedSoftmaxKeepsPbarBelowOneOnTiedMaxima) {
 }
 
 // Without monitors, stabilized heads run a specialization of their own (no monitor
-// bookkeeping, as in replays and bisect probes), which must give the bits of the monitored one:
-// on exact ties (the shift fires), near-ties (logits 2^-11 apart: r_s = 1, no shift) and random
-// logits. On near-ties alone the stabilized head must equal the standard one bit for bit.
+// bookkeeping, as in replays and bisect probes), which speculates that no row repeats its max
+// and redoes a warp's tile where one does. It must give the bits of the monitored one: on exact
+// ties (the shift fires), near-ties (logits 2^-11 apart: r_s = 1, no shift), random logits, and
+// random logits where every fifth query row ties exactly (so some warps redo a tile and others
+// do not). On near-ties alone the stabilized head must equal the standard one bit for bit.
 TEST(AttentionCuda, StabilizedKernelWithoutMonitorsMatchesMonitoredOne) {
   SKIP_WITHOUT_GPU();
   const auto same_bits = [](const std::vector<float>& x, const std::vector<float>& y, size_t from, size_t n) {
     return std::memcmp(x.data() + from, y.data() + from, n * sizeof(float)) == 0;
   };
   for (int d : {64, 128}) {
-    for (int kind = 0; kind < 4; ++kind) {
+    for (int kind = 0; kind < 5; ++kind) {
       SCOPED_TRACE(testing::Message() << "D=" << d << " case " << kind);
       Inputs in = make_inputs(1, 2, 200, d, true, 2.0f, 300 + kind + d);
       const int t = in.p.seq;
-      for (int h = 0; h < 2 && kind < 3; ++h) {
+      for (int h = 0; h < 2 && kind != 3; ++h) {
         const size_t off = static_cast<size_t>(h) * t * d;
         for (int r = 0; r < t; ++r) {
           float* kr = in.k.data() + off + static_cast<size_t>(r) * d;
           float* qr = in.q.data() + off + static_cast<size_t>(r) * d;
-          for (int c = 0; c < d; ++c) kr[c] = qr[c] = 0.0f;
-          if (h == 1) {  // head 1 sees head 0's V: only the flags differ
-            for (int c = 0; c < d; ++c) in.v[off + static_cast<size_t>(r) * d + c] = in.v[static_cast<size_t>(r) * d + c];
+          if (h == 1) {  // head 1 sees head 0's inputs: only the flags differ
+            for (int c = 0; c < d; ++c) {
+              const size_t i0 = static_cast<size_t>(r) * d + c;
+              in.v[off + i0] = in.v[i0];
+              kr[c] = in.k[i0];
+              qr[c] = in.q[i0];
+            }
+            continue;
           }
+          if (kind == 4) {  // keys 1 in column 0, random elsewhere; a tied row ignores the rest
+            kr[0] = 1.0f;
+            if (r % 5 == 0) {
+              for (int c = 0; c < d; ++c) qr[c] = 0.0f;
+              qr[0] = (r % 2 ? 2.0f : -2.0f) / in.p.scale;
+            }
+            continue;
+          }
+          for (int c = 0; c < d; ++c) kr[c] = qr[c] = 0.0f;
           if (kind == 0) {  // every key equal: each row's max repeats, max logit 3 or -3
             kr[0] = 1.0f;
             qr[0] = (r % 2 ? 3.0f : -3.0f) / in.p.scale;
@@ -250,7 +266,12 @@ TEST(AttentionCuda, StabilizedKernelWithoutMonitorsMatchesMonitoredOne) {
       ASSERT_EQ(monitored.fwd_status, 0);
       EXPECT_TRUE(same_bits(plain.o, monitored.o, 0, plain.o.size()));
       EXPECT_TRUE(same_bits(plain.lse, monitored.lse, 0, plain.lse.size()));
-      if (kind == 0) EXPECT_GT(monitored.stats[1].stable_pos + monitored.stats[1].stable_neg, 0);
+      if (kind == 0 || kind == 4) {
+        EXPECT_GT(monitored.stats[1].stable_pos + monitored.stats[1].stable_neg, 0);
+      }
+      if (kind == 4) {  // the tied rows differ from the standard head, the others need not
+        EXPECT_GT(monitored.stats[1].rows, monitored.stats[1].stable_pos + monitored.stats[1].stable_neg);
+      }
       if (kind == 1 || kind == 2) {
         EXPECT_EQ(monitored.stats[1].stable_pos + monitored.stats[1].stable_neg, 0);
         const size_t per_head = plain.o.size() / 2;
