@@ -26,29 +26,6 @@ void check(int err, const char* what) {
   }
 }
 
-// Median of `reps` timings (ms) of fn, with cudaEvents, after warm-up.
-double time_ms(const std::function<void()>& fn, int reps = 25) {
-  for (int i = 0; i < 3; ++i) fn();
-  check(cudaDeviceSynchronize(), "warm-up");
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(a);
-    fn();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 // Mean time (ms) of one launch in a burst of n back-to-back launches (no host gap between
 // them), timed with cudaEvents.
 double burst_ms(const std::function<void()>& fn, int n) {
@@ -64,6 +41,16 @@ double burst_ms(const std::function<void()>& fn, int n) {
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   return ms / n;
+}
+
+// Median of `reps` single-launch timings (ms) of fn, after warm-up.
+double time_ms(const std::function<void()>& fn, int reps = 25) {
+  for (int i = 0; i < 3; ++i) fn();
+  check(cudaDeviceSynchronize(), "warm-up");
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) t.push_back(burst_ms(fn, 1));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 // Time of `x` over time of `base`, measured in alternation: `rounds` pairs of 20-launch bursts,

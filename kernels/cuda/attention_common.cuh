@@ -180,8 +180,6 @@ __device__ __forceinline__ float ge_one(float x, float y) {
   asm("set.ge.f32.f32 %0, %1, %2;\n" : "=f"(m) : "f"(x), "f"(y));
   return m;
 }
-// Two BF16 ones packed as an mma B-fragment register (a sum over k against an all-ones B).
-constexpr uint32_t kBf16OnePair = 0x3F803F80u;
 // All-ones (as int: -1) when x == y, else 0.
 __device__ __forceinline__ int eq_mask(float x, float y) {
   int m;
@@ -293,6 +291,32 @@ __device__ __forceinline__ void load_tile_async(uint16_t* smem, const uint16_t* 
     const bool valid = row0 + r + i * kRowStep < T;
     cp_async_16(dst + i * kRowStep * (D + 8), valid ? src + i * kRowStep * D : g, valid);
   }
+}
+
+// Tie counts of one m16 block of S (a 16 x 64 tile in the mma C layout) on the tensor cores:
+// per row, #{S >= thr} with thr0 for row lane/4 and thr1 for row lane/4 + 8. set.ge gives 1.0f
+// or 0.0f, whose bits read as a BF16 pair are (0, flag): each flag is an mma A-fragment
+// register as it stands (a0, a2: row lane/4; a1, a3: row lane/4 + 8), and an mma against an
+// all-ones B sums a row's flags exactly in FP32 with the count in every C column, so no adds
+// and no quad shuffles: one compare per score and an mma per 8 keys. Two accumulators
+// (even / odd n-blocks) halve the dependent mma chain; tie_count() reads a row's total.
+__device__ __forceinline__ void count_ties_mma(const float (&s)[8][4], float thr0, float thr1,
+                                               float (&acc)[2][4]) {
+  constexpr uint32_t kBf16OnePair = 0x3F803F80u;  // two BF16 ones: an all-ones B register
+#pragma unroll
+  for (int c = 0; c < 2; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
+#pragma unroll
+  for (int nb = 0; nb < 8; ++nb) {
+    const uint32_t flags[4] = {__float_as_uint(ge_one(s[nb][0], thr0)),
+                               __float_as_uint(ge_one(s[nb][2], thr1)),
+                               __float_as_uint(ge_one(s[nb][1], thr0)),
+                               __float_as_uint(ge_one(s[nb][3], thr1))};
+    mma_bf16(acc[nb & 1], flags, kBf16OnePair, kBf16OnePair);
+  }
+}
+// Row r's (0: lane/4, 1: lane/4 + 8) count from count_ties_mma's accumulators (exact: <= 64).
+__device__ __forceinline__ int tie_count(const float (&acc)[2][4], int r) {
+  return static_cast<int>(acc[0][2 * r] + acc[1][2 * r]);
 }
 
 }  // namespace rwd::kernels::cuda

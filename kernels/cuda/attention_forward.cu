@@ -20,51 +20,13 @@
 // tile where one does (forward_block), with the bits of counting first.
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention_forward_config.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 
 namespace rwd::kernels::cuda {
 
 // ---------------------------------------------------------------------------------------------
 // CUDA kernels
-
-// Tile shape of the forward: kWarps warps, each owning kMt m16 row blocks (16 kMt query rows),
-// kWarps * 16 * kMt query rows per block. Each K/V fragment loaded by ldmatrix feeds kMt mma
-// instructions (kMt = 2 halves the shared-memory reads per FLOP). kQRegs keeps the Q fragments
-// in registers for the whole key loop (else reloaded per tile). Register use: --resource-usage.
-// Tuning knobs as a 4-digit code WMBQ: W warps, M m16 blocks per warp, at least B blocks per
-// SM, Q = 1 keeps Q in registers. Overridable at compile time for experiments
-// (scripts/cuda_device.sh VARIANTS=...; one number because nvcc splits -D values at commas).
-template <int kCode>
-struct FwdConfig {
-  static constexpr int kWarps = kCode / 1000, kMt = kCode / 100 % 10, kMinBlocks = kCode / 10 % 10;
-  static constexpr bool kQRegs = kCode % 10 != 0;
-};
-// Chosen by timing (experiments/cuda_bench/RESULTS.md): D = 64 as 4 warps x 16 rows, 4 blocks
-// per SM within 128 registers (16 warps in 4 independent blocks hide the softmax latency
-// better than 8 warps of 32 rows); D = 128 as 4 warps x 32 rows (each K/V fragment feeds two
-// mma), 2 blocks per SM.
-#ifndef REWIND_FWD64_CONFIG
-#define REWIND_FWD64_CONFIG 4140
-#endif
-#ifndef REWIND_FWD128_CONFIG
-#define REWIND_FWD128_CONFIG 4210
-#endif
-// 1: the stabilized kernel without monitors speculates (see forward_block); 0: it counts the
-// ties first, as the monitored one does (kept for A/B timing: scripts/cuda_explore.sh).
-#ifndef REWIND_STABLE_SPEC
-#define REWIND_STABLE_SPEC 1
-#endif
-template <int D>
-struct FwdTraits;
-template <>
-struct FwdTraits<64> : FwdConfig<REWIND_FWD64_CONFIG> {};
-template <>
-struct FwdTraits<128> : FwdConfig<REWIND_FWD128_CONFIG> {};
-template <int D>
-struct FwdShape {
-  static constexpr int kRows = FwdTraits<D>::kWarps * 16 * FwdTraits<D>::kMt;  // query rows
-  static constexpr int kThreads = FwdTraits<D>::kWarps * 32;
-};
 
 // The key loop of one block. kExtras: the head uses s_bf16, acc_bf16 or a qk / softmax / pv
 // fault (else those branches compile away). kTies: the head is stabilized or stats are
@@ -121,73 +83,72 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   // optional qk fault and BF16 rounding, mask. Also called again, on the same tile, by the
   // stabilized kernel's rare redo (see below), so both passes give the same bits.
   auto scores = [&](float (&s)[kMt][8][4], const uint16_t* k_t, int j) {
-      // S = Q K^T: (16 kMt rows x 64 keys) per warp; each K fragment feeds kMt mma.
+    // S = Q K^T: (16 kMt rows x 64 keys) per warp; each K fragment feeds kMt mma.
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[kMt][4];
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
+        if constexpr (Tr::kQRegs) {
 #pragma unroll
-        for (int nb = 0; nb < 8; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.0f;
+          for (int i = 0; i < 4; ++i) qa[mt][i] = qf[mt][kk][i];
+        } else {
+          ldmatrix_x4(qa[mt], s_q + (warp * 16 * kMt + mt * 16 + (lane % 8) +
+                                     ((lane / 8) % 2) * 8) * kStride +
+                                  kk * 16 + (lane / 16) * 8);
+        }
       }
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t qa[kMt][4];
+      for (int nb2 = 0; nb2 < 4; ++nb2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, k_t + (nb2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 +
+                           ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
-          if constexpr (Tr::kQRegs) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) qa[mt][i] = qf[mt][kk][i];
-          } else {
-            ldmatrix_x4(qa[mt], s_q + (warp * 16 * kMt + mt * 16 + (lane % 8) +
-                                       ((lane / 8) % 2) * 8) * kStride +
-                                    kk * 16 + (lane / 16) * 8);
-          }
-        }
-#pragma unroll
-        for (int nb2 = 0; nb2 < 4; ++nb2) {
-          uint32_t b[4];
-          ldmatrix_x4(b, k_t + (nb2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 +
-                             ((lane / 8) % 2) * 8);
-#pragma unroll
-          for (int mt = 0; mt < kMt; ++mt) {
-            mma_bf16(s[mt][2 * nb2], qa[mt], b[0], b[1]);
-            mma_bf16(s[mt][2 * nb2 + 1], qa[mt], b[2], b[3]);
-          }
+          mma_bf16(s[mt][2 * nb2], qa[mt], b[0], b[1]);
+          mma_bf16(s[mt][2 * nb2 + 1], qa[mt], b[2], b[3]);
         }
       }
+    }
 
-      // Scale, optional qk fault and BF16 rounding of S, mask (causal and T tail) -> -inf; row
-      // max r_m with two partial maxima per row (even / odd n-blocks: shorter dependency chains).
-      // The mask is a separate pass, taken only by tiles that need it: inside the element loop a
-      // runtime test costs a branch per element even where it is false.
+    // Scale, optional qk fault and BF16 rounding of S, mask (causal and T tail) -> -inf. The
+    // mask is a separate pass, taken only by tiles that need it: inside the element loop a
+    // runtime test costs a branch per element even where it is false.
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][nb][e] = kExtras ? finish_score(s[mt][nb][e], a.scale, f)
+                                 : __fmul_rn(a.scale, s[mt][nb][e]);
+        }
+      }
+    }
+    const bool need_mask = (a.causal && j * kBlockK + kBlockK - 1 > w_row0) || (j + 1) * kBlockK > T;
+    if (need_mask) {
+      const int col0 = j * kBlockK + (lane % 4) * 2;
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
+        const int row_a = w_row0 + mt * 16 + lane / 4;
+        // Last visible column of each of the thread's two rows.
+        const int last[2] = {a.causal ? min(row_a, T - 1) : T - 1,
+                             a.causal ? min(row_a + 8, T - 1) : T - 1};
 #pragma unroll
         for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            s[mt][nb][e] = kExtras ? finish_score(s[mt][nb][e], a.scale, f)
-                                   : __fmul_rn(a.scale, s[mt][nb][e]);
+            const int col = col0 + nb * 8 + (e & 1);
+            s[mt][nb][e] = col > last[e / 2] ? -INFINITY : s[mt][nb][e];
           }
         }
       }
-      const bool need_mask = (a.causal && j * kBlockK + kBlockK - 1 > w_row0) || (j + 1) * kBlockK > T;
-      if (need_mask) {
-        const int col0 = j * kBlockK + (lane % 4) * 2;
-#pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) {
-          const int row_a = w_row0 + mt * 16 + lane / 4;
-          // Last visible column of each of the thread's two rows.
-          const int last[2] = {a.causal ? min(row_a, T - 1) : T - 1,
-                               a.causal ? min(row_a + 8, T - 1) : T - 1};
-#pragma unroll
-          for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int col = col0 + nb * 8 + (e & 1);
-              s[mt][nb][e] = col > last[e / 2] ? -INFINITY : s[mt][nb][e];
-            }
-          }
-        }
-      }
+    }
   };
 
   // P̄ = exp(S - mn) of one tile (FP32, fast_exp_shifted), this thread's part of each row's
@@ -251,6 +212,8 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     float s[kMt][8][4];
     scores(s, k_t, j);
 
+    // Row max r_m with two partial maxima per row (even / odd n-blocks: shorter dependency
+    // chains).
     float r_m[kMt][2];
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
@@ -279,25 +242,8 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
       if constexpr (kSpec) {
-        // r_s = #{S >= r_m - eps}. set.ge gives 1.0f or 0.0f, whose bits read as a BF16 pair
-        // are (0, flag): each flag is an mma A-fragment register as it stands (a0, a2: row
-        // lane/4; a1, a3: row lane/4 + 8), and an mma against an all-ones B sums a row's
-        // flags exactly in FP32 with the count in every C column: no adds, no quad shuffles.
-        // One compare per score plus an mma per 8 keys, off the path to P̄.
-        const float thr[2] = {r_m[mt][0] - f.eps, r_m[mt][1] - f.eps};
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) tie_cnt[mt][c][i] = 0.0f;
-        }
-#pragma unroll
-        for (int nb = 0; nb < 8; ++nb) {
-          const uint32_t flags[4] = {__float_as_uint(ge_one(s[mt][nb][0], thr[0])),
-                                     __float_as_uint(ge_one(s[mt][nb][2], thr[1])),
-                                     __float_as_uint(ge_one(s[mt][nb][1], thr[0])),
-                                     __float_as_uint(ge_one(s[mt][nb][3], thr[1]))};
-          mma_bf16(tie_cnt[mt][nb & 1], flags, kBf16OnePair, kBf16OnePair);
-        }
+        // r_s = #{S >= r_m - eps} on the tensor cores, off the path to P̄.
+        count_ties_mma(s[mt], r_m[mt][0] - f.eps, r_m[mt][1] - f.eps, tie_cnt[mt]);
 #pragma unroll
         for (int r = 0; r < 2; ++r) m_new[mt][r] = fmaxf(m[mt][r], r_m[mt][r]);
       } else {
@@ -383,7 +329,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          r_s[mt][r] = static_cast<int>(tie_cnt[mt][0][2 * r] + tie_cnt[mt][1][2 * r]);
+          r_s[mt][r] = tie_count(tie_cnt[mt], r);
           any_tie |= r_s[mt][r] > 1;
         }
       }
