@@ -314,7 +314,35 @@ __device__ __forceinline__ void count_ties_mma(const float (&s)[8][4], float thr
     mma_bf16(acc[nb & 1], flags, kBf16OnePair, kBf16OnePair);
   }
 }
-// Row r's (0: lane/4, 1: lane/4 + 8) count from count_ties_mma's accumulators (exact: <= 64).
+// The same counts on the integer pipe, into the same accumulator layout (row r's count in
+// acc[0][2r] + acc[1][2r]): set.ge.s32 gives -1 or 0 per score, IADD3 adds two of them per
+// instruction, and two shuffles sum the quad. No tensor-core work; more issue slots than the mma
+// count. Chosen per head dimension (FwdTraits::kTieAlu): at D = 128, where the tensor pipe is
+// the busier one, it measured faster; at D = 64 slower (experiments/cuda_bench/RESULTS.md).
+__device__ __forceinline__ void count_ties_alu(const float (&s)[8][4], float thr0, float thr1,
+                                               float (&acc)[2][4]) {
+  const float thr[2] = {thr0, thr1};
+  int c[2] = {0, 0};
+#pragma unroll
+  for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      int m0, m1;
+      asm("set.ge.s32.f32 %0, %1, %2;\n" : "=r"(m0) : "f"(s[nb][2 * r]), "f"(thr[r]));
+      asm("set.ge.s32.f32 %0, %1, %2;\n" : "=r"(m1) : "f"(s[nb][2 * r + 1]), "f"(thr[r]));
+      c[r] += m0 + m1;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    c[r] += __shfl_xor_sync(0xffffffffu, c[r], 1);
+    c[r] += __shfl_xor_sync(0xffffffffu, c[r], 2);
+    acc[0][2 * r] = static_cast<float>(-c[r]);
+    acc[1][2 * r] = 0.0f;
+  }
+}
+// Row r's (0: lane/4, 1: lane/4 + 8) count from count_ties_mma's or count_ties_alu's
+// accumulators (exact: <= 64).
 __device__ __forceinline__ int tie_count(const float (&acc)[2][4], int r) {
   return static_cast<int>(acc[0][2 * r] + acc[1][2 * r]);
 }
