@@ -295,54 +295,33 @@ __device__ __forceinline__ void load_tile_async(uint16_t* smem, const uint16_t* 
 
 // Tie counts of one m16 block of S (a 16 x 64 tile in the mma C layout) on the tensor cores:
 // per row, #{S >= thr} with thr0 for row lane/4 and thr1 for row lane/4 + 8. set.ge gives 1.0f
-// or 0.0f, whose bits read as a BF16 pair are (0, flag): each flag is an mma A-fragment
-// register as it stands (a0, a2: row lane/4; a1, a3: row lane/4 + 8), and an mma against an
+// or 0.0f, whose upper half is the BF16 flag; one PRMT puts two flags of a row into one mma
+// A-fragment register (a0, a2: row lane/4; a1, a3: row lane/4 + 8), and an mma against an
 // all-ones B sums a row's flags exactly in FP32 with the count in every C column, so no adds
-// and no quad shuffles: one compare per score and an mma per 8 keys. Two accumulators
-// (even / odd n-blocks) halve the dependent mma chain; tie_count() reads a row's total.
+// and no quad shuffles: per score one compare and half a PRMT, an mma per 16 keys. (One flag
+// per register, (0, flag) as it stands, took twice the mma and measured 1% slower; the flags
+// summed on the integer pipe, 1-2% slower: experiments/cuda_bench/RESULTS.md, runs 21-22.) Two
+// accumulators halve the dependent mma chain; tie_count() reads a row's total.
 __device__ __forceinline__ void count_ties_mma(const float (&s)[8][4], float thr0, float thr1,
                                                float (&acc)[2][4]) {
   constexpr uint32_t kBf16OnePair = 0x3F803F80u;  // two BF16 ones: an all-ones B register
+  // The upper halves of x and y as a BF16 pair (x low).
+  auto pair = [](float x, float y) {
+    return __byte_perm(__float_as_uint(x), __float_as_uint(y), 0x7632);
+  };
 #pragma unroll
   for (int c = 0; c < 2; ++c) acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
 #pragma unroll
-  for (int nb = 0; nb < 8; ++nb) {
-    const uint32_t flags[4] = {__float_as_uint(ge_one(s[nb][0], thr0)),
-                               __float_as_uint(ge_one(s[nb][2], thr1)),
-                               __float_as_uint(ge_one(s[nb][1], thr0)),
-                               __float_as_uint(ge_one(s[nb][3], thr1))};
-    mma_bf16(acc[nb & 1], flags, kBf16OnePair, kBf16OnePair);
+  for (int nb = 0; nb < 8; nb += 2) {
+    const uint32_t flags[4] = {
+        pair(ge_one(s[nb][0], thr0), ge_one(s[nb][1], thr0)),
+        pair(ge_one(s[nb][2], thr1), ge_one(s[nb][3], thr1)),
+        pair(ge_one(s[nb + 1][0], thr0), ge_one(s[nb + 1][1], thr0)),
+        pair(ge_one(s[nb + 1][2], thr1), ge_one(s[nb + 1][3], thr1))};
+    mma_bf16(acc[(nb / 2) & 1], flags, kBf16OnePair, kBf16OnePair);
   }
 }
-// The same counts on the integer pipe, into the same accumulator layout (row r's count in
-// acc[0][2r] + acc[1][2r]): set.ge.s32 gives -1 or 0 per score, IADD3 adds two of them per
-// instruction, and two shuffles sum the quad. No tensor-core work; more issue slots than the mma
-// count. Chosen per head dimension (FwdTraits::kTieAlu): at D = 128, where the tensor pipe is
-// the busier one, it measured faster; at D = 64 slower (experiments/cuda_bench/RESULTS.md).
-__device__ __forceinline__ void count_ties_alu(const float (&s)[8][4], float thr0, float thr1,
-                                               float (&acc)[2][4]) {
-  const float thr[2] = {thr0, thr1};
-  int c[2] = {0, 0};
-#pragma unroll
-  for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      int m0, m1;
-      asm("set.ge.s32.f32 %0, %1, %2;\n" : "=r"(m0) : "f"(s[nb][2 * r]), "f"(thr[r]));
-      asm("set.ge.s32.f32 %0, %1, %2;\n" : "=r"(m1) : "f"(s[nb][2 * r + 1]), "f"(thr[r]));
-      c[r] += m0 + m1;
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    c[r] += __shfl_xor_sync(0xffffffffu, c[r], 1);
-    c[r] += __shfl_xor_sync(0xffffffffu, c[r], 2);
-    acc[0][2 * r] = static_cast<float>(-c[r]);
-    acc[1][2 * r] = 0.0f;
-  }
-}
-// Row r's (0: lane/4, 1: lane/4 + 8) count from count_ties_mma's or count_ties_alu's
-// accumulators (exact: <= 64).
+// Row r's (0: lane/4, 1: lane/4 + 8) count from count_ties_mma's accumulators (exact: <= 64).
 __device__ __forceinline__ int tie_count(const float (&acc)[2][4], int r) {
   return static_cast<int>(acc[0][2 * r] + acc[1][2 * r]);
 }

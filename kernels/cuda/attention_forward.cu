@@ -242,12 +242,8 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
       if constexpr (kSpec) {
-        // r_s = #{S >= r_m - eps} on the tensor cores or the integer pipe, off the path to P̄.
-        if constexpr (Tr::kTieAlu) {
-          count_ties_alu(s[mt], r_m[mt][0] - f.eps, r_m[mt][1] - f.eps, tie_cnt[mt]);
-        } else {
-          count_ties_mma(s[mt], r_m[mt][0] - f.eps, r_m[mt][1] - f.eps, tie_cnt[mt]);
-        }
+        // r_s = #{S >= r_m - eps} on the tensor cores, off the path to P̄.
+        count_ties_mma(s[mt], r_m[mt][0] - f.eps, r_m[mt][1] - f.eps, tie_cnt[mt]);
 #pragma unroll
         for (int r = 0; r < 2; ++r) m_new[mt][r] = fmaxf(m[mt][r], r_m[mt][r]);
       } else {

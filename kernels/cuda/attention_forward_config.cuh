@@ -32,22 +32,12 @@ struct FwdConfig {
 #ifndef REWIND_STABLE_SPEC
 #define REWIND_STABLE_SPEC 1
 #endif
-// Where the speculating stabilized kernel counts ties: bit 0 for D = 64, bit 1 for D = 128;
-// set: the integer pipe (count_ties_alu), clear: the tensor cores (count_ties_mma). Chosen by
-// the paired timing of cuda_bench (experiments/cuda_bench/RESULTS.md, session 8).
-#ifndef REWIND_TIE_ALU
-#define REWIND_TIE_ALU 2
-#endif
 template <int D>
 struct FwdTraits;
 template <>
-struct FwdTraits<64> : FwdConfig<REWIND_FWD64_CONFIG> {
-  static constexpr bool kTieAlu = (REWIND_TIE_ALU & 1) != 0;
-};
+struct FwdTraits<64> : FwdConfig<REWIND_FWD64_CONFIG> {};
 template <>
-struct FwdTraits<128> : FwdConfig<REWIND_FWD128_CONFIG> {
-  static constexpr bool kTieAlu = (REWIND_TIE_ALU & 2) != 0;
-};
+struct FwdTraits<128> : FwdConfig<REWIND_FWD128_CONFIG> {};
 template <int D>
 struct FwdShape {
   static constexpr int kRows = FwdTraits<D>::kWarps * 16 * FwdTraits<D>::kMt;  // query rows
