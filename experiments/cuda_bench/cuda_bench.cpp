@@ -88,7 +88,9 @@ void bench(int B, int H, int T, int D) {
 
   std::vector<Row> rows;
   std::vector<std::function<void()>> fwd_of;  // the forward launch of each of our rows
-  auto run_ours = [&](const std::string& name, std::vector<HeadFlags> flag_list) {
+  // monitors: per-head stats collected (p.stats set), as in a recorded training step.
+  auto run_ours = [&](const std::string& name, std::vector<HeadFlags> flag_list,
+                      bool monitors = false) {
     auto flags = std::make_shared<std::vector<HeadFlags>>(std::move(flag_list));
     auto flags_d = torch::empty({static_cast<int64_t>(flags->size() * sizeof(HeadFlags))},
                                 torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
@@ -101,6 +103,9 @@ void bench(int B, int H, int T, int D) {
     p.scale = 1.0f / std::sqrt(static_cast<float>(D));
     p.causal = true;
     p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
+    auto stats_d = torch::zeros({static_cast<int64_t>(H * sizeof(rwd::kernels::HeadStats))},
+                                torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
+    if (monitors) p.stats = reinterpret_cast<rwd::kernels::HeadStats*>(stats_d.data_ptr());
     kc::ForwardArgs fa;
     fa.q = reinterpret_cast<const uint16_t*>(q.data_ptr());
     fa.k = reinterpret_cast<const uint16_t*>(k.data_ptr());
@@ -123,7 +128,7 @@ void bench(int B, int H, int T, int D) {
     ba.dv = dv.data_ptr<float>();
     ba.host_flags = flags->data();
     // Owns copies of the parameters and keeps the flags alive for paired_ratio below.
-    fwd_of.push_back([p, fa, flags, flags_d] { check(kc::attention_forward(p, fa, nullptr), "forward"); });
+    fwd_of.push_back([p, fa, flags, flags_d, stats_d] { check(kc::attention_forward(p, fa, nullptr), "forward"); });
     const double f = time_ms(fwd_of.back());
     const double b = time_ms([&] { check(kc::attention_backward(p, ba, nullptr), "backward"); });
     rows.push_back({name, f, b});
@@ -153,6 +158,7 @@ void bench(int B, int H, int T, int D) {
   std::vector<HeadFlags> stable(H);
   for (auto& fl : stable) fl.stable = true;
   run_ours("rewind_stable", stable);
+  run_ours("rewind_stable_monitors", stable, true);
   if (g_mixed) {
     std::vector<HeadFlags> mixed(H);
     for (int h = 0; h < H; h += 2) mixed[h].prec[static_cast<int>(rwd::kernels::Op::kPv)] = rwd::kernels::Prec::kFp32;

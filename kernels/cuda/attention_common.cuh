@@ -174,16 +174,10 @@ __device__ __forceinline__ float fast_exp_shifted(float s, float m_log2) {
 // exp(t) for an FP32 difference t already formed (backward: t = S - LSE).
 __device__ __forceinline__ float fast_exp(float t) { return exp2_approx(__fmul_rn(t, kLog2e)); }
 
-// 1.0f when x >= y, else 0.0f (FSET.BF): a float count costs the compare and an FADD.
+// 1.0f when x >= y, else 0.0f (FSET.BF; its upper half is a BF16 flag: count_ties_mma).
 __device__ __forceinline__ float ge_one(float x, float y) {
   float m;
   asm("set.ge.f32.f32 %0, %1, %2;\n" : "=f"(m) : "f"(x), "f"(y));
-  return m;
-}
-// All-ones (as int: -1) when x == y, else 0.
-__device__ __forceinline__ int eq_mask(float x, float y) {
-  int m;
-  asm("set.eq.s32.f32 %0, %1, %2;\n" : "=r"(m) : "f"(x), "f"(y));
   return m;
 }
 

@@ -232,55 +232,34 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     }
 
     // Running max of each row after this tile (m_new), stabilized per tile when the head asks
-    // for it, and the monitors. The stabilized kernel without monitors (kSpec) speculates that
-    // no row of the tile repeats its max (m' = r_m) and forms P̄ with that max while the tensor
-    // cores count the ties; a warp where a repeated max changes some row's running max redoes
-    // the tile (below). The other variants count the ties first.
+    // for it, and the monitors. Ties are counted on the tensor cores (count_ties_mma): r_s =
+    // #{S >= r_m - eps} for the stable rule and, for the monitors, the exact ties of the tile
+    // max (#{S >= r_m} with eps 0, as no S exceeds r_m). The stabilized kernel without monitors
+    // (kSpec) speculates that no row of the tile repeats its max (m' = r_m) and forms P̄ with
+    // that max while the count completes; a warp where a repeated max changes some row's
+    // running max redoes the tile (below). The other variants read the count first. Masked
+    // (-inf) entries count only in a row with no visible key in this tile (r_m = -inf), which
+    // stable_max leaves alone and the monitors skip.
     constexpr bool kSpec = REWIND_STABLE_SPEC && kTies && !kStats && !kExtras;
     float m_new[kMt][2];
-    float tie_cnt[kMt][2][4];  // kSpec: C fragments of two tie-count accumulators
+    float tie_cnt[kMt][2][4];  // C fragments of two tie-count accumulators per m16 block
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
-      if constexpr (kSpec) {
-        // r_s = #{S >= r_m - eps} on the tensor cores, off the path to P̄.
+      if constexpr (kTies) {
         count_ties_mma(s[mt], r_m[mt][0] - f.eps, r_m[mt][1] - f.eps, tie_cnt[mt]);
+      }
+      if constexpr (kSpec) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) m_new[mt][r] = fmaxf(m[mt][r], r_m[mt][r]);
       } else {
-        // r_s = #{S >= r_m - eps} for the stable rule; exact ties of the tile max (eps 0) for
-        // repeated_max_rows. Independent compares (one pass over the registers), two partial
-        // counts per row. Masked (-inf) entries count only in a row with no visible key in
-        // this tile (r_m = -inf), which stable_max leaves alone.
         int r_s[2] = {0, 0}, ties[2] = {0, 0};
         if constexpr (kTies) {
-          // c: float counts (FSET.BF + FADD, 2 instructions per element; the integer compare
-          // and select took 2.5). t: negated integer counts (eq_mask gives -1 per match).
-          float c[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-          int t[2][2] = {{0, 0}, {0, 0}};
-          const float thr[2] = {r_m[mt][0] - f.eps, r_m[mt][1] - f.eps};
-#pragma unroll
-          for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              c[r][nb & 1] += ge_one(s[mt][nb][2 * r], thr[r]);
-              c[r][nb & 1] += ge_one(s[mt][nb][2 * r + 1], thr[r]);
-              if constexpr (kStats) {
-                t[r][nb & 1] += eq_mask(s[mt][nb][2 * r], r_m[mt][r]) +
-                                eq_mask(s[mt][nb][2 * r + 1], r_m[mt][r]);
-              }
-            }
-          }
+          float eq_cnt[2][4];
+          if constexpr (kStats) count_ties_mma(s[mt], r_m[mt][0], r_m[mt][1], eq_cnt);
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            r_s[r] = static_cast<int>(c[r][0] + c[r][1]);  // exact: at most 64
-            r_s[r] += __shfl_xor_sync(0xffffffffu, r_s[r], 1);
-            r_s[r] += __shfl_xor_sync(0xffffffffu, r_s[r], 2);
-            if constexpr (kStats) {
-              ties[r] = -(t[r][0] + t[r][1]);
-              ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 1);
-              ties[r] += __shfl_xor_sync(0xffffffffu, ties[r], 2);
-              if (r_m[mt][r] == -INFINITY) ties[r] = 0;
-            }
+            r_s[r] = tie_count(tie_cnt[mt], r);
+            if constexpr (kStats) ties[r] = r_m[mt][r] == -INFINITY ? 0 : tie_count(eq_cnt, r);
           }
         }
 #pragma unroll
