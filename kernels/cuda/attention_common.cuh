@@ -315,6 +315,22 @@ __device__ __forceinline__ void count_ties_mma(const float (&s)[8][4], float thr
     mma_bf16(acc[(nb / 2) & 1], flags, kBf16OnePair, kBf16OnePair);
   }
 }
+// Adds to acc (a C fragment) each row's number of keys whose packed BF16 P̄V operand (pa: the
+// four A fragments of one m16 block, 16 keys each) is exactly 1: one set.eq.bf16x2 per two
+// keys gives BF16 1.0 / 0.0 flags that are mma A registers as they stand (no pack), and 4 mma
+// against an all-ones B sum 64 keys exactly in FP32, the count in every column.
+__device__ __forceinline__ void count_bf16_ones_mma(const uint32_t (&pa)[4][4], float (&acc)[4]) {
+  constexpr uint32_t kBf16OnePair = 0x3F803F80u;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    uint32_t flags[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      asm("set.eq.bf16x2.bf16x2 %0, %1, %2;\n" : "=r"(flags[i]) : "r"(pa[kk][i]), "r"(kBf16OnePair));
+    }
+    mma_bf16(acc, flags, kBf16OnePair, kBf16OnePair);
+  }
+}
 // Row r's (0: lane/4, 1: lane/4 + 8) count from count_ties_mma's accumulators (exact: <= 64).
 __device__ __forceinline__ int tie_count(const float (&acc)[2][4], int r) {
   return static_cast<int>(acc[0][2 * r] + acc[1][2 * r]);

@@ -68,6 +68,9 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   // Monitor state per row: running max of S and how often it occurs (eps 0), P̄ == 1 count.
   float run_max[kMt][2];
   int run_cnt[kMt][2], ones[kMt][2];
+  // Without extras the P̄V operand is bf16(P̄) itself, so the P̄ == 1 monitor counts on the
+  // tensor cores from it (count_bf16_ones_mma): C fragments, each row's count in every column.
+  float ones_acc[kMt][4];
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
@@ -76,6 +79,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       l[mt][r] = 0.0f;
       run_cnt[mt][r] = ones[mt][r] = 0;
     }
+    ones_acc[mt][0] = ones_acc[mt][1] = ones_acc[mt][2] = ones_acc[mt][3] = 0.0f;
   }
   StatAcc st;
 
@@ -171,7 +175,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
           rowsum[mt][e / 2] += pbar;
           p[e] = pbar;
           if constexpr (kExtras) p[e] = pv_operand(pbar, f);
-          if (kStats && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
+          if (kStats && kExtras && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
         }
         // pack_bf16x2 rounds to nearest even: the PV operand bf16(P̄ (1 + c)).
         pa[mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(p[0], p[1]);
@@ -243,9 +247,13 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     constexpr bool kSpec = REWIND_STABLE_SPEC && kTies && !kStats && !kExtras;
     float m_new[kMt][2];
     float tie_cnt[kMt][2][4];  // C fragments of two tie-count accumulators per m16 block
+    // With monitors the exact ties (eps 0) are counted anyway; they are r_s too unless the head
+    // is stabilized with eps > 0 (a head that is not stabilized never reads r_s). The variant
+    // with extras keeps its own count (sharing it there costs registers at D128).
+    const bool own_r_s = !kStats || kExtras || (f.stable && f.eps != 0.0f);
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
-      if constexpr (kTies) {
+      if (kTies && own_r_s) {
         count_ties_mma(s[mt], r_m[mt][0] - f.eps, r_m[mt][1] - f.eps, tie_cnt[mt]);
       }
       if constexpr (kSpec) {
@@ -258,7 +266,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
           if constexpr (kStats) count_ties_mma(s[mt], r_m[mt][0], r_m[mt][1], eq_cnt);
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
-            r_s[r] = tie_count(tie_cnt[mt], r);
+            r_s[r] = kStats && !own_r_s ? tie_count(eq_cnt, r) : tie_count(tie_cnt[mt], r);
             if constexpr (kStats) ties[r] = r_m[mt][r] == -INFINITY ? 0 : tie_count(eq_cnt, r);
           }
         }
@@ -296,6 +304,10 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     uint32_t pa[kMt][4][4];  // A fragments of P: 4 k-blocks of 16 keys
     float rowsum[kMt][2];
     exp_pass(s, m_new, pa, rowsum);
+    if constexpr (kStats && !kExtras) {
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) count_bf16_ones_mma(pa[mt], ones_acc[mt]);
+    }
 
     if constexpr (kSpec) {
       // Rows whose max repeats (r_s > 1) take the stabilized max. Where that changes a row's
@@ -418,8 +430,12 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 1);
-        ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 2);
+        if constexpr (kExtras) {
+          ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 1);
+          ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 2);
+        } else {
+          ones[mt][r] = static_cast<int>(ones_acc[mt][2 * r]);
+        }
         if ((lane % 4) == 0 && w_row0 + mt * 16 + lane / 4 + 8 * r < T) {
           st.rows += 1;
           st.repeated += run_cnt[mt][r] > 1;

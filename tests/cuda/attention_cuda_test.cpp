@@ -212,6 +212,52 @@ TEST(AttentionCuda, StabilizedSoftmaxKeepsPbarBelowOneOnTiedMaxima) {
   }
 }
 
+// The monitors are counts, so on logits that CPU and GPU form bit for bit they must agree
+// exactly: q and k in {-1, 0, 1} make every S an integer times alpha (exact in either
+// summation order), with many exact ties and no P̄ near BF16's rounding point below 1. Heads:
+// standard, stabilized (eps 0), stabilized with eps 0.2 (near-ties one logit step apart count
+// too, so r_s and the exact-tie monitor differ), stabilized with beta 4. Printed too, so two
+// kernel builds can be compared line by line.
+TEST(AttentionCuda, MonitorsCountExactlyOnIntegerLogits) {
+  SKIP_WITHOUT_GPU();
+  uint64_t state = 12345;
+  auto next3 = [&state] {  // -1, 0 or 1
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int>((state >> 33) % 3) - 1);
+  };
+  for (const Shape& sh : {Shape{2, 4, 150, 64, true}, Shape{1, 4, 96, 128, false},
+                          Shape{1, 4, 200, 128, true}}) {
+    SCOPED_TRACE(testing::Message() << "D=" << sh.d << " T=" << sh.t);
+    Inputs in = make_inputs(sh.b, sh.h, sh.t, sh.d, sh.causal, 1.0f, 77);
+    for (float& x : in.q) x = next3();
+    for (float& x : in.k) x = next3();
+    in.flags[1].stable = in.flags[2].stable = in.flags[3].stable = true;
+    in.flags[2].eps = 0.2f;
+    in.flags[3].beta = 4.0f;
+    const Outputs gpu = run_gpu(in, false), cpu = run_cpu(in, false);
+    ASSERT_EQ(gpu.fwd_status, 0);
+    for (int h = 0; h < sh.h; ++h) {
+      const HeadStats &g = gpu.stats[h], &c = cpu.stats[h];
+      std::printf("monitors D%d T%d h%d: rows %lld repeated %lld pbar_one %lld pos %lld neg %lld "
+                  "guard %lld max %.9g\n", sh.d, sh.t, h, static_cast<long long>(g.rows),
+                  static_cast<long long>(g.repeated_max_rows), static_cast<long long>(g.pbar_one),
+                  static_cast<long long>(g.stable_pos), static_cast<long long>(g.stable_neg),
+                  static_cast<long long>(g.stable_guard), g.max_logit);
+      EXPECT_EQ(g.rows, c.rows) << "head " << h;
+      EXPECT_EQ(g.repeated_max_rows, c.repeated_max_rows) << "head " << h;
+      EXPECT_EQ(g.pbar_one, c.pbar_one) << "head " << h;
+      EXPECT_EQ(g.stable_pos, c.stable_pos) << "head " << h;
+      EXPECT_EQ(g.stable_neg, c.stable_neg) << "head " << h;
+      EXPECT_EQ(g.stable_guard, c.stable_guard) << "head " << h;
+      EXPECT_EQ(g.max_logit, c.max_logit) << "head " << h;
+    }
+    EXPECT_GT(gpu.stats[0].repeated_max_rows, 0);
+    EXPECT_GT(gpu.stats[0].pbar_one, 0);
+    EXPECT_GT(gpu.stats[2].stable_pos + gpu.stats[2].stable_neg,
+              gpu.stats[1].stable_pos + gpu.stats[1].stable_neg);  // eps widens the ties
+  }
+}
+
 // Without monitors, stabilized heads run a specialization of their own (no monitor
 // bookkeeping, as in replays and bisect probes), which speculates that no row repeats its max
 // and redoes a warp's tile where one does. It must give the bits of the monitored one: on exact
