@@ -23,11 +23,14 @@ CUDA_HOME=$(dirname "$(dirname "$NVCC")")
 echo "== base"
 "$BUILD/cuda_bench" --no-mixed 2>&1 | tee "$OUT/bench_base.log" | grep -vE "^$"
 IFS=';' read -ra VS <<< "${VARIANTS:-}"
+NAMES=(); DEFS=()
+for v in "${VS[@]}"; do
+  [[ -n "$v" ]] && { NAMES+=("${v%%:*}"); DEFS+=("${v#*:}"); }
+done
 # Every variant's forward and backward compile at once (the machine has 16 cores); then each is
 # linked and timed in turn.
-for v in "${VS[@]}"; do
-  [[ -z "$v" ]] && continue
-  name=${v%%:*}; defs=${v#*:}
+for i in "${!NAMES[@]}"; do
+  name=${NAMES[$i]}; defs=${DEFS[$i]}
   d="$BUILD/v_$name"; mkdir -p "$d"
   for f in attention_forward attention_backward; do
     # shellcheck disable=SC2086
@@ -36,9 +39,8 @@ for v in "${VS[@]}"; do
   done
 done
 wait || true
-for v in "${VS[@]}"; do
-  [[ -z "$v" ]] && continue
-  name=${v%%:*}; defs=${v#*:}
+for i in "${!NAMES[@]}"; do
+  name=${NAMES[$i]}; defs=${DEFS[$i]}
   d="$BUILD/v_$name"
   cat "$d"/nvcc_*.log > "$d/nvcc.log"
   [[ -f "$d/attention_forward.o" && -f "$d/attention_backward.o" ]] || { cat "$d/nvcc.log"; continue; }

@@ -287,6 +287,10 @@ __device__ __forceinline__ void load_tile_async(uint16_t* smem, const uint16_t* 
   }
 }
 
+// Two BF16 ones: the all-ones mma B register of the tensor-core counts below, and the flag
+// value their A registers hold for a hit.
+constexpr uint32_t kBf16OnePair = 0x3F803F80u;
+
 // Tie counts of one m16 block of S (a 16 x 64 tile in the mma C layout) on the tensor cores:
 // per row, #{S >= thr} with thr0 for row lane/4 and thr1 for row lane/4 + 8. set.ge gives 1.0f
 // or 0.0f, whose upper half is the BF16 flag; one PRMT puts two flags of a row into one mma
@@ -298,7 +302,6 @@ __device__ __forceinline__ void load_tile_async(uint16_t* smem, const uint16_t* 
 // accumulators halve the dependent mma chain; tie_count() reads a row's total.
 __device__ __forceinline__ void count_ties_mma(const float (&s)[8][4], float thr0, float thr1,
                                                float (&acc)[2][4]) {
-  constexpr uint32_t kBf16OnePair = 0x3F803F80u;  // two BF16 ones: an all-ones B register
   // The upper halves of x and y as a BF16 pair (x low).
   auto pair = [](float x, float y) {
     return __byte_perm(__float_as_uint(x), __float_as_uint(y), 0x7632);
@@ -320,7 +323,6 @@ __device__ __forceinline__ void count_ties_mma(const float (&s)[8][4], float thr
 // keys gives BF16 1.0 / 0.0 flags that are mma A registers as they stand (no pack), and 4 mma
 // against an all-ones B sum 64 keys exactly in FP32, the count in every column.
 __device__ __forceinline__ void count_bf16_ones_mma(const uint32_t (&pa)[4][4], float (&acc)[4]) {
-  constexpr uint32_t kBf16OnePair = 0x3F803F80u;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     uint32_t flags[4];

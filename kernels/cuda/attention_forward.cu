@@ -65,11 +65,12 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
   }
   float m[kMt][2], l[kMt][2];
-  // Monitor state per row: running max of S and how often it occurs (eps 0), P̄ == 1 count.
+  // Monitor state per row: running max of S and how often it occurs (eps 0), and the P̄ == 1
+  // count: per thread in `ones` with extras (their P̄V operand is not bf16(P̄)); otherwise on
+  // the tensor cores from the operand (count_bf16_ones_mma), each row's count in every C column
+  // of ones_acc.
   float run_max[kMt][2];
   int run_cnt[kMt][2], ones[kMt][2];
-  // Without extras the P̄V operand is bf16(P̄) itself, so the P̄ == 1 monitor counts on the
-  // tensor cores from it (count_bf16_ones_mma): C fragments, each row's count in every column.
   float ones_acc[kMt][4];
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
