@@ -11,7 +11,7 @@
 #include <set>
 
 #include "common/hash.h"
-#include "replay/progress.h"
+#include "common/progress.h"
 
 namespace rwd::bisect {
 
@@ -73,7 +73,7 @@ Located locate(const std::vector<Element>& set) {
 
 void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, int64_t to) {
   BisectReport& rep = ctx.report;
-  const replay::Config& c = ctx.run.config;
+  const train::Config& c = ctx.run.config;
   rep.narrowed = true;
   rep.from = from;
   rep.to = to;
@@ -193,7 +193,7 @@ std::vector<ProbeOutcome> Context::probe(const std::vector<ProbeSpec>& batch) {
     const int done = static_cast<int>(report.probes.size());
     if (!line || done >= estimate) {
       estimate = std::max(estimate, done + 2);
-      line = std::make_shared<replay::Progress>("bisect probes", estimate, 0.0);
+      line = std::make_shared<Progress>("bisect probes", estimate, 0.0);
     }
     line->update(done, "| " + phase + " " + batch.back().label() + " -> " + (outs.back().fails ? "fail" : "pass") +
                            " (probe count and ETA are estimates)");
@@ -212,7 +212,7 @@ BisectReport run_bisect(const BisectOptions& o) {
     throw UsageError("bisect: --until and --window-only need --find-window");
   store::Store st = store::Store::open(o.store_path, store::Mode::kReadWrite);
   BisectReport rep;
-  replay::RunSpec run = replay::RunSpec::load(st, o.run);
+  train::RunSpec run = train::RunSpec::load(st, o.run);
   Predicate pred = Predicate::parse(o.fail);
   pred.validate(series_keys(run.config));
   const std::string job_text = "run " + std::to_string(run.run_id) + " " +
@@ -268,7 +268,7 @@ BisectReport run_bisect(const BisectOptions& o) {
 }
 
 std::string bisect_log(store::Store& s, int64_t run_id) {
-  replay::RunSpec run = replay::RunSpec::load(s, run_id);
+  train::RunSpec run = train::RunSpec::load(s, run_id);
   std::string out;
   char buf[512];
   for (const auto& k : s.kv_keys(run.run_id, "bisect/log/")) {

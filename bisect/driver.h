@@ -12,7 +12,7 @@
 #include "bisect/probe.h"
 #include "bisect/probe_pool.h"
 #include "bisect/search.h"
-#include "replay/progress.h"
+#include "common/progress.h"
 
 namespace rwd::bisect {
 
@@ -96,7 +96,7 @@ namespace detail {
 // Shared by the narrowing and the time search: the store, run, predicate, pool and report.
 struct Context {
   store::Store& store;
-  replay::RunSpec run;
+  train::RunSpec run;
   Predicate pred;
   ProbePool pool;
   BisectReport& report;
@@ -105,7 +105,7 @@ struct Context {
   int estimate = 0;
   double t0 = 0;
   std::string phase;
-  std::shared_ptr<replay::Progress> line;  // the progress line (recreated if the estimate grows)
+  std::shared_ptr<Progress> line;  // the progress line (recreated if the estimate grows)
 
   // Runs a batch in the current phase; appends to the report and the job's log.
   std::vector<ProbeOutcome> probe(const std::vector<ProbeSpec>& batch);

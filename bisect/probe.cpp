@@ -39,7 +39,7 @@ std::vector<double> uncurve(const nlohmann::json& a) {
 }
 
 // The steps where the probe's plan may change: `from` and every schedule change inside.
-std::vector<int64_t> plan_points(const ProbeSpec& p, const replay::RunSpec& run) {
+std::vector<int64_t> plan_points(const ProbeSpec& p, const train::RunSpec& run) {
   std::vector<int64_t> pts = {p.from};
   for (const auto& ch : run.plan.changes)
     if (ch.first > p.from && ch.first <= p.to) pts.push_back(ch.first);
@@ -128,22 +128,22 @@ Candidate parse_candidate(const std::string& text) {
   return c;
 }
 
-SearchSpace space_for(const replay::Config& c) {
+SearchSpace space_for(const train::Config& c) {
   SearchSpace s;
   s.n_layer = c.n_layer;
   s.n_head = c.n_head;
   return s;
 }
 
-plan::Plan probe_plan(const ProbeSpec& p, const replay::RunSpec& run, int64_t step) {
-  const replay::Config& c = run.config;
+plan::Plan probe_plan(const ProbeSpec& p, const train::RunSpec& run, int64_t step) {
+  const train::Config& c = run.config;
   plan::Plan recorded = run.plan.at(step, c.n_layer, c.n_head);
   if (p.candidate) return candidate_plan(*p.candidate, space_for(c), recorded);
   return plan::apply(recorded, p.spec);
 }
 
-std::string probe_key(const ProbeSpec& p, const replay::RunSpec& run, const Predicate& pred) {
-  const replay::Config& c = run.config;
+std::string probe_key(const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred) {
+  const train::Config& c = run.config;
   std::string recorded, probe;
   for (int64_t s : plan_points(p, run)) {
     recorded += "@" + std::to_string(s) + ":" + run.plan.at(s, c.n_layer, c.n_head).canonical() + "\n";
@@ -155,7 +155,7 @@ std::string probe_key(const ProbeSpec& p, const replay::RunSpec& run, const Pred
   return hex64(fnv1a64(text));
 }
 
-std::vector<std::string> series_keys(const replay::Config& c) {
+std::vector<std::string> series_keys(const train::Config& c) {
   std::vector<std::string> keys = {"loss", "grad_norm", "lr", "recorded_loss"};
   for (int l = 0; l < c.n_layer; ++l)
     for (int h = 0; h < c.n_head; ++h)
@@ -164,7 +164,7 @@ std::vector<std::string> series_keys(const replay::Config& c) {
   return keys;
 }
 
-ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const replay::RunSpec& run,
+ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,
                            const Predicate& pred) {
   auto t0 = std::chrono::steady_clock::now();
   ProbeOutcome out;

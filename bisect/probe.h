@@ -10,7 +10,7 @@
 #include "bisect/predicate.h"
 #include "bisect/space.h"
 #include "common/error.h"
-#include "replay/run_spec.h"
+#include "train/run_spec.h"
 #include "store/store.h"
 
 namespace rwd::bisect {
@@ -57,22 +57,22 @@ Element parse_element(const std::string& text);
 Candidate parse_candidate(const std::string& text);
 
 // The search space of a recorded model: every op, module and the model head.
-SearchSpace space_for(const replay::Config& c);
+SearchSpace space_for(const train::Config& c);
 
 // The plan a probe runs at step s (see ProbeSpec).
-plan::Plan probe_plan(const ProbeSpec& p, const replay::RunSpec& run, int64_t step);
+plan::Plan probe_plan(const ProbeSpec& p, const train::RunSpec& run, int64_t step);
 
 // Cache key: hash of (run, window, recorded plan of the window, probe plan of the window,
 // normalized predicate). Plans are described at `from` and at every schedule change inside
 // the window, so equal keys mean identical replays judged identically.
-std::string probe_key(const ProbeSpec& p, const replay::RunSpec& run, const Predicate& pred);
+std::string probe_key(const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred);
 
 // Every series key a window of this run provides (to validate a predicate before probing).
-std::vector<std::string> series_keys(const replay::Config& c);
+std::vector<std::string> series_keys(const train::Config& c);
 
 // Runs the probe in this process (restore, replay the window, stop at a non-finite loss,
 // evaluate the predicate). The caller sets the thread count of the recording.
-ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const replay::RunSpec& run,
+ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,
                            const Predicate& pred);
 
 // The probes table row of an outcome, and back (nullopt: not a bisect probe or unreadable).

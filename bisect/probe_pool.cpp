@@ -37,7 +37,7 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
 
 }  // namespace
 
-ProbePool::ProbePool(store::Store& s, const replay::RunSpec& run, const Predicate& pred,
+ProbePool::ProbePool(store::Store& s, const train::RunSpec& run, const Predicate& pred,
                      PoolOptions options)
     : store_(s), run_(run), pred_(pred), options_(std::move(options)) {
   if (options_.jobs < 1) throw UsageError("bisect: --jobs must be >= 1");
@@ -154,7 +154,7 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
 int probe_worker(const std::string& store_path, const std::string& probe_json) {
   ProbeSpec p = ProbeSpec::from_json(probe_json);
   store::Store s = store::Store::open(store_path, store::Mode::kReadWrite);
-  replay::RunSpec run = replay::RunSpec::load(s, p.run);
+  train::RunSpec run = train::RunSpec::load(s, p.run);
   at::set_num_threads(run.threads);  // the recorded thread count: replay is bitwise per count
   Predicate pred = Predicate::parse(p.predicate);
   ProbeOutcome o = execute_probe(s, p, run, pred);

@@ -21,7 +21,7 @@ struct PoolOptions {
 
 class ProbePool {
  public:
-  ProbePool(store::Store& s, const replay::RunSpec& run, const Predicate& pred,
+  ProbePool(store::Store& s, const train::RunSpec& run, const Predicate& pred,
             PoolOptions options);
 
   // Outcomes in the order of `batch`; duplicate keys inside a batch run once.
@@ -36,7 +36,7 @@ class ProbePool {
   std::vector<ProbeOutcome> run_workers(const std::vector<ProbeSpec>& todo);
 
   store::Store& store_;
-  const replay::RunSpec& run_;
+  const train::RunSpec& run_;
   const Predicate& pred_;
   PoolOptions options_;
   int executed_ = 0, cached_ = 0;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "replay/plan.h"
+#include "plan/plan.h"
 
 namespace rwd::bisect {
 

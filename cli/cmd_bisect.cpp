@@ -121,7 +121,7 @@ int run_bisect(int argc, char** argv) {
   {
     // Replay is bitwise only at the recorded thread count (in-process probes and workers).
     store::Store st = store::Store::open(o.store_path, store::Mode::kReadOnly);
-    set_threads(replay::RunSpec::load(st, o.run).threads);
+    set_threads(train::RunSpec::load(st, o.run).threads);
   }
 
   bisect::BisectReport rep = bisect::run_bisect(o);

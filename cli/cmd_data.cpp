@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
-#include "replay/data.h"
+#include "train/data.h"
 
 namespace rwd::cli {
 
@@ -33,13 +33,13 @@ int run_data(int argc, char** argv) {
   const std::string out = r["output"].as<std::string>();
   if (kind == "synth") {
     size_t n = r["tokens"].as<size_t>();
-    replay::write_synth_tokens(out, n, r["vocab"].as<int>(), r["seed"].as<uint64_t>());
+    train::write_synth_tokens(out, n, r["vocab"].as<int>(), r["seed"].as<uint64_t>());
     std::printf("wrote %zu synthetic tokens (vocab %d) to %s\n", n, r["vocab"].as<int>(), out.c_str());
     return 0;
   }
   if (kind == "text") {
     if (!r.count("input")) throw UsageError("data text: give the text file to encode");
-    size_t n = replay::write_text_tokens(r["input"].as<std::string>(), out);
+    size_t n = train::write_text_tokens(r["input"].as<std::string>(), out);
     std::printf("wrote %zu byte tokens to %s\n", n, out.c_str());
     return 0;
   }

@@ -7,7 +7,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "common/error.h"
-#include "replay/progress.h"
+#include "common/progress.h"
 #include "replay/replayer.h"
 #include "store/store.h"
 
@@ -41,13 +41,13 @@ int run_replay(int argc, char** argv) {
   if (r.count("plan")) o.plan = r["plan"].as<std::string>();
   o.verify = r.count("verify") > 0;
   if (r.count("data")) o.data_path = r["data"].as<std::string>();
-  replay::RunSpec spec = replay::RunSpec::load(st, o.run);
+  train::RunSpec spec = train::RunSpec::load(st, o.run);
   set_threads(spec.threads);
   auto ckpt = st.nearest_checkpoint(spec.run_id, o.from);
   const int64_t total = o.to - (ckpt ? *ckpt : o.from) + 1;
-  replay::Progress progress("replay step", total);
+  Progress progress("replay step", total);
   int64_t done = 0;
-  o.on_step = [&](const replay::StepResult& s, bool) {
+  o.on_step = [&](const train::StepResult& s, bool) {
     progress.update(++done, "step " + std::to_string(s.step) + " loss " + std::to_string(s.loss));
   };
   replay::ReplayResult res = replay::replay(st, o);

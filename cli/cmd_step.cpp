@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "common/error.h"
-#include "replay/run_spec.h"
+#include "train/run_spec.h"
 #include "replay/step_probe.h"
 #include "store/store.h"
 
@@ -30,7 +30,7 @@ int run_step(int argc, char** argv) {
   if (!r.count("store") || !r.count("step") || !r.count("fp32"))
     throw UsageError("step: --store, --step and --fp32 are required");
   store::Store st = store::Store::open(r["store"].as<std::string>(), store::Mode::kReadOnly);
-  replay::RunSpec spec = replay::RunSpec::load(st, r["run"].as<int64_t>());
+  train::RunSpec spec = train::RunSpec::load(st, r["run"].as<int64_t>());
   set_threads(spec.threads);
   replay::StepProbeResult res = replay::probe_step(st, spec.run_id, r["step"].as<int64_t>(),
                                                    r["fp32"].as<std::string>(), r["data"].as<std::string>());

@@ -11,10 +11,10 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "common/error.h"
-#include "replay/recorder.h"
+#include "train/recorder.h"
 #include "replay/replayer.h"
-#include "replay/run_spec.h"
-#include "replay/trainer.h"
+#include "train/run_spec.h"
+#include "train/trainer.h"
 #include "store/store.h"
 
 namespace rwd::cli {
@@ -35,7 +35,7 @@ struct RecordingMs {
 // commits in the background. On a GPU the digest reads its sums back, so it includes waiting
 // for the device work queued before it (the optimizer's); the checkpoint's copy runs on the
 // device in the background.
-void print_step(const replay::StepResult& r, double wall_ms, bool resumed_check, const RecordingMs* rec) {
+void print_step(const train::StepResult& r, double wall_ms, bool resumed_check, const RecordingMs* rec) {
   char parts[128] = "";
   if (rec != nullptr) {
     std::snprintf(parts, sizeof parts, " (recording: checkpoint %.1f, digest %.1f, store %.1f ms)",
@@ -90,15 +90,15 @@ int run_train(int argc, char** argv) {
   so.zstd_workers = r["zstd-threads"].as<int>();
   if (so.zstd_workers < 0) throw UsageError("--zstd-threads must be 0 or more");
   std::unique_ptr<store::Store> st;
-  replay::RunSpec spec;
-  std::unique_ptr<replay::TokenFile> data;
-  std::unique_ptr<replay::Trainer> trainer;
+  train::RunSpec spec;
+  std::unique_ptr<train::TokenFile> data;
+  std::unique_ptr<train::Trainer> trainer;
   int64_t recorded_last = -1;  // resume: steps up to here are already in the store
 
   if (r.count("resume")) {
     if (r.count("record")) throw UsageError("--resume and --record are exclusive");
     st = std::make_unique<store::Store>(store::Store::open(r["resume"].as<std::string>(), store::Mode::kReadWrite, so));
-    spec = replay::RunSpec::load(*st, 0);
+    spec = train::RunSpec::load(*st, 0);
     set_threads(spec.threads);
     auto ckpts = st->checkpoint_steps(spec.run_id);
     if (ckpts.empty()) throw Error(ExitCode::kData, "missing checkpoint: nothing to resume from");
@@ -123,7 +123,7 @@ int run_train(int argc, char** argv) {
     for (const auto& ch : spec.plan.changes) spec.plan.at(ch.first, spec.config.n_layer, spec.config.n_head);
     spec.threads = r["threads"].as<int>();
     set_threads(spec.threads);
-    data = std::make_unique<replay::TokenFile>(r["data"].as<std::string>());
+    data = std::make_unique<train::TokenFile>(r["data"].as<std::string>());
     spec.data_path = data->path();
     spec.data_fingerprint = data->fingerprint();
     spec.checkpoint_every = r["checkpoint-every"].as<int>();
@@ -133,26 +133,26 @@ int run_train(int argc, char** argv) {
     spec.full_batches = batches == "full";
     spec.device = r["device"].as<std::string>();
     spec.attention = r["attention"].as<std::string>();
-    const torch::Device device = replay::setup_device(spec.device);
-    spec.device_name = replay::device_name(device);
-    trainer = std::make_unique<replay::Trainer>(
+    const torch::Device device = train::setup_device(spec.device);
+    spec.device_name = train::device_name(device);
+    trainer = std::make_unique<train::Trainer>(
         spec.config, spec.plan.at(0, spec.config.n_layer, spec.config.n_head), *data, device,
-        replay::attention_impl(spec.attention));
+        train::attention_impl(spec.attention));
     if (r.count("record")) {
       st = std::make_unique<store::Store>(store::Store::create(r["record"].as<std::string>(), so));
       spec.run_id = st->add_run(spec.config.to_json(), spec.plan.to_json(), spec.meta_json());
     }
   }
 
-  std::unique_ptr<replay::Recorder> rec;
+  std::unique_ptr<train::Recorder> rec;
   if (st) {
-    replay::RecordOptions ro;
+    train::RecordOptions ro;
     ro.checkpoint_every = spec.checkpoint_every;
     ro.wait_for_writer = r.count("checkpoint-wait") > 0;
     ro.digest_every = spec.digest_every;
     ro.full_batches = spec.full_batches;
-    ro.capture = replay::CaptureSpec::parse(r["capture"].as<std::string>(), spec.config.n_layer, spec.config.n_head);
-    rec = std::make_unique<replay::Recorder>(st->path(), spec.run_id, ro, so);
+    ro.capture = train::CaptureSpec::parse(r["capture"].as<std::string>(), spec.config.n_layer, spec.config.n_head);
+    rec = std::make_unique<train::Recorder>(st->path(), spec.run_id, ro, so);
   }
   const int log_every = std::max(1, r["log-every"].as<int>());
   const int64_t total = spec.config.max_iters;
@@ -174,7 +174,7 @@ int run_train(int argc, char** argv) {
     }
     std::vector<int> cap_layers;
     if (rec && rec->options().capture.active(s)) cap_layers = rec->options().capture.layers;
-    replay::StepResult res = trainer->train_step(cap_layers);
+    train::StepResult res = trainer->train_step(cap_layers);
     const auto td = std::chrono::steady_clock::now();
     std::string digest = (rec && rec->wants_digest(s)) ? trainer->param_digest() : "";
     rms.digest = ms_since(td);
@@ -196,7 +196,7 @@ int run_train(int argc, char** argv) {
     if (rec->checkpoint_due(total, /*at_end=*/true) && st->nearest_checkpoint(spec.run_id, total) != total)
       rec->checkpoint(total, *trainer);
     rec->flush();
-    const replay::Recorder::Costs cc = rec->costs();
+    const train::Recorder::Costs cc = rec->costs();
     if (cc.checkpoints > 0) {
       // What checkpoints cost the run: if "waited" grows (--checkpoint-wait) or checkpoints
       // are deferred, the writer cannot keep up with --checkpoint-every; a larger K (or a

@@ -25,26 +25,26 @@ void add_config_options(cxxopts::Options& opts) {
   opts.add_options("model and optimisation")
       ("preset", "tiny | small-cpu | gpt2-small", cxxopts::value<std::string>()->default_value("tiny"))
       ("config", "JSON file of nanoGPT keys (applied after the preset)", cxxopts::value<std::string>());
-  for (int i = 0; i < replay::kNumConfigKeys; ++i) {
-    opts.add_options("model and optimisation")(dashed(replay::kConfigKeys[i]),
-                                               std::string("override ") + replay::kConfigKeys[i],
+  for (int i = 0; i < train::kNumConfigKeys; ++i) {
+    opts.add_options("model and optimisation")(dashed(train::kConfigKeys[i]),
+                                               std::string("override ") + train::kConfigKeys[i],
                                                cxxopts::value<std::string>());
   }
 }
 
-replay::Config config_from(const cxxopts::ParseResult& r) {
-  replay::Config c = replay::Config::preset(r["preset"].as<std::string>());
+train::Config config_from(const cxxopts::ParseResult& r) {
+  train::Config c = train::Config::preset(r["preset"].as<std::string>());
   if (r.count("config")) {
     const std::string path = r["config"].as<std::string>();
     std::ifstream in(path);
     if (!in) throw UsageError("cannot read config file '" + path + "'");
     std::stringstream ss;
     ss << in.rdbuf();
-    c = replay::Config::from_json(ss.str(), c);  // the file overrides the keys it names
+    c = train::Config::from_json(ss.str(), c);  // the file overrides the keys it names
   }
-  for (int i = 0; i < replay::kNumConfigKeys; ++i) {
-    const std::string key = dashed(replay::kConfigKeys[i]);
-    if (r.count(key)) replay::set_config_value(c, key, r[key].as<std::string>());
+  for (int i = 0; i < train::kNumConfigKeys; ++i) {
+    const std::string key = dashed(train::kConfigKeys[i]);
+    if (r.count(key)) train::set_config_value(c, key, r[key].as<std::string>());
   }
   c.validate();
   return c;

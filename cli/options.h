@@ -4,14 +4,14 @@
 #include <cxxopts.hpp>
 #include <string>
 
-#include "replay/config.h"
+#include "train/config.h"
 
 namespace rwd::cli {
 
 // Adds --preset, --config and one option per nanoGPT config key (--n-layer, ...).
 void add_config_options(cxxopts::Options& opts);
 // Preset, then config file, then per-key overrides, validated.
-replay::Config config_from(const cxxopts::ParseResult& r);
+train::Config config_from(const cxxopts::ParseResult& r);
 // Sets LibTorch's (and OpenMP's) thread count: replay determinism needs the recorded count.
 void set_threads(int n);
 // Prints `opts.help()` and returns true when --help was given.

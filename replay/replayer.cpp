@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
-#include "replay/tensor_io.h"
+#include "train/tensor_io.h"
 
 namespace rwd::replay {
 
@@ -21,7 +21,7 @@ std::string describe(float v, uint32_t bits) {
 }
 
 // Compares one replayed step with its record; returns "" when they agree bit for bit.
-std::string mismatch(const StepResult& r, const store::StepRecord& rec, const std::string& digest) {
+std::string mismatch(const train::StepResult& r, const store::StepRecord& rec, const std::string& digest) {
   const uint32_t lb = store::float_bits(r.loss), gb = store::float_bits(r.grad_norm);
   if (lb != rec.loss_bits)
     return "loss recorded " + describe(rec.loss(), rec.loss_bits) + " vs replayed " + describe(r.loss, lb);
@@ -35,7 +35,7 @@ std::string mismatch(const StepResult& r, const store::StepRecord& rec, const st
   return "";
 }
 
-void check_dataset(const RunSpec& run, const TokenFile& data) {
+void check_dataset(const train::RunSpec& run, const train::TokenFile& data) {
   if (!run.data_fingerprint.empty() && data.fingerprint() != run.data_fingerprint)
     throw Error(ExitCode::kData, "dataset '" + data.path() + "' differs from the recording (fingerprint " +
                                      data.fingerprint() + ", recorded " + run.data_fingerprint + ")");
@@ -44,9 +44,9 @@ void check_dataset(const RunSpec& run, const TokenFile& data) {
 }  // namespace
 
 Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path,
-                        bool verify, const std::function<void(const StepResult&, bool)>& on_step) {
+                        bool verify, const std::function<void(const train::StepResult&, bool)>& on_step) {
   Restored r;
-  r.run = RunSpec::load(s, run_id);
+  r.run = train::RunSpec::load(s, run_id);
   auto range = s.step_range(r.run.run_id);
   auto ckpt = s.nearest_checkpoint(r.run.run_id, step);
   if (!ckpt)
@@ -56,14 +56,14 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
     throw UsageError("step " + std::to_string(step) + " is outside the recording");
   r.checkpoint_step = *ckpt;
   const std::string path = data_path.empty() ? r.run.data_path : data_path;
-  r.data = std::make_unique<TokenFile>(path);
+  r.data = std::make_unique<train::TokenFile>(path);
   check_dataset(r.run, *r.data);
-  const Config& c = r.run.config;
-  const torch::Device device = setup_device(r.run.device);
-  warn_if_not_reproducible(r.run, device);
-  r.trainer = std::make_unique<Trainer>(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data,
-                                        device, attention_impl(r.run.attention));
-  r.trainer->load_state(read_checkpoint(s, r.run.run_id, *ckpt));
+  const train::Config& c = r.run.config;
+  const torch::Device device = train::setup_device(r.run.device);
+  train::warn_if_not_reproducible(r.run, device);
+  r.trainer = std::make_unique<train::Trainer>(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data,
+                                        device, train::attention_impl(r.run.attention));
+  r.trainer->load_state(train::read_checkpoint(s, r.run.run_id, *ckpt));
   if (r.trainer->step() != *ckpt)
     throw Error(ExitCode::kData, "checkpoint at step " + std::to_string(*ckpt) + " holds step " +
                                      std::to_string(r.trainer->step()));
@@ -71,7 +71,7 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
   while (r.trainer->step() < step) {
     const int64_t s_now = r.trainer->step();
     r.trainer->set_plan(r.run.plan.at(s_now, c.n_layer, c.n_head));
-    StepResult res = r.trainer->train_step();
+    train::StepResult res = r.trainer->train_step();
     if (verify) {
       auto rec = s.get_step(r.run.run_id, s_now);
       if (rec) {
@@ -88,7 +88,7 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
 
 ReplayResult replay(store::Store& s, const ReplayOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
-  RunSpec run = RunSpec::load(s, o.run);
+  train::RunSpec run = train::RunSpec::load(s, o.run);
   auto range = s.step_range(run.run_id);
   if (!range) throw Error(ExitCode::kData, "run " + std::to_string(run.run_id) + " has no recorded steps");
   if (o.from > o.to) throw UsageError("empty window " + std::to_string(o.from) + ":" + std::to_string(o.to));
@@ -97,7 +97,7 @@ ReplayResult replay(store::Store& s, const ReplayOptions& o) {
                      " is outside the recording (steps " + std::to_string(range->first) + ".." +
                      std::to_string(range->second) + ")");
   Restored st = restore_before(s, run.run_id, o.from, o.data_path, o.verify, o.on_step);
-  const Config& c = run.config;
+  const train::Config& c = run.config;
   ReplayResult result;
   result.run = run;
   result.checkpoint_step = st.checkpoint_step;
@@ -128,12 +128,12 @@ ReplayResult replay(store::Store& s, const ReplayOptions& o) {
 std::map<std::string, std::vector<double>> window_series(const std::vector<ReplayedStep>& w) {
   std::map<std::string, std::vector<double>> s;
   for (const auto& st : w) {
-    const StepResult& r = st.replayed;
+    const train::StepResult& r = st.replayed;
     s["loss"].push_back(r.loss);
     s["grad_norm"].push_back(r.grad_norm);
     s["lr"].push_back(r.lr);
     if (st.recorded) s["recorded_loss"].push_back(st.recorded->loss());
-    for (const HeadMonitor& m : r.monitors) {
+    for (const train::HeadMonitor& m : r.monitors) {
       const std::string p = "L" + std::to_string(m.layer) + ".H" + std::to_string(m.head) + ".";
       s[p + "wq_sn"].push_back(m.wq_sn);
       s[p + "max_logit"].push_back(m.max_logit);

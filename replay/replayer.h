@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "replay/run_spec.h"
-#include "replay/trainer.h"
+#include "train/run_spec.h"
+#include "train/trainer.h"
 #include "store/store.h"
 
 namespace rwd::replay {
@@ -24,16 +24,16 @@ struct ReplayOptions {
   std::vector<int> capture_layers;      // attention tensors to keep in the window
   bool stop_on_nonfinite = false;       // bisect probes: stop once the loss is NaN/Inf
   // Called after every re-executed step (fast-forward included) for progress output.
-  std::function<void(const StepResult&, bool in_window)> on_step;
+  std::function<void(const train::StepResult&, bool in_window)> on_step;
 };
 
 struct ReplayedStep {
-  StepResult replayed;
+  train::StepResult replayed;
   std::optional<store::StepRecord> recorded;
 };
 
 struct ReplayResult {
-  RunSpec run;
+  train::RunSpec run;
   int64_t checkpoint_step = 0;
   std::vector<ReplayedStep> window;  // steps from..to
   double seconds = 0;
@@ -48,13 +48,13 @@ ReplayResult replay(store::Store& s, const ReplayOptions& o);
 
 // Restores the trainer state before step `step` (loads the nearest checkpoint, fast-forwards).
 struct Restored {
-  RunSpec run;
-  std::unique_ptr<TokenFile> data;
-  std::unique_ptr<Trainer> trainer;
+  train::RunSpec run;
+  std::unique_ptr<train::TokenFile> data;
+  std::unique_ptr<train::Trainer> trainer;
   int64_t checkpoint_step = 0;
 };
 Restored restore_before(store::Store& s, int64_t run, int64_t step, const std::string& data_path,
-                        bool verify, const std::function<void(const StepResult&, bool)>& on_step);
+                        bool verify, const std::function<void(const train::StepResult&, bool)>& on_step);
 
 // The per-step series of a window as predicate/report inputs: loss, grad_norm, lr and every
 // monitor "L<l>.H<h>.<name>".

@@ -55,20 +55,20 @@ std::vector<std::pair<int, int>> changed_heads(const plan::Plan& lp, const plan:
 StepProbeResult probe_step(store::Store& s, int64_t run, int64_t step, const std::string& fp32_spec,
                            const std::string& data_path) {
   const std::string spec = promote_spec(fp32_spec);
-  RunSpec rs = RunSpec::load(s, run);
+  train::RunSpec rs = train::RunSpec::load(s, run);
   auto range = s.step_range(rs.run_id);
   if (!range || step < range->first || step > range->second)
     throw UsageError("step " + std::to_string(step) + " is outside the recording" +
                      (range ? " (steps " + std::to_string(range->first) + ".." + std::to_string(range->second) + ")" : ""));
-  const Config& c = rs.config;
+  const train::Config& c = rs.config;
   plan::Plan lp = rs.plan.at(step, c.n_layer, c.n_head);
   plan::Plan hp = plan::apply(lp, spec);
   Restored st = restore_before(s, rs.run_id, step, data_path, false, {});
   std::vector<int> layers(c.n_layer);
   for (int l = 0; l < c.n_layer; ++l) layers[l] = l;
   std::map<std::string, torch::Tensor> g_lp, g_hp;
-  StepResult a = st.trainer->probe_step(lp, layers, &g_lp);
-  StepResult b = st.trainer->probe_step(hp, layers, &g_hp);
+  train::StepResult a = st.trainer->probe_step(lp, layers, &g_lp);
+  train::StepResult b = st.trainer->probe_step(hp, layers, &g_hp);
 
   StepProbeResult out;
   out.step = step;

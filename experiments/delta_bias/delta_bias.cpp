@@ -11,14 +11,14 @@
 #include "common/error.h"
 #include "experiments/delta_bias/svg_plot.h"
 #include "kernels/attention_cpu.h"
-#include "replay/config.h"
-#include "replay/data.h"
-#include "replay/plan.h"
-#include "replay/trainer.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "plan/plan.h"
+#include "train/trainer.h"
 
 namespace {
 
-namespace rp = rwd::replay;
+namespace rp = rwd::train;
 namespace rk = rwd::kernels;
 
 // FP64 reference output of the captured (FP32) q, k, v; (B, H, T, D).
@@ -30,7 +30,7 @@ torch::Tensor reference_o(const rk::AttentionCapture& cap) {
   p.heads = static_cast<int>(q.size(1));
   p.seq = static_cast<int>(q.size(2));
   p.dim = static_cast<int>(q.size(3));
-  p.scale = 1.0f / std::sqrt(static_cast<float>(p.dim));  // as the model (replay/model.cpp)
+  p.scale = 1.0f / std::sqrt(static_cast<float>(p.dim));  // as the model (train/model.cpp)
   p.causal = true;
   torch::Tensor o = torch::empty_like(q);
   torch::Tensor lse = torch::empty({q.size(0), q.size(1), q.size(2)}, q.options());

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "replay/recorder.h"
+#include "train/recorder.h"
 #include "replay/replayer.h"
-#include "replay/run_spec.h"
-#include "replay/trainer.h"
+#include "train/run_spec.h"
+#include "train/trainer.h"
 #include "store/store.h"
 
 namespace {
@@ -31,9 +31,9 @@ double median(std::vector<double> v) {
 }
 
 // Median step time (ms) over `steps` steps after one warm-up step.
-double step_ms(const replay::Config& c, const replay::TokenFile& data, replay::AttentionImpl impl,
+double step_ms(const train::Config& c, const train::TokenFile& data, train::AttentionImpl impl,
                int steps) {
-  replay::Trainer t(c, plan::Plan::defaults(c.n_layer, c.n_head), data, torch::kCPU, impl);
+  train::Trainer t(c, plan::Plan::defaults(c.n_layer, c.n_head), data, torch::kCPU, impl);
   t.train_step();
   std::vector<double> ms;
   for (int i = 0; i < steps; ++i) ms.push_back(t.train_step().seconds * 1000.0);
@@ -48,30 +48,30 @@ struct RecordFigures {
 };
 
 // Records `steps` steps into `path`; returns the median wall ms per step including recording.
-double record(const replay::Config& c, const replay::TokenFile& data, const std::string& path,
-              int steps, const std::string& capture, int ckpt_every, replay::RunSpec* spec_out) {
+double record(const train::Config& c, const train::TokenFile& data, const std::string& path,
+              int steps, const std::string& capture, int ckpt_every, train::RunSpec* spec_out) {
   std::remove(path.c_str());
   auto st = store::Store::create(path);
-  replay::RunSpec spec;
+  train::RunSpec spec;
   spec.config = c;
   spec.threads = at::get_num_threads();
   spec.data_path = data.path();
   spec.data_fingerprint = data.fingerprint();
   spec.checkpoint_every = ckpt_every;
   spec.run_id = st.add_run(c.to_json(), spec.plan.to_json(), spec.meta_json());
-  replay::RecordOptions ro;
+  train::RecordOptions ro;
   ro.checkpoint_every = ckpt_every;
-  ro.capture = replay::CaptureSpec::parse(capture, c.n_layer, c.n_head);
-  replay::Trainer t(c, plan::Plan::defaults(c.n_layer, c.n_head), data);
+  ro.capture = train::CaptureSpec::parse(capture, c.n_layer, c.n_head);
+  train::Trainer t(c, plan::Plan::defaults(c.n_layer, c.n_head), data);
   std::vector<double> ms;
   {
-    replay::Recorder rec(path, spec.run_id, ro, store::StoreOptions{});
+    train::Recorder rec(path, spec.run_id, ro, store::StoreOptions{});
     for (int s = 0; s < steps; ++s) {
       auto t0 = Clock::now();
       if (rec.checkpoint_due(s)) rec.checkpoint(s, t);
       std::vector<int> layers;
       if (ro.capture.active(s)) layers = ro.capture.layers;
-      replay::StepResult r = t.train_step(layers);
+      train::StepResult r = t.train_step(layers);
       rec.record_step(r, rec.wants_digest(s) ? t.param_digest() : "", data, c.block_size);
       ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
@@ -81,10 +81,10 @@ double record(const replay::Config& c, const replay::TokenFile& data, const std:
   return median(ms);
 }
 
-RecordFigures record_figures(const replay::Config& c, const replay::TokenFile& data, int steps,
+RecordFigures record_figures(const train::Config& c, const train::TokenFile& data, int steps,
                              const std::string& dir) {
   RecordFigures f;
-  f.ms_plain = step_ms(c, data, replay::AttentionImpl::kRewind, steps);
+  f.ms_plain = step_ms(c, data, train::AttentionImpl::kRewind, steps);
   // Bytes per step: a run without checkpoints; bytes per checkpoint: one more with one.
   const std::string p0 = dir + "/bench_steps.db", p1 = dir + "/bench_ckpt.db", p2 = dir + "/bench_cap.db";
   f.ms_record = record(c, data, p0, steps, "", 0, nullptr);
@@ -120,22 +120,22 @@ int main(int argc, char** argv) {
   at::set_num_threads(threads);
   const std::string dir = "/tmp";
   const std::string data_path = dir + "/train_bench.bin";
-  replay::write_synth_tokens(data_path, 2000000, 256, 3);
-  replay::TokenFile data(data_path);
+  train::write_synth_tokens(data_path, 2000000, 256, 3);
+  train::TokenFile data(data_path);
   std::printf("train_bench: %d steps per measurement, %d thread(s), median step times\n\n", steps, threads);
   std::printf("1. attention cost: our BF16 emulation vs LibTorch FP32 attention math (same model)\n");
   std::printf("%-10s %14s %14s %8s\n", "preset", "rewind ms", "torch ms", "ratio");
   for (const char* preset : {"tiny", "small-cpu"}) {
-    replay::Config c = replay::Config::preset(preset);
-    double ours = step_ms(c, data, replay::AttentionImpl::kRewind, steps);
-    double base = step_ms(c, data, replay::AttentionImpl::kTorchMath, steps);
+    train::Config c = train::Config::preset(preset);
+    double ours = step_ms(c, data, train::AttentionImpl::kRewind, steps);
+    double base = step_ms(c, data, train::AttentionImpl::kTorchMath, steps);
     std::printf("%-10s %14.2f %14.2f %8.2f\n", preset, ours, base, ours / base);
   }
   std::printf("\n2./3. recording and replay (ratios against plain training in this run)\n");
   std::printf("%-10s %9s %9s %9s %11s %12s %21s %9s\n", "preset", "train ms", "record", "+capture",
               "B/step file", "B/ckpt raw", "stored (ratio)", "replay");
   for (const char* preset : {"tiny", "small-cpu"}) {
-    replay::Config c = replay::Config::preset(preset);
+    train::Config c = train::Config::preset(preset);
     RecordFigures f = record_figures(c, data, steps, dir);
     std::printf("%-10s %9.2f %8.1f%% %8.1f%% %11.0f %12.0f %12.0f (%.2fx) %8.2fx\n", preset,
                 f.ms_plain, (f.ms_record / f.ms_plain - 1) * 100, (f.ms_capture / f.ms_plain - 1) * 100,

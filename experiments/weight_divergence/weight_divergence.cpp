@@ -12,14 +12,14 @@
 #include <torch/types.h>
 
 #include "common/error.h"
-#include "replay/config.h"
-#include "replay/data.h"
-#include "replay/plan.h"
-#include "replay/trainer.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "plan/plan.h"
+#include "train/trainer.h"
 
 namespace {
 
-namespace rp = rwd::replay;
+namespace rp = rwd::train;
 
 // One training run: a plan (on top of the shared tiling) and a seed (model init and batches).
 struct RunSpec {

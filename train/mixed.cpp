@@ -1,5 +1,5 @@
 // Autograd functions for the BF16 rounding points of the non-attention modules.
-#include "replay/mixed.h"
+#include "train/mixed.h"
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
@@ -7,7 +7,7 @@
 
 #include <vector>
 
-namespace rwd::replay {
+namespace rwd::train {
 
 namespace {
 
@@ -99,4 +99,4 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, b
   return LinearFn::apply(x, w, low, round_out);
 }
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

@@ -5,7 +5,7 @@
 
 #include <torch/types.h>
 
-namespace rwd::replay {
+namespace rwd::train {
 
 // x rounded to the nearest BF16 (ties to even), returned as FP32. Gradient passes through
 // unchanged (the consumer's backward has already rounded it where autocast would).
@@ -23,4 +23,4 @@ torch::Tensor round_bf16(const torch::Tensor& x);
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, bool round_out,
                      bool x_bf16);
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

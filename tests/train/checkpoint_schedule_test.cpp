@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "replay/checkpoint_schedule.h"
+#include "train/checkpoint_schedule.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 namespace {
 
 // Steps 0..n-1 with the writer full exactly at the steps in `full`; returns the steps at which
@@ -73,4 +73,4 @@ TEST(CheckpointSchedule, TheEndTakesADueOrDeferredCheckpointWhateverTheWriter) {
 }
 
 }  // namespace
-}  // namespace rwd::replay
+}  // namespace rwd::train

@@ -11,13 +11,13 @@
 #include <string>
 
 #include "common/error.h"
-#include "replay/config.h"
-#include "replay/data.h"
-#include "replay/plan.h"
-#include "replay/run_spec.h"
-#include "replay/trainer.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "plan/plan.h"
+#include "train/run_spec.h"
+#include "train/trainer.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 namespace {
 
 class GpuTrainer : public ::testing::Test {
@@ -92,4 +92,4 @@ TEST_F(GpuTrainer, MixedPlanStepMatchesTheCpuEmulation) {
 }
 
 }  // namespace
-}  // namespace rwd::replay
+}  // namespace rwd::train

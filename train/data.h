@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace rwd::replay {
+namespace rwd::train {
 
 class TokenFile {
  public:
@@ -48,4 +48,4 @@ void write_synth_tokens(const std::string& path, size_t n_tokens, int vocab, uin
 // Byte-level encoding of any file (vocab 256).
 size_t write_text_tokens(const std::string& text_path, const std::string& out_path);
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

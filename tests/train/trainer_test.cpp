@@ -10,12 +10,12 @@
 #include <string>
 
 #include "common/hash.h"
-#include "replay/config.h"
-#include "replay/data.h"
-#include "replay/plan.h"
-#include "replay/trainer.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "plan/plan.h"
+#include "train/trainer.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 namespace {
 
 class TrainerTest : public ::testing::Test {
@@ -217,4 +217,4 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
 }
 
 }  // namespace
-}  // namespace rwd::replay
+}  // namespace rwd::train

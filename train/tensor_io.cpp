@@ -1,11 +1,11 @@
 // Tensor <-> store conversions and whole-state checkpoints.
-#include "replay/tensor_io.h"
+#include "train/tensor_io.h"
 
 #include <cstring>
 
 #include "common/error.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 
 store::Dtype store_dtype(const torch::Tensor& t) {
   switch (t.scalar_type()) {
@@ -95,4 +95,4 @@ NamedTensors read_checkpoint(store::Store& s, int64_t run, int64_t step) {
   return out;
 }
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

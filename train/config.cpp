@@ -1,12 +1,12 @@
 // Config presets, JSON round trip and validation.
-#include "replay/config.h"
+#include "train/config.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 
 const char* const kConfigKeys[] = {
     "n_layer",      "n_head",        "n_embd",  "block_size",     "vocab_size",
@@ -169,4 +169,4 @@ double lr_at(const Config& c, int64_t it) {
   return c.min_lr + coeff * (c.learning_rate - c.min_lr);
 }
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

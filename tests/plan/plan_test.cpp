@@ -1,6 +1,6 @@
-// Tests of the precision-plan language (replay/plan.h): valid specs set exactly the flags they
+// Tests of the precision-plan language (plan/plan.h): valid specs set exactly the flags they
 // name, canonical() round-trips random plans, errors name the position, the hash is stable.
-#include "replay/plan.h"
+#include "plan/plan.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Run metadata JSON and plan schedules.
-#include "replay/run_spec.h"
+#include "train/run_spec.h"
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
@@ -20,7 +20,7 @@
 #include "common/error.h"
 #include "store/store.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 
 torch::Device setup_device(const std::string& device) {
   if (device == "cpu") return torch::kCPU;
@@ -190,4 +190,4 @@ RunSpec RunSpec::load(store::Store& s, int64_t run_id) {
   return r;
 }
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

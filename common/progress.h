@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-namespace rwd::replay {
+namespace rwd {
 
 class Progress {
  public:
@@ -42,4 +42,4 @@ class Progress {
   std::chrono::steady_clock::time_point t0_, last_;
 };
 
-}  // namespace rwd::replay
+}  // namespace rwd

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "replay/config.h"
-#include "replay/data.h"
-#include "replay/model.h"
-#include "replay/plan.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "train/model.h"
+#include "plan/plan.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 
 // Per-(layer, head) monitors of one step (DESIGN.md §6).
 struct HeadMonitor {
@@ -114,4 +114,4 @@ double spectral_norm(const torch::Tensor& w, int iters = 30);
 // The same for a batch of matrices (N, D, C) at once, on their device: one host copy.
 std::vector<double> spectral_norms(const torch::Tensor& w, int iters = 30);
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

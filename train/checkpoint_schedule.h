@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
-namespace rwd::replay {
+namespace rwd::train {
 
 class CheckpointSchedule {
  public:
@@ -45,4 +45,4 @@ class CheckpointSchedule {
   int64_t max_late_ = 0;
 };
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

@@ -1,5 +1,5 @@
 // Recorder: the step and checkpoint writers (background threads) and the checkpoint schedule.
-#include "replay/recorder.h"
+#include "train/recorder.h"
 
 #include <ATen/core/Generator.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -19,9 +19,9 @@
 
 #include "common/error.h"
 #include "common/hash.h"
-#include "replay/tensor_io.h"
+#include "train/tensor_io.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 
 namespace {
 
@@ -285,4 +285,4 @@ void Recorder::record_step(const StepResult& r, const std::string& digest, const
       &costs_.step_waited_seconds);
 }
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "kernels/attention_op.h"
-#include "replay/config.h"
-#include "replay/plan.h"
+#include "train/config.h"
+#include "plan/plan.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 
 // What a forward pass hands back besides the logits: per-layer attention captures (stats
 // always; tensors only for the layers listed in `tensor_layers`).
@@ -68,4 +68,4 @@ class GPTImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GPT);
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

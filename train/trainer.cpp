@@ -1,5 +1,5 @@
 // AdamW training loop with gradient accumulation, clipping and monitors.
-#include "replay/trainer.h"
+#include "train/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -22,7 +22,7 @@
 #include "kernels/cuda/param_digest.h"
 #endif
 
-namespace rwd::replay {
+namespace rwd::train {
 
 namespace {
 
@@ -377,4 +377,4 @@ std::string Trainer::param_digest(const std::string& like) const {
   return kPrefix + hex64(h);
 }
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

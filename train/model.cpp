@@ -13,7 +13,7 @@
 //   LM head (tied)    BF16 x, W -> BF16 logits; cross-entropy in FP32
 // Promoting a module (plan `Lx.qkv=fp32`, `Lx.mlp=fp32`, `Lx.ln=fp32`, `head=fp32`) removes
 // its rounding points, forward and backward.
-#include "replay/model.h"
+#include "train/model.h"
 
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/loss.h>
@@ -21,9 +21,9 @@
 
 #include <cmath>
 
-#include "replay/mixed.h"
+#include "train/mixed.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 
 namespace {
 
@@ -174,4 +174,4 @@ torch::Tensor GPTImpl::wq_slice(int layer, int head) const {
   return blocks_[layer]->c_attn.slice(0, head * D, (head + 1) * D);
 }
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

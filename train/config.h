@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace rwd::replay {
+namespace rwd::train {
 
 struct Config {
   // model
@@ -49,4 +49,4 @@ extern const int kNumConfigKeys;
 // Sets key (nanoGPT spelling, '-' or '_') from text; throws UsageError on bad key/value.
 void set_config_value(Config& c, const std::string& key, const std::string& value);
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

@@ -9,15 +9,15 @@
 
 #include <torch/types.h>
 
-#include "replay/config.h"
-#include "replay/model.h"
-#include "replay/plan.h"
+#include "train/config.h"
+#include "train/model.h"
+#include "plan/plan.h"
 
 namespace rwd::store {
 class Store;
 }
 
-namespace rwd::replay {
+namespace rwd::train {
 
 // A plan that changes at given steps: `base` from step 0, then each (step, spec) applied on
 // top of the base from that step on (the last one whose step <= s wins).
@@ -75,4 +75,4 @@ std::string rewind_version();
 constexpr int kNumericsVersion = 2;
 std::string torch_version();
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "replay/checkpoint_schedule.h"
-#include "replay/trainer.h"
+#include "train/checkpoint_schedule.h"
+#include "train/trainer.h"
 #include "store/store.h"
 #include "store/store_worker.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 
 // `steps=6600:6620;L2.H*` (or `steps=5;L0,L1.H{1,3}`): which steps, layers and heads keep
 // their attention tensors Q, K, V, O, LSE, dO, delta, and the layer input X (head -1).
@@ -97,4 +97,4 @@ class Recorder {
   store::StoreWorker checkpoints_;
 };
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

@@ -1,6 +1,6 @@
 // The precision-plan language of DESIGN.md §3: parser (errors name the 1-based character
 // position), canonical printer (only non-default settings, compressed, deterministic) and hash.
-#include "replay/plan.h"
+#include "plan/plan.h"
 
 #include <algorithm>
 #include <cctype>

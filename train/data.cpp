@@ -1,5 +1,5 @@
 // Memory-mapped token files, batch sampling and corpus generators.
-#include "replay/data.h"
+#include "train/data.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,7 +16,7 @@
 #include "common/error.h"
 #include "common/hash.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 
 namespace {
 
@@ -136,4 +136,4 @@ size_t write_text_tokens(const std::string& text_path, const std::string& out_pa
   return tokens.size();
 }
 
-}  // namespace rwd::replay
+}  // namespace rwd::train

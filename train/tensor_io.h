@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "replay/trainer.h"
+#include "train/trainer.h"
 #include "store/store.h"
 
-namespace rwd::replay {
+namespace rwd::train {
 
 store::Dtype store_dtype(const torch::Tensor& t);  // throws Error(kInternal) for others
 torch::Tensor to_torch(const store::TensorRecord& r);
@@ -21,4 +21,4 @@ std::vector<int64_t> shape_of(const torch::Tensor& t);
 void write_checkpoint(store::Store& s, int64_t run, int64_t step, const NamedTensors& state);
 NamedTensors read_checkpoint(store::Store& s, int64_t run, int64_t step);
 
-}  // namespace rwd::replay
+}  // namespace rwd::train
