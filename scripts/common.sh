@@ -7,6 +7,7 @@ BUILD_DIR="${BUILD_DIR:-$REWIND_ROOT/build}"
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libtorch-dev libsqlite3-dev
               libzstd-dev libcxxopts-dev googletest libgtest-dev libopenblas0-pthread
               nlohmann-json3-dev python3-numpy)
+DEB_PACKAGES+=(git)   # scripts/check_tree.sh and its ctest case read the git index
 
 install_deps() {
   local missing=()

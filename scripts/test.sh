@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The README's test command: installs what is missing, builds, runs the whole ctest suite.
+# The README's test command: checks that git tracks no compiled or oversized file
+# (scripts/check_tree.sh), installs what is missing, builds, runs the whole ctest suite.
 # On a machine with nvcc (CI has /usr/local/cuda, no GPU) it also compiles kernels/cuda/*.cu
 # for sm_90 and builds their test (no LibTorch needed), so a broken kernel or kernel test never
 # lands unseen; without a GPU that test's cases skip, which the run shows.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+echo "== checking the tracked files"
+bash "$REWIND_ROOT/scripts/check_tree.sh"
 install_deps
 build_rewind
 NVCC="${CUDACXX:-/usr/local/cuda/bin/nvcc}"
