@@ -45,6 +45,20 @@ for ((round = 0; round < ROUNDS; ++round)); do
   run record-k100 --record "$W/rec.db" --checkpoint-every 100
 done
 sdpa=$(median sdpa); ours=$(median rewind); stable=$(median stable)
+# The user's own step: the same model in plain PyTorch (experiments/train_bench/torch_baseline.py)
+# on the same machine in the same call, eager (SDPA flash, fused AdamW), with
+# torch.use_deterministic_algorithms, and torch.compile'd. BASELINE=0 skips it.
+if [[ ${BASELINE:-1} == 1 ]]; then
+  echo "== PyTorch baseline (experiments/train_bench/torch_baseline.py), rewind's median step $ours ms"
+  printf "%-26s %8s %14s %10s %14s\n" baseline ms "p25-p75 ms" tokens/s "rewind speed"
+  for mode in eager deterministic compile; do
+    line=$(python3 "$ROOT/experiments/train_bench/torch_baseline.py" --data "$W/train.bin" --mode "$mode" \
+             --steps "$((STEPS + 8))" --warmup-steps 10 --batch-size "$B" 2>"$W/baseline_$mode.err" | tail -1) \
+      || { echo "torch $mode failed:"; tail -5 "$W/baseline_$mode.err"; continue; }
+    awk -v l="$line" -v ours="$ours" -v m="$mode" 'BEGIN { n = split(l, f, " "); for (i = 1; i <= n; ++i) { split(f[i], kv, "="); v[kv[1]] = kv[2] }
+      printf "%-26s %8.1f %14s %10.0f %13.2fx\n", "torch " m, v["median_ms"], v["p25_ms"] "-" v["p75_ms"], v["tokens_per_s"], v["median_ms"] / ours }'
+  done
+fi
 tok=$((B * 1024))
 printf "gpt2-small training, B=%d T=1024, median step (ms) over %d rounds x %d steps, tokens/s\n" "$B" "$ROUNDS" "$((STEPS - 2))"
 printf "%-26s %8s %14s %10s %8s %10s\n" mode ms "p25-p75 ms" tokens/s ratio "last loss"
