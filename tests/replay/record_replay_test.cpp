@@ -129,8 +129,8 @@ TEST_F(RecordReplay, KilledRecorderVerifiesReplaysAndResumesBitwise) {
     execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  // Kill once a few checkpoints exist but before the end.
-  for (int i = 0; i < 400; ++i) {
+  // Kill once a few checkpoints exist but before the end (up to 2 minutes on a loaded machine).
+  for (int i = 0; i < 4800; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
     try {
       auto s = rwd::store::Store::open(killed, rwd::store::Mode::kReadOnly);
@@ -148,7 +148,9 @@ TEST_F(RecordReplay, KilledRecorderVerifiesReplaysAndResumesBitwise) {
   int64_t last;
   {
     auto s = rwd::store::Store::open(killed, rwd::store::Mode::kReadOnly);
-    last = s.step_range(1)->second;
+    const auto range = s.step_range(1);
+    ASSERT_TRUE(range.has_value()) << "killed before its first step was committed";
+    last = range->second;
   }
   ASSERT_LT(last, 299);
   Cmd rp = sh(kBin + " replay --store " + killed + " --from " + std::to_string(last - 5) + " --to " +
