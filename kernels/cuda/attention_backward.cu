@@ -423,7 +423,7 @@ int attention_backward(const AttentionParams& p, const BackwardArgs& ba, void* s
   }
   LaunchPlan plan;
   int err = plan_launch(p, ba.host_flags, true, ba.q_f32 != nullptr, ba.k_f32 != nullptr, ba.v_f32 != nullptr,
-                        ba.o_f32 != nullptr, stream, &plan);
+                        ba.o_f32 != nullptr, false, stream, &plan);
   if (err != 0) return err;
   KernelArgs a;
   a.batch = p.batch;

@@ -18,10 +18,13 @@
 // stats are requested (a.stats non-null), in specializations of their own. Without monitors
 // the stabilized kernel speculates that no row repeats its tile max and redoes the rare warp
 // tile where one does (forward_block), with the bits of counting first.
+#include <mutex>
+
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/attention_forward_config.cuh"
 #include "kernels/cuda/attention_internal.cuh"
+#include "kernels/cuda/attention_split.cuh"
 
 namespace rwd::kernels::cuda {
 
@@ -34,16 +37,28 @@ namespace rwd::kernels::cuda {
 // implies kTies). Each is a separate specialization: a runtime test inside the unrolled loops
 // still costs instructions per element. In the mma C layout a thread holds, per m16
 // block mt, rows r_a = 16 mt + lane/4 and r_a + 8 of its warp, columns 8 nb + 2 (lane%4) + {0,1}.
-template <int D, bool kExtras, bool kTies, bool kStats>
+// kF32: the head promotes qk, pv or softmax (FP32 variant). Its FP32 operands enter as three
+// BF16 planes each (a.q_pl, a.k_pl, a.v_pl: x = x0 + x1 + x2 exactly), in shared memory side by
+// side; S = Q K^T and Ō += P̄ V take the six products of split_lo + a0 b0, the small ones in
+// an accumulator of their own (lo), added once per tile in FP32 (the tensor cores' FP32 sums
+// truncate; kept apart, their error scales with the small terms only). P̄ of a pv=fp32 head is
+// split in registers. softmax=fp32: the rescale, l and LSE in double, as the CPU twin, and
+// P̄ = exp(S - m) from the exact difference (exp_diff_accurate); otherwise P̄ = expf(S - m)
+// (accurate FP32, not ex2.approx). l is summed in double for every FP32 head.
+template <int D, bool kExtras, bool kTies, bool kStats, bool kF32>
 __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagView& f,
                                               uint16_t* smem, int q_tile) {
-  using Tr = FwdTraits<D>;
-  constexpr int kMt = Tr::kMt, kRows = FwdShape<D>::kRows, kNThr = FwdShape<D>::kThreads;
+  using Tr = FwdTr<D, kF32>;
+  using Shape = FwdShape<D, kF32>;
+  using Acc = std::conditional_t<kF32, double, float>;  // l and the row sums
+  constexpr int kMt = Tr::kMt, kRows = Shape::kRows, kNThr = Shape::kThreads;
+  constexpr int kPl = Shape::kPlanes, kStages = Shape::kStages;
   constexpr int kStride = D + 8, kKvTile = kBlockK * kStride;
   const int bh = blockIdx.y, h = bh % a.heads, q0 = q_tile * kRows;
-  uint16_t* s_q = smem;                    // [kRows][kStride]
-  uint16_t* s_k = smem + kRows * kStride;  // [2][64][kStride]
-  uint16_t* s_v = s_k + 2 * kKvTile;       // [2][64][kStride]
+  const bool qk32 = kF32 && f.qk_f32, pv32 = kF32 && f.pv_f32, sm64 = kF32 && f.sm_f64;
+  uint16_t* s_q = smem;                          // [kPl][kRows][kStride]
+  uint16_t* s_k = smem + kPl * kRows * kStride;  // [kStages][kPl][64][kStride]
+  uint16_t* s_v = s_k + kStages * kPl * kKvTile; // [kStages][kPl][64][kStride]
 
   const int T = a.seq, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t base = static_cast<size_t>(bh) * T * D;
@@ -52,19 +67,42 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   const int w_row0 = q0 + warp * 16 * kMt;  // first query row of this warp
   const int w_row_last = w_row0 + 16 * kMt - 1;
 
-  load_tile_async<D, kRows, kNThr>(s_q, a.q + base, q0, T);
-  load_tile_async<D, kBlockK, kNThr>(s_k, a.k + base, 0, T);
-  load_tile_async<D, kBlockK, kNThr>(s_v, a.v + base, 0, T);
+  // Plane pl of an operand: the BF16 input, or for an FP32 operand its split planes.
+  auto plane = [&](const uint16_t* b16, const uint16_t* const (&pl)[3], bool f32, int i) {
+    return (f32 ? pl[i] : b16) + base;
+  };
+  // K and V tile j into buffer `stage` (planes 1, 2 only for FP32 operands).
+  auto load_kv = [&](int stage, int j) {
+#pragma unroll
+    for (int i = 0; i < kPl; ++i) {
+      if (i == 0 || qk32) {
+        load_tile_async<D, kBlockK, kNThr>(s_k + (stage * kPl + i) * kKvTile,
+                                           plane(a.k, a.k_pl, qk32, i), j * kBlockK, T);
+      }
+      if (i == 0 || pv32) {
+        load_tile_async<D, kBlockK, kNThr>(s_v + (stage * kPl + i) * kKvTile,
+                                           plane(a.v, a.v_pl, pv32, i), j * kBlockK, T);
+      }
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < kPl; ++i) {
+    if (i == 0 || qk32) {
+      load_tile_async<D, kRows, kNThr>(s_q + i * kRows * kStride, plane(a.q, a.q_pl, qk32, i), q0, T);
+    }
+  }
+  load_kv(0, 0);
   cp_async_commit();
 
-  uint32_t qf[Tr::kQRegs ? kMt : 1][Tr::kQRegs ? D / 16 : 1][4];
+  uint32_t qf[Tr::kQRegs ? kPl : 1][Tr::kQRegs ? kMt : 1][Tr::kQRegs ? D / 16 : 1][4];
   float o[kMt][D / 8][4];
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
     for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
   }
-  float m[kMt][2], l[kMt][2];
+  float m[kMt][2];
+  Acc l[kMt][2];
   // Monitor state per row: running max of S and how often it occurs (eps 0), and the P̄ == 1
   // count: per thread in `ones` with extras (their P̄V operand is not bf16(P̄)); otherwise on
   // the tensor cores from the operand (count_bf16_ones_mma), each row's count in every C column
@@ -88,35 +126,67 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   // optional qk fault and BF16 rounding, mask. Also called again, on the same tile, by the
   // stabilized kernel's rare redo (see below), so both passes give the same bits.
   auto scores = [&](float (&s)[kMt][8][4], const uint16_t* k_t, int j) {
-    // S = Q K^T: (16 kMt rows x 64 keys) per warp; each K fragment feeds kMt mma.
+    // S = Q K^T: (16 kMt rows x 64 keys) per warp; each K fragment feeds kMt mma. FP32 qk:
+    // the five small products in s_lo, added to s at the end.
+    float s_lo[kF32 ? kMt : 1][4][2][4];
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
-      for (int nb = 0; nb < 8; ++nb) s[mt][nb][0] = s[mt][nb][1] = s[mt][nb][2] = s[mt][nb][3] = 0.0f;
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][nb][e] = 0.0f;
+          if constexpr (kF32) s_lo[mt][nb / 2][nb % 2][e] = 0.0f;
+        }
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t qa[kMt][4];
+      uint32_t qa[kPl][kMt][4];
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        if constexpr (Tr::kQRegs) {
+      for (int i = 0; i < kPl; ++i) {
+        if (i > 0 && !qk32) continue;
 #pragma unroll
-          for (int i = 0; i < 4; ++i) qa[mt][i] = qf[mt][kk][i];
-        } else {
-          ldmatrix_x4(qa[mt], s_q + (warp * 16 * kMt + mt * 16 + (lane % 8) +
-                                     ((lane / 8) % 2) * 8) * kStride +
-                                  kk * 16 + (lane / 16) * 8);
+        for (int mt = 0; mt < kMt; ++mt) {
+          if constexpr (Tr::kQRegs) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) qa[i][mt][r] = qf[i][mt][kk][r];
+          } else {
+            ldmatrix_x4(qa[i][mt], s_q + i * kRows * kStride +
+                                       (warp * 16 * kMt + mt * 16 + (lane % 8) +
+                                        ((lane / 8) % 2) * 8) * kStride +
+                                       kk * 16 + (lane / 16) * 8);
+          }
         }
       }
 #pragma unroll
       for (int nb2 = 0; nb2 < 4; ++nb2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, k_t + (nb2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 +
-                           ((lane / 8) % 2) * 8);
+        uint32_t b[kPl][4];
+#pragma unroll
+        for (int i = 0; i < kPl; ++i) {
+          if (i > 0 && !qk32) continue;
+          ldmatrix_x4(b[i], k_t + i * kKvTile + (nb2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride +
+                                kk * 16 + ((lane / 8) % 2) * 8);
+        }
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
-          mma_bf16(s[mt][2 * nb2], qa[mt], b[0], b[1]);
-          mma_bf16(s[mt][2 * nb2 + 1], qa[mt], b[2], b[3]);
+          if constexpr (kF32) {
+            if (qk32) mma_split_lo(s_lo[mt][nb2], qa[0][mt], qa[1][mt], qa[2][mt], b);
+          }
+          mma_bf16(s[mt][2 * nb2], qa[0][mt], b[0][0], b[0][1]);
+          mma_bf16(s[mt][2 * nb2 + 1], qa[0][mt], b[0][2], b[0][3]);
+        }
+      }
+    }
+    if constexpr (kF32) {
+      if (qk32) {
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+          for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nb][e] = __fadd_rn(s[mt][nb][e], s_lo[mt][nb / 2][nb % 2][e]);
+          }
         }
       }
     }
@@ -158,8 +228,10 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
 
   // P̄ = exp(S - mn) of one tile (FP32, fast_exp_shifted), this thread's part of each row's
   // sum of the unrounded P̄, and the P̄V operand packed as mma A fragments.
+  // FP32 variant: plane 0 of pa is bf16(P̄V operand); a pv=fp32 head also gets planes 1, 2
+  // (the exact split of P̄); the row sums are double.
   auto exp_pass = [&](const float (&s)[kMt][8][4], const float (&mn)[kMt][2],
-                      uint32_t (&pa)[kMt][4][4], float (&rowsum)[kMt][2]) {
+                      uint32_t (&pa)[kPl][kMt][4][4], Acc (&rowsum)[kMt][2]) {
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
       rowsum[mt][0] = rowsum[mt][1] = 0.0f;
@@ -170,7 +242,9 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           // The faults test P̄ < 1, which needs P̄ = 1 exactly at S = m: exact S - m there.
-          float pbar = kExtras ? fast_exp(__fsub_rn(s[mt][nb][e], mn[mt][e / 2]))
+          float pbar = kF32 && sm64 ? exp_diff_accurate(s[mt][nb][e], mn[mt][e / 2])
+                     : kF32    ? expf(__fsub_rn(s[mt][nb][e], mn[mt][e / 2]))
+                     : kExtras ? fast_exp(__fsub_rn(s[mt][nb][e], mn[mt][e / 2]))
                                : fast_exp_shifted(s[mt][nb][e], m_log2[e / 2]);
           if constexpr (kExtras) pbar = softmax_fault(pbar, f);
           rowsum[mt][e / 2] += pbar;
@@ -179,33 +253,50 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
           if (kStats && kExtras && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
         }
         // pack_bf16x2 rounds to nearest even: the PV operand bf16(P̄ (1 + c)).
-        pa[mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(p[0], p[1]);
-        pa[mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(p[2], p[3]);
+        pa[0][mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(p[0], p[1]);
+        pa[0][mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(p[2], p[3]);
+        if constexpr (kF32) {
+          if (pv32) {
+            const Split3 x[4] = {split3(p[0]), split3(p[1]), split3(p[2]), split3(p[3])};
+            pa[1][mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(x[0].x1, x[1].x1);
+            pa[1][mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(x[2].x1, x[3].x1);
+            pa[2][mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(x[0].x2, x[1].x2);
+            pa[2][mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(x[2].x2, x[3].x2);
+          }
+        }
       }
     }
   };
 
   for (int j = 0; j < n_kt; ++j) {
+    if (kStages == 1 && j > 0) {  // one buffer: every warp is done with tile j - 1
+      __syncthreads();
+      load_kv(0, j);
+      cp_async_commit();
+    }
     cp_async_wait_all();
     __syncthreads();
-    const uint16_t* k_t = s_k + (j & 1) * kKvTile;
-    const uint16_t* v_t = s_v + (j & 1) * kKvTile;
-    if (j + 1 < n_kt) {  // prefetch the next K, V tile into the other buffer
-      load_tile_async<D, kBlockK, kNThr>(s_k + ((j + 1) & 1) * kKvTile, a.k + base,
-                                         (j + 1) * kBlockK, T);
-      load_tile_async<D, kBlockK, kNThr>(s_v + ((j + 1) & 1) * kKvTile, a.v + base,
-                                         (j + 1) * kBlockK, T);
+    const int stage = kStages == 2 ? (j & 1) : 0;
+    const uint16_t* k_t = s_k + stage * kPl * kKvTile;
+    const uint16_t* v_t = s_v + stage * kPl * kKvTile;
+    if (kStages == 2 && j + 1 < n_kt) {  // prefetch the next K, V tile into the other buffer
+      load_kv((j + 1) & 1, j + 1);
       cp_async_commit();
     }
     if constexpr (Tr::kQRegs) {
       if (j == 0) {
 #pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) {
+        for (int i = 0; i < kPl; ++i) {
+          if (i > 0 && !qk32) continue;
 #pragma unroll
-          for (int kk = 0; kk < D / 16; ++kk) {
-            ldmatrix_x4(qf[mt][kk], s_q + (warp * 16 * kMt + mt * 16 + (lane % 8) +
-                                           ((lane / 8) % 2) * 8) * kStride +
-                                        kk * 16 + (lane / 16) * 8);
+          for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+              ldmatrix_x4(qf[i][mt][kk], s_q + i * kRows * kStride +
+                                             (warp * 16 * kMt + mt * 16 + (lane % 8) +
+                                              ((lane / 8) % 2) * 8) * kStride +
+                                             kk * 16 + (lane / 16) * 8);
+            }
           }
         }
       }
@@ -302,12 +393,12 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
 
     // P̄ = exp(S - m_new) (FP32, fast_exp_shifted), row sums of the unrounded P̄ (this thread's
     // columns), P operand for P̄V.
-    uint32_t pa[kMt][4][4];  // A fragments of P: 4 k-blocks of 16 keys
-    float rowsum[kMt][2];
+    uint32_t pa[kPl][kMt][4][4];  // A fragments of P (per plane): 4 k-blocks of 16 keys
+    Acc rowsum[kMt][2];
     exp_pass(s, m_new, pa, rowsum);
     if constexpr (kStats && !kExtras) {
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) count_bf16_ones_mma(pa[mt], ones_acc[mt]);
+      for (int mt = 0; mt < kMt; ++mt) count_bf16_ones_mma(pa[0][mt], ones_acc[mt]);
     }
 
     if constexpr (kSpec) {
@@ -355,13 +446,20 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       float corr[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        corr[r] = rescale_factor(m[mt][r], m_new[mt][r]);
+        Acc corr_l;  // softmax=fp32: the rescale of l in double, Ō's in FP32 (CPU twin)
+        if (kF32 && sm64) {
+          corr_l = m[mt][r] == -INFINITY ? 0.0 : exp(static_cast<double>(m[mt][r]) - m_new[mt][r]);
+          corr[r] = static_cast<float>(corr_l);
+        } else {
+          corr[r] = rescale_factor(m[mt][r], m_new[mt][r]);
+          corr_l = corr[r];
+        }
         m[mt][r] = m_new[mt][r];
-        float sum = rowsum[mt][r];
+        Acc sum = rowsum[mt][r];
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        l[mt][r] = l[mt][r] * corr[r] + sum;
-        if (kExtras && f.acc_bf16) l[mt][r] = round_bf16(l[mt][r]);
+        l[mt][r] = l[mt][r] * corr_l + sum;
+        if (kExtras && f.acc_bf16) l[mt][r] = round_bf16(static_cast<float>(l[mt][r]));
       }
       if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
@@ -375,18 +473,49 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     }
 
     // Ō += bf16(P̄) V: A = P from registers, B = V (keys x D) through ldmatrix.trans; each V
-    // fragment feeds kMt mma.
+    // fragment feeds kMt mma. FP32 pv: the five small products of the tile in o_lo, added to
+    // Ō after the tile.
+    float o_lo[kF32 ? kMt : 1][kF32 ? D / 16 : 1][2][4];
+    if constexpr (kF32) {
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o_lo[mt][i / 2][i % 2][e] = 0.0f;
+        }
+      }
+    }
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int nb2 = 0; nb2 < D / 16; ++nb2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, v_t + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
-                                 nb2 * 16 + (lane / 16) * 8);
+        uint32_t b[kPl][4];
+#pragma unroll
+        for (int i = 0; i < kPl; ++i) {
+          if (i > 0 && !pv32) continue;
+          ldmatrix_x4_trans(b[i], v_t + i * kKvTile + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
+                                      nb2 * 16 + (lane / 16) * 8);
+        }
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
-          mma_bf16(o[mt][2 * nb2], pa[mt][kk], b[0], b[1]);
-          mma_bf16(o[mt][2 * nb2 + 1], pa[mt][kk], b[2], b[3]);
+          if constexpr (kF32) {
+            if (pv32) mma_split_lo(o_lo[mt][nb2], pa[0][mt][kk], pa[1][mt][kk], pa[2][mt][kk], b);
+          }
+          mma_bf16(o[mt][2 * nb2], pa[0][mt][kk], b[0][0], b[0][1]);
+          mma_bf16(o[mt][2 * nb2 + 1], pa[0][mt][kk], b[0][2], b[0][3]);
+        }
+      }
+    }
+    if constexpr (kF32) {
+      if (pv32) {
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+          for (int i = 0; i < D / 8; ++i) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[mt][i][e] = __fadd_rn(o[mt][i][e], o_lo[mt][i / 2][i % 2][e]);
+          }
         }
       }
     }
@@ -410,11 +539,19 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       const int row = w_row0 + mt * 16 + lane / 4 + 8 * r;
       if (row >= T) continue;
       const size_t off = base + static_cast<size_t>(row) * D;
-      const float inv_l = 1.0f / l[mt][r];
+      const float inv_l = 1.0f / static_cast<float>(l[mt][r]);
+      // FP32 variant: Ō / l divided as the CPU twin divides (in double for softmax=fp32).
+      auto div_l = [&](float x) {
+        if constexpr (kF32) {
+          return sm64 ? static_cast<float>(x / l[mt][r]) : __fdiv_rn(x, static_cast<float>(l[mt][r]));
+        } else {
+          return x * inv_l;
+        }
+      };
 #pragma unroll
       for (int nb = 0; nb < D / 8; ++nb) {
         const int col = nb * 8 + (lane % 4) * 2;
-        const float x0 = o[mt][nb][2 * r] * inv_l, x1 = o[mt][nb][2 * r + 1] * inv_l;
+        const float x0 = div_l(o[mt][nb][2 * r]), x1 = div_l(o[mt][nb][2 * r + 1]);
         const uint32_t packed =
             static_cast<uint32_t>(float_to_bf16_bits(o_output(x0, f))) |
             (static_cast<uint32_t>(float_to_bf16_bits(o_output(x1, f))) << 16);
@@ -423,7 +560,11 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
           *reinterpret_cast<float2*>(a.o32_out + off + col) = make_float2(x0, x1);
         }
       }
-      if ((lane % 4) == 0) a.lse_out[static_cast<size_t>(bh) * T + row] = m[mt][r] + logf(l[mt][r]);
+      if ((lane % 4) == 0) {
+        a.lse_out[static_cast<size_t>(bh) * T + row] =
+            sm64 ? static_cast<float>(m[mt][r] + log(static_cast<double>(l[mt][r])))
+                 : m[mt][r] + logf(static_cast<float>(l[mt][r]));
+      }
     }
   }
   if (kStats) {
@@ -454,17 +595,19 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
 // so each kernel is register-allocated for its own key loop (the plain one is not held to the
 // registers of the monitor bookkeeping), and a launch runs only the variants its heads use.
 template <int D, int V>
-__global__ void __launch_bounds__(FwdShape<D>::kThreads, FwdTraits<D>::kMinBlocks)
+__global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0>::kThreads,
+                                  FwdTr<D, (V & kFwdF32) != 0>::kMinBlocks)
     flash_forward_kernel(KernelArgs a) {
   const HeadFlags& hf = a.flags[blockIdx.y % a.heads];
-  if (forward_variant(hf, a.stats != nullptr) != V) return;  // SIMT heads: -1
+  if (forward_variant(hf, a.stats != nullptr, a.simt_fp32) != V) return;  // SIMT heads: -1
   const FlagView f = decode_flags(hf);
   extern __shared__ __align__(16) uint16_t smem[];
   const int q_tile = a.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : blockIdx.x;
   constexpr bool kExtras = (V & kFwdExtras) != 0;
   constexpr bool kStats = (V & kFwdStats) != 0;
   constexpr bool kTies = (V & kFwdStable) != 0;
-  forward_block<D, kExtras, kTies, kStats>(a, f, smem, q_tile);
+  constexpr bool kF32 = (V & kFwdF32) != 0;
+  forward_block<D, kExtras, kTies, kStats, kF32>(a, f, smem, q_tile);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -474,13 +617,13 @@ namespace {
 
 template <int D, int V>
 int launch_variant(const KernelArgs& a, cudaStream_t stream) {
-  // Q tile plus double-buffered K and V tiles.
-  constexpr int kSmem = (FwdShape<D>::kRows + 4 * kBlockK) * (D + 8) * static_cast<int>(sizeof(uint16_t));
+  // Q tile plus the K and V buffers, per plane.
+  using Shape = FwdShape<D, (V & kFwdF32) != 0>;
   cudaError_t err = cudaFuncSetAttribute(flash_forward_kernel<D, V>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid((a.seq + FwdShape<D>::kRows - 1) / FwdShape<D>::kRows, a.batch * a.heads);
-  flash_forward_kernel<D, V><<<grid, FwdShape<D>::kThreads, kSmem, stream>>>(a);
+  const dim3 grid((a.seq + Shape::kRows - 1) / Shape::kRows, a.batch * a.heads);
+  flash_forward_kernel<D, V><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -488,11 +631,16 @@ int launch_variant(const KernelArgs& a, cudaStream_t stream) {
 template <int D>
 int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t stream) {
   using Launch = int (*)(const KernelArgs&, cudaStream_t);
-  constexpr int kS = kFwdStable, kX = kFwdExtras, kM = kFwdStats | kFwdStable;
+  constexpr int kS = kFwdStable, kX = kFwdExtras, kM = kFwdStats | kFwdStable, kF = kFwdF32;
   static constexpr struct {
     int v;
     Launch fn;
-  } kLaunch[] = {{0, launch_variant<D, 0>},           {kS, launch_variant<D, kS>},
+  } kLaunch[] = {// FP32 heads first: their blocks are the longest.
+                 {kF, launch_variant<D, kF>},           {kF | kS, launch_variant<D, kF | kS>},
+                 {kF | kM, launch_variant<D, kF | kM>}, {kF | kX, launch_variant<D, kF | kX>},
+                 {kF | kX | kS, launch_variant<D, kF | kX | kS>},
+                 {kF | kX | kM, launch_variant<D, kF | kX | kM>},
+                 {0, launch_variant<D, 0>},           {kS, launch_variant<D, kS>},
                  {kM, launch_variant<D, kM>},         {kX, launch_variant<D, kX>},
                  {kX | kS, launch_variant<D, kX | kS>}, {kX | kM, launch_variant<D, kX | kM>}};
   for (const auto& l : kLaunch) {
@@ -504,7 +652,57 @@ int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t st
   return 0;
 }
 
+// A second stream per device with its fork/join events: the FP32 variants of a mixed launch run
+// beside the BF16 ones instead of after them (one FP32 head alone fills few SMs).
+struct SideStream {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+int side_stream(SideStream** out) {
+  constexpr int kMaxDevices = 64;
+  static std::mutex mu;
+  static SideStream sides[kMaxDevices];
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  std::lock_guard<std::mutex> lock(mu);
+  SideStream& s = sides[dev];
+  if (s.stream == nullptr) {
+    err = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming);
+    if (err != cudaSuccess) return err;
+  }
+  *out = &s;
+  return cudaSuccess;
+}
+
+// Variants with kFwdF32 set: bits 8..15 of a variant mask.
+constexpr unsigned kF32VariantBits = 0xff00u;
+
+// The launches of `variants`: the FP32 ones on the side stream, joined back into `stream`,
+// when BF16 variants run too.
+template <int D>
+int launch_forward_variants(const KernelArgs& a, unsigned variants, cudaStream_t stream) {
+  const unsigned f32 = variants & kF32VariantBits;
+  if (f32 == 0 || f32 == variants) return launch_flash_forward<D>(a, variants, stream);
+  SideStream* side = nullptr;
+  int err = side_stream(&side);
+  if (err == 0) err = cudaEventRecord(side->fork, stream);
+  if (err == 0) err = cudaStreamWaitEvent(side->stream, side->fork, 0);
+  if (err == 0) err = launch_flash_forward<D>(a, f32, side->stream);
+  if (err == 0) err = cudaEventRecord(side->join, side->stream);
+  if (err == 0) err = launch_flash_forward<D>(a, variants & ~kF32VariantBits, stream);
+  if (err == 0) err = cudaStreamWaitEvent(stream, side->join, 0);
+  return err;
+}
+
 }  // namespace
+
+size_t forward_workspace_bytes(const AttentionParams& p, const HeadFlags* host_flags) {
+  return split_bytes(p, host_flags);
+}
 
 int attention_forward(const AttentionParams& p, const ForwardArgs& fa, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
@@ -514,7 +712,7 @@ int attention_forward(const AttentionParams& p, const ForwardArgs& fa, void* str
   }
   LaunchPlan plan;
   int err = plan_launch(p, fa.host_flags, false, fa.q_f32 != nullptr, fa.k_f32 != nullptr,
-                        fa.v_f32 != nullptr, true, stream, &plan);
+                        fa.v_f32 != nullptr, true, fa.simt_fp32, stream, &plan);
   if (err != 0) return err;
   KernelArgs a;
   a.batch = p.batch;
@@ -534,11 +732,17 @@ int attention_forward(const AttentionParams& p, const ForwardArgs& fa, void* str
   a.o_out = fa.o;
   a.o32_out = fa.o_f32;
   a.lse_out = fa.lse;
+  a.simt_fp32 = fa.simt_fp32;
+  if (plan.any_split && !plan.tiling_off) {
+    if (fa.workspace == nullptr) return cudaErrorInvalidValue;
+    err = launch_split(a, p.dim, fa.workspace, stream);
+    if (err != 0) return err;
+  }
   // Tiling off: every head takes the SIMT kernel, which makes a full pass for the row max.
   if (plan.any_fast && !plan.tiling_off) {
     const unsigned variants = a.stats != nullptr ? plan.fwd_variants_stats : plan.fwd_variants;
-    err = p.dim == 64 ? launch_flash_forward<64>(a, variants, stream)
-                      : launch_flash_forward<128>(a, variants, stream);
+    err = p.dim == 64 ? launch_forward_variants<64>(a, variants, stream)
+                      : launch_forward_variants<128>(a, variants, stream);
     if (err != 0) return err;
   }
   if (plan.any_simt || plan.tiling_off) {

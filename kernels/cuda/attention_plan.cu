@@ -24,8 +24,9 @@ bool head_supported(const HeadFlags& f) {
 
 int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool backward,
                 bool have_q32, bool have_k32,
-                bool have_v32, bool have_o32, cudaStream_t stream, LaunchPlan* plan) {
-  if (p.batch <= 0 || p.heads <= 0 || p.seq <= 0 || (p.dim != 64 && p.dim != 128) ||
+                bool have_v32, bool have_o32, bool simt_fp32, cudaStream_t stream,
+                LaunchPlan* plan) {
+  if (p.batch <= 0 || p.heads <= 0 || p.seq <= 0 || !cuda_head_dim_supported(p.dim) ||
       !std::isfinite(p.scale) || p.flags == nullptr) {
     return cudaErrorInvalidValue;
   }
@@ -45,7 +46,7 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
     if (err != cudaSuccess) return err;
   }
 
-  plan->any_simt = plan->any_fast = false;
+  plan->any_simt = plan->any_fast = plan->any_split = false;
   plan->fwd_variants = plan->fwd_variants_stats = 0;
   for (const HeadFlags& f : flags) {
     if (!head_supported(f)) return cudaErrorNotSupported;
@@ -59,13 +60,16 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
     if ((qk32 && (!have_q32 || !have_k32)) || (pv32 && !have_v32)) return cudaErrorInvalidValue;
     if (backward && bwd32 && (!have_q32 || !have_k32 || !have_v32)) return cudaErrorInvalidValue;
     if (backward && (o32 || d64) && !f.delta_dpp && !have_o32) return cudaErrorInvalidValue;
-    // Must match forward_needs_simt / backward_needs_simt in attention_common.cuh.
-    const bool simt = qk32 || pv32 || sm64 || (backward && (bwd32 || d64 || dfault));
+    // Must match forward_variant (attention_internal.cuh) and backward_needs_simt
+    // (attention_common.cuh).
+    const bool simt = backward ? qk32 || pv32 || sm64 || bwd32 || d64 || dfault
+                               : forward_variant(f, false, simt_fp32) < 0;
     plan->any_simt = plan->any_simt || simt;
     plan->any_fast = plan->any_fast || !simt;
-    if (!backward && forward_variant(f, false) >= 0) {
-      plan->fwd_variants |= 1u << forward_variant(f, false);
-      plan->fwd_variants_stats |= 1u << forward_variant(f, true);
+    if (!backward && !simt) {
+      plan->any_split = plan->any_split || forward_fp32(f);
+      plan->fwd_variants |= 1u << forward_variant(f, false, simt_fp32);
+      plan->fwd_variants_stats |= 1u << forward_variant(f, true, simt_fp32);
     }
   }
   return cudaSuccess;
