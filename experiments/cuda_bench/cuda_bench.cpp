@@ -141,6 +141,8 @@ void bench(int B, int H, int T, int D) {
     ba.dk = dk.data_ptr<float>();
     ba.dv = dv.data_ptr<float>();
     ba.host_flags = flags->data();
+    ba.simt_fp32 = simt;
+    ba.workspace = fa.workspace;  // the same split planes (q, k, v, dO)
     // Owns copies of the parameters and keeps the flags alive for paired_ratio below.
     fwd_of.push_back([p, fa, flags, flags_d, stats_d, ws] { check(kc::attention_forward(p, fa, nullptr), "forward"); });
     const double f = time_ms(fwd_of.back());

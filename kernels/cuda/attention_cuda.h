@@ -54,14 +54,16 @@ struct BackwardArgs {
   float* dq = nullptr;           // (B,H,T,D) FP32 gradients, fully written (no accumulate)
   float* dk = nullptr;
   float* dv = nullptr;
-  void* workspace = nullptr;     // backward_workspace_bytes(p) bytes, for deterministic dQ
+  // backward_workspace_bytes(p, flags) bytes: the split planes of FP32 heads' operands.
+  void* workspace = nullptr;
   const HeadFlags* host_flags = nullptr;  // optional host copy of p.flags (see ForwardArgs)
+  bool simt_fp32 = false;  // as ForwardArgs: FP32 heads on the SIMT reference kernels
 };
 
 // Returns 0 on success or a cudaError_t value; stream is a cudaStream_t (nullptr = default).
 int attention_forward(const AttentionParams& p, const ForwardArgs& a, void* stream);
 int attention_backward(const AttentionParams& p, const BackwardArgs& a, void* stream);
-size_t backward_workspace_bytes(const AttentionParams& p);
+size_t backward_workspace_bytes(const AttentionParams& p, const HeadFlags* host_flags);
 // Forward workspace for the flags (host copy): 0 unless some head promotes qk, pv or softmax;
 // host_flags null: the most any plan needs.
 size_t forward_workspace_bytes(const AttentionParams& p, const HeadFlags* host_flags);

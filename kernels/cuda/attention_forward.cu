@@ -18,8 +18,6 @@
 // stats are requested (a.stats non-null), in specializations of their own. Without monitors
 // the stabilized kernel speculates that no row repeats its tile max and redoes the rare warp
 // tile where one does (forward_block), with the bits of counting first.
-#include <mutex>
-
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/attention_forward_config.cuh"
@@ -652,32 +650,6 @@ int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t st
   return 0;
 }
 
-// A second stream per device with its fork/join events: the FP32 variants of a mixed launch run
-// beside the BF16 ones instead of after them (one FP32 head alone fills few SMs).
-struct SideStream {
-  cudaStream_t stream = nullptr;
-  cudaEvent_t fork = nullptr, join = nullptr;
-};
-int side_stream(SideStream** out) {
-  constexpr int kMaxDevices = 64;
-  static std::mutex mu;
-  static SideStream sides[kMaxDevices];
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return err;
-  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
-  std::lock_guard<std::mutex> lock(mu);
-  SideStream& s = sides[dev];
-  if (s.stream == nullptr) {
-    err = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
-    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming);
-    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming);
-    if (err != cudaSuccess) return err;
-  }
-  *out = &s;
-  return cudaSuccess;
-}
-
 // Variants with kFwdF32 set: bits 8..15 of a variant mask.
 constexpr unsigned kF32VariantBits = 0xff00u;
 
@@ -687,15 +659,8 @@ template <int D>
 int launch_forward_variants(const KernelArgs& a, unsigned variants, cudaStream_t stream) {
   const unsigned f32 = variants & kF32VariantBits;
   if (f32 == 0 || f32 == variants) return launch_flash_forward<D>(a, variants, stream);
-  SideStream* side = nullptr;
-  int err = side_stream(&side);
-  if (err == 0) err = cudaEventRecord(side->fork, stream);
-  if (err == 0) err = cudaStreamWaitEvent(side->stream, side->fork, 0);
-  if (err == 0) err = launch_flash_forward<D>(a, f32, side->stream);
-  if (err == 0) err = cudaEventRecord(side->join, side->stream);
-  if (err == 0) err = launch_flash_forward<D>(a, variants & ~kF32VariantBits, stream);
-  if (err == 0) err = cudaStreamWaitEvent(stream, side->join, 0);
-  return err;
+  return launch_beside(stream, [&](cudaStream_t s) { return launch_flash_forward<D>(a, f32, s); },
+                       [&](cudaStream_t s) { return launch_flash_forward<D>(a, variants & ~kF32VariantBits, s); });
 }
 
 }  // namespace
@@ -735,7 +700,7 @@ int attention_forward(const AttentionParams& p, const ForwardArgs& fa, void* str
   a.simt_fp32 = fa.simt_fp32;
   if (plan.any_split && !plan.tiling_off) {
     if (fa.workspace == nullptr) return cudaErrorInvalidValue;
-    err = launch_split(a, p.dim, fa.workspace, stream);
+    err = launch_split(a, p.dim, fa.workspace, false, stream);
     if (err != 0) return err;
   }
   // Tiling off: every head takes the SIMT kernel, which makes a full pass for the row max.

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 #include <cstdint>
+#include <functional>
 
 #include "kernels/attention_params.h"
 
@@ -40,6 +41,7 @@ struct KernelArgs {
   const uint16_t* q_pl[3] = {nullptr, nullptr, nullptr};
   const uint16_t* k_pl[3] = {nullptr, nullptr, nullptr};
   const uint16_t* v_pl[3] = {nullptr, nullptr, nullptr};
+  const uint16_t* do_pl[3] = {nullptr, nullptr, nullptr};  // backward, bwd=fp32 heads
   bool simt_fp32 = false;  // FP32-operand heads take the SIMT reference kernels instead
 };
 
@@ -74,7 +76,8 @@ struct LaunchPlan {
   bool tiling_off = false;
   bool any_simt = false;  // some head needs the FP32/SIMT kernels
   bool any_fast = false;  // some head runs on the tensor-core kernels
-  bool any_split = false;  // some head takes the FP32 tensor-core forward (needs the planes)
+  bool any_split = false;  // some head takes an FP32 tensor-core variant (needs the planes)
+  bool any_fast16 = false;  // some head takes a BF16 tensor-core variant
   unsigned fwd_variants = 0;        // bit forward_variant(f, false, .) per tensor-core head
   unsigned fwd_variants_stats = 0;  // the same with monitors requested
 };
@@ -88,12 +91,20 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
                 bool have_v32, bool have_o32, bool simt_fp32, cudaStream_t stream,
                 LaunchPlan* plan);
 
-// Bytes of the split planes (9 BF16 arrays of B*H*T*D) when some head of host_flags takes the
-// FP32 tensor-core forward, else 0.
+// Runs side_work on a second stream of this device, forked from `stream`, and main_work on
+// `stream`, then makes `stream` wait for both: the FP32 variants of a mixed plan run beside the
+// BF16 ones instead of after them (one FP32 head alone fills few SMs). Deterministic: the two
+// write disjoint heads.
+int launch_beside(cudaStream_t stream, const std::function<int(cudaStream_t)>& side_work,
+                  const std::function<int(cudaStream_t)>& main_work);
+
+// Bytes of the split planes (12 BF16 arrays of B*H*T*D: q, k, v, dO) when some head of
+// host_flags promotes an op to FP32 (host_flags null: always), else 0.
 size_t split_bytes(const AttentionParams& p, const HeadFlags* host_flags);
-// Writes the three planes of q, k (heads with qk=fp32) and v (pv=fp32) into `ws` and points
-// a's q_pl/k_pl/v_pl at them.
-int launch_split(KernelArgs& a, int dim, void* ws, cudaStream_t stream);
+// Writes the three planes of the FP32 operands the FP32 heads read into `ws` and points a's
+// q_pl/k_pl/v_pl/do_pl at them. Forward: q, k (qk=fp32), v (pv=fp32). Backward: q, k (qk or
+// bwd fp32), v (pv or bwd), dO (bwd; from d_o when a.do32 is null).
+int launch_split(KernelArgs& a, int dim, void* ws, bool backward, cudaStream_t stream);
 
 // SIMT kernels (attention_simt.cu): one query (or key) row per thread, FP32 FMAs, the
 // same rounding points as the tensor-core kernels. all_heads: run every head (tiling off),

@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
   constexpr int kS = kSimtStride<D>, kSimtRows = R;
   const int bh = blockIdx.y, h = bh % a.heads, q0 = blockIdx.x * kSimtRows, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
-  if (!backward_needs_simt(f)) return;
+  if (!backward_needs_simt(f, a.simt_fp32)) return;
   const bool grad_f32 = f.bwd_f32 || f.qk_f32, v_f32 = f.pv_f32 || f.bwd_f32;
   extern __shared__ __align__(16) float fsm[];
   float* s_q = fsm;                       // [R][kS] S operand
@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(R) simt_dkdv_kernel(KernelArgs a) {
   constexpr int kS = kSimtStride<D>, kR = R;
   const int bh = blockIdx.y, h = bh % a.heads, k0 = blockIdx.x * kR, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
-  if (!backward_needs_simt(f)) return;
+  if (!backward_needs_simt(f, a.simt_fp32)) return;
   const bool grad_f32 = f.bwd_f32 || f.qk_f32, v_f32 = f.pv_f32 || f.bwd_f32;
   extern __shared__ __align__(16) float fsm[];
   float* s_k = fsm;            // [R][kS] own keys, S operand

@@ -51,4 +51,22 @@ __device__ __forceinline__ void mma_split_lo(float (&lo)[2][4], const uint32_t (
   }
 }
 
+// lo[n] += the small terms of (a0 + a1 + a2)(b0 + b1 + b2) where an operand without planes
+// (a3 / b3 false) is its plane 0 alone: the terms a_i b_j with 1 <= i + j <= 2 that exist,
+// smallest first (mma_split_lo with optional planes; the caller adds a0 b0).
+__device__ __forceinline__ void mma_planes_lo(float (&lo)[2][4], const uint32_t (&a)[3][4],
+                                              const uint32_t (&b)[3][4], bool a3, bool b3) {
+  if (a3 && b3) {
+    mma_split_lo(lo, a[0], a[1], a[2], b);
+    return;
+  }
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    if (a3) mma_bf16(lo[n], a[2], b[0][2 * n], b[0][2 * n + 1]);
+    if (b3) mma_bf16(lo[n], a[0], b[2][2 * n], b[2][2 * n + 1]);
+    if (a3) mma_bf16(lo[n], a[1], b[0][2 * n], b[0][2 * n + 1]);
+    if (b3) mma_bf16(lo[n], a[0], b[1][2 * n], b[1][2 * n + 1]);
+  }
+}
+
 }  // namespace rwd::kernels::cuda

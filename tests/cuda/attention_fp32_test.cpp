@@ -1,12 +1,14 @@
 // Contract of the FP32-faithful heads on the tensor cores (split-BF16 operands): per promoted
-// op and head dim, on random and crafted inputs, the error against the FP64 reference is at most
-// twice the true-FP32 CPU twin's; the SIMT reference kernels are measured alongside.
+// op and head dim, on random and crafted inputs, the error against the FP64 reference (forward
+// and backward) is at most twice the true-FP32 CPU twin's; the SIMT reference kernels are
+// measured alongside.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/attention_cpu.h"
@@ -110,6 +112,40 @@ TEST(AttentionFp32, TensorCoreErrorAtMostTwiceFp32Twin) {
   }
 }
 
+// The backward of attn=fp32 heads (every op promoted) against the FP64 gradients: dQ, dK, dV
+// each at most twice the CPU twin's error, on the same inputs as the forward contract.
+TEST(AttentionFp32, BackwardErrorAtMostTwiceFp32Twin) {
+  SKIP_WITHOUT_GPU();
+  for (int d : {64, 128}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      Inputs in = crafted(kind, d, 700 + kind + d);
+      for (auto& f : in.flags) {
+        for (auto& pr : f.prec) pr = Prec::kFp32;
+      }
+      const size_t n = in.q.size();
+      const Reference fwd = reference(in);
+      const std::vector<double> q(in.q.begin(), in.q.end()), k(in.k.begin(), in.k.end()),
+          v(in.v.begin(), in.v.end()), d_o(in.d_o.begin(), in.d_o.end());
+      std::vector<double> dq(n), dk(n), dv(n);
+      attention_reference_backward(in.p, q.data(), k.data(), v.data(), fwd.o.data(), d_o.data(),
+                                   fwd.lse.data(), dq.data(), dk.data(), dv.data());
+      const Outputs tc = run_gpu(in, true, false), simt = run_gpu(in, true, false, true),
+                    cpu = run_cpu(in, true);
+      ASSERT_EQ(tc.bwd_status, 0);
+      ASSERT_EQ(simt.bwd_status, 0);
+      SCOPED_TRACE(testing::Message() << "D=" << d << " inputs " << kind);
+      for (const auto& [name, g, s, c, ref] :
+           {std::tuple{"dQ", &tc.dq, &simt.dq, &cpu.dq, &dq}, std::tuple{"dK", &tc.dk, &simt.dk, &cpu.dk, &dk},
+            std::tuple{"dV", &tc.dv, &simt.dv, &cpu.dv, &dv}}) {
+        const double e_tc = max_err(*g, *ref), e_simt = max_err(*s, *ref), e_cpu = max_err(*c, *ref);
+        std::printf("fp32 bwd D%-3d in%d %s err tc %.2e simt %.2e cpu %.2e\n", d, kind, name, e_tc,
+                    e_simt, e_cpu);
+        EXPECT_LE(e_tc, 2.0 * e_cpu) << name;
+      }
+    }
+  }
+}
+
 // A BF16 promotion of the same op is far off the reference: the crafted inputs of kind 3 (q, k
 // near 1) make the BF16 logits useless, so the contract above cannot pass by accident.
 TEST(AttentionFp32, Bf16OperandsFailTheContract) {
@@ -126,7 +162,7 @@ TEST(AttentionFp32, Bf16OperandsFailTheContract) {
 }
 
 // A mixed plan: qk, pv and all ops promoted in three heads beside BF16 heads. The BF16 heads
-// keep the bits of the all-BF16 launch, the promoted ones differ.
+// keep the bits (O, dQ, dK, dV) of the all-BF16 launch, the promoted ones differ.
 TEST(AttentionFp32, MixedLaunchKeepsBf16HeadsBitwise) {
   SKIP_WITHOUT_GPU();
   for (int d : {64, 128}) {
@@ -135,13 +171,17 @@ TEST(AttentionFp32, MixedLaunchKeepsBf16HeadsBitwise) {
     mixed.flags[1].prec[static_cast<int>(Op::kQk)] = Prec::kFp32;
     mixed.flags[3].prec[static_cast<int>(Op::kPv)] = Prec::kFp32;
     for (int op = 0; op < kNumOps; ++op) mixed.flags[4].prec[op] = Prec::kFp32;
-    const Outputs all_bf16 = run_gpu(base, false, false), out = run_gpu(mixed, false, false);
+    const Outputs all_bf16 = run_gpu(base, true, false), out = run_gpu(mixed, true, false);
     ASSERT_EQ(out.fwd_status, 0);
+    ASSERT_EQ(out.bwd_status, 0);
     const size_t per_head = static_cast<size_t>(base.p.seq) * d;
     for (int b = 0; b < base.p.batch; ++b) {
       for (int h = 0; h < base.p.heads; ++h) {
         const size_t at = (static_cast<size_t>(b) * base.p.heads + h) * per_head;
-        const bool same = std::memcmp(out.o32.data() + at, all_bf16.o32.data() + at, per_head * 4) == 0;
+        bool same = true;
+        for (auto x : {&Outputs::o32, &Outputs::dq, &Outputs::dk, &Outputs::dv}) {
+          same = same && std::memcmp((out.*x).data() + at, (all_bf16.*x).data() + at, per_head * 4) == 0;
+        }
         EXPECT_EQ(same, h == 0 || h == 2 || h == 5) << "D=" << d << " b " << b << " head " << h;
       }
     }

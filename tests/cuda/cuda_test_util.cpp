@@ -146,7 +146,8 @@ Outputs run_gpu(const Inputs& in, bool backward, bool stats_on, bool simt_fp32) 
   ba.dq = dq.as<float>();
   ba.dk = dk.as<float>();
   ba.dv = dv.as<float>();
-  DeviceBuffer ws(cuda::backward_workspace_bytes(gp));
+  ba.simt_fp32 = simt_fp32;
+  DeviceBuffer ws(cuda::backward_workspace_bytes(gp, in.flags.data()));
   ba.workspace = ws.get();
   out.bwd_status = cuda::attention_backward(gp, ba, nullptr);
   if (out.bwd_status != 0) return out;
