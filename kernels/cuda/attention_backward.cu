@@ -10,7 +10,8 @@
 //   dS = P * (dP - delta)                   FP32
 //   dQ = alpha * (bf16(dS) K),  dK = alpha * (bf16(dS)^T Q)   (alpha applied once, in FP32)
 // Outputs dq, dk, dv are FP32; the caller rounds them to BF16. Heads with qk, pv, softmax, bwd
-// or delta promoted (or a delta fault) run in the SIMT kernels. CPU twin:
+// or delta promoted run the FP32 variant (kF32: split-BF16 operands, beside the BF16 heads on a
+// second stream); a delta fault, or delta=fp32 with delta=dpp, the SIMT kernels. CPU twin:
 // kernels/attention_backward_cpu.cpp.
 //
 // Determinism: no float atomics. Kernel 1 (one block per query tile) computes delta and dQ,

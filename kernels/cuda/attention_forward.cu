@@ -11,7 +11,7 @@
 //   Ō = exp(m_old - m_new) * Ō + bf16(P̄) V        FP32 accumulate
 //   [acc_bf16] Ō = bf16(Ō), l = bf16(l) after each tile
 //   O = bf16(Ō / l) (written), o_f32 = Ō / l (when requested), LSE = m + log(l) (FP32).
-// Heads with qk, pv or softmax promoted run in the SIMT kernels (attention_simt.cu) instead.
+// Heads with qk, pv or softmax promoted run the FP32 variant (kF32: split-BF16 operands).
 // The CPU twin is kernels/attention_forward_cpu.cpp (same formulas; sums in other orders).
 // The query tile (64 or 128 rows) does not enter the numerics: every rounding point is per row and
 // per 64-key tile. Ties (stable rule, monitors) are counted only when a head is stabilized or

@@ -1,6 +1,8 @@
 // FP32-operand (SIMT) attention kernels: one row per thread, plain FP32 FMAs, the same rounding
-// points as the tensor-core kernels. They serve heads whose plan promotes qk, pv or bwd to
-// FP32, and every head when tiling is off (a full pass over the keys finds the row max first).
+// points as the tensor-core kernels. They are the reference for FP32 heads (simt_fp32: tests
+// and cuda_bench's baseline; FP32 heads otherwise take the split-BF16 tensor-core variants),
+// serve heads with a delta fault or delta=fp32 with delta=dpp, and every head when tiling is
+// off (a full pass over the keys finds the row max first).
 //
 // Operand choices per head (DESIGN §3):
 //   S operands      Q, K      : q_f32/k_f32 when qk=fp32, else BF16 values
