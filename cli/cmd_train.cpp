@@ -116,6 +116,10 @@ int run_train(int argc, char** argv) {
     if (!r.count("data")) throw UsageError("train: --data is required (make one with `rewind data synth`)");
     spec.config = config_from(r);
     if (r.count("steps")) spec.config.max_iters = r["steps"].as<int>();
+    // Before anything is opened or written: a head dim the CUDA kernels lack is a usage error.
+    spec.config.validate_for_device(r["device"].as<std::string>(),
+                                    train::attention_impl(r["attention"].as<std::string>()) ==
+                                        train::AttentionImpl::kRewind);
     spec.plan.base = r["plan"].as<std::string>();
     if (r.count("plan-from"))
       for (const auto& a : r["plan-from"].as<std::vector<std::string>>()) spec.plan.add_change(a);

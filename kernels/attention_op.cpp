@@ -155,6 +155,11 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       a.lse = lse.data_ptr<float>();
       a.stats = p.stats;  // null without a capture: the kernels then skip all tie counting
       a.host_flags = st->flags.data();  // same contents as flags_d: no device->host sync
+      // The split-BF16 planes of the FP32 operands (empty unless some head promotes qk, pv or
+      // softmax).
+      Tensor split_ws = torch::empty({static_cast<int64_t>(cuda::forward_workspace_bytes(p, st->flags.data()))},
+                                     q.options().dtype(torch::kUInt8));
+      a.workspace = split_ws.numel() ? split_ws.data_ptr() : nullptr;
       check_cuda(cuda::attention_forward(p, a, at::cuda::getCurrentCUDAStream().stream()), "forward");
       out = assemble_output(*st, o_bf16, o_f32);
       o_saved = o_bf16;
@@ -213,7 +218,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       Tensor gb = grad_out[0].defined() ? bf16_contiguous(grad_out[0])
                                         : torch::zeros(q.sizes(), q.options().dtype(torch::kBFloat16));
       const F32Twins tw = f32_twins(*st, q, k, v);
-      Tensor ws = torch::empty({static_cast<int64_t>(cuda::backward_workspace_bytes(p))},
+      Tensor ws = torch::empty({static_cast<int64_t>(cuda::backward_workspace_bytes(p, st->flags.data()))},
                                q.options().dtype(torch::kUInt8));
       cuda::BackwardArgs a;
       a.q = bf16_ptr(qb); a.k = bf16_ptr(kb); a.v = bf16_ptr(vb);

@@ -42,6 +42,15 @@ struct HeadStats {
   int64_t stable_guard = 0;      // stable: tiles where the guard clamped the shift
 };
 
+// Head dims the CUDA kernels are compiled for (the CPU emulation takes any).
+constexpr int kCudaHeadDims[] = {64, 128};
+inline bool cuda_head_dim_supported(int dim) {
+  for (int d : kCudaHeadDims) {
+    if (d == dim) return true;
+  }
+  return false;
+}
+
 // One attention call: (B, H, T, D) row-major contiguous tensors, causal mask optional.
 struct AttentionParams {
   int batch = 0, heads = 0, seq = 0, dim = 0;

@@ -2,6 +2,7 @@
 # On a GPU: tokens/s of gpt2-small training with rewind's CUDA kernels vs PyTorch SDPA
 # attention (same process layout, same run of this script), and the recording overhead.
 # Usage: bash scripts/gpu_bench.sh [BUILD_DIR]   (after scripts/gpu_build.sh)
+#        MODE=plans bash scripts/gpu_bench.sh    (step time under bisection-probe plans)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-${BUILD:-$ROOT/build-gpu}}
@@ -32,6 +33,21 @@ run() {  # mode, extra args
 mean() { awk '{s += $1} END {printf "%.1f", s / NR}' "$W/$1.ms"; }
 median() { sort -n "$W/$1.ms" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 quartiles() { sort -n "$W/$1.ms" | awk '{a[NR]=$1} END {printf "%.1f-%.1f", a[int(NR/4)+1], a[int(3*NR/4)]}'; }
+# MODE=plans: the step time under bisection-probe plans (default, two pv=fp32 heads, attn=fp32
+# in every layer, all=fp32) relative to the default plan, instead of the rows below.
+if [[ ${MODE:-} == plans ]]; then
+  PLANS=("" "L2.H{1,7}.pv=fp32" "L*.attn=fp32" "all=fp32")  # "": the default plan
+  for ((round = 0; round < ROUNDS; ++round)); do
+    for i in "${!PLANS[@]}"; do run "plan$i" --plan "${PLANS[$i]}"; done
+  done
+  printf "gpt2-small training, B=%d T=1024, median step (ms) over %d rounds x %d steps\n" "$B" "$ROUNDS" "$((STEPS - 2))"
+  printf "%-22s %10s %14s %10s\n" plan ms "p25-p75 ms" "x default"
+  for i in "${!PLANS[@]}"; do
+    awk -v n="${PLANS[$i]:-default}" -v ms="$(median "plan$i")" -v q="$(quartiles "plan$i")" \
+      -v b="$(median plan0)" 'BEGIN {printf "%-22s %10.1f %14s %10.2f\n", n, ms, q, ms / b}'
+  done
+  exit 0
+fi
 # The modes take turns, ROUNDS times, so a slow phase of the machine hits all of them alike.
 for ((round = 0; round < ROUNDS; ++round)); do
   run sdpa --attention sdpa

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "kernels/attention_params.h"
 
 namespace rwd::train {
 
@@ -153,6 +154,15 @@ void Config::validate() const {
   need(warmup_iters >= 0 && lr_decay_iters >= 1 && max_iters >= 0, "iteration counts must be >= 0");
   need(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "beta1, beta2 must be in [0, 1)");
   need(grad_clip >= 0 && weight_decay >= 0, "grad_clip and weight_decay must be >= 0");
+}
+
+void Config::validate_for_device(const std::string& device, bool rewind_attention) const {
+  if (device.rfind("cuda", 0) != 0 || !rewind_attention || kernels::cuda_head_dim_supported(head_dim())) return;
+  std::string dims;
+  for (int d : kernels::kCudaHeadDims) dims += (dims.empty() ? "" : " or ") + std::to_string(d);
+  throw UsageError("config: --device cuda runs attention heads of dim " + dims + " (n_embd / n_head); " +
+                   std::to_string(n_embd) + " / " + std::to_string(n_head) + " = " +
+                   std::to_string(head_dim()) + " (use --device cpu or --attention sdpa)");
 }
 
 bool Config::same_model(const Config& o) const {

@@ -35,6 +35,9 @@ struct Config {
   static Config from_json(const std::string& text) { return from_json(text, Config{}); }
   static Config preset(const std::string& name);     // tiny | small-cpu | gpt2-small
   void validate() const;                              // throws UsageError
+  // Throws UsageError when our CUDA attention kernels cannot run this model's head dim
+  // (device "cuda[:N]" with the rewind attention); other devices take any head dim.
+  void validate_for_device(const std::string& device, bool rewind_attention) const;
   // True when the two configs describe the same model (shapes), regardless of optimisation.
   bool same_model(const Config& o) const;
 };

@@ -1,5 +1,6 @@
-// Forward/backward TFLOP/s of the rewind CUDA flash kernels (standard, stabilized, and a mixed
-// plan with half the heads pv=fp32) against PyTorch SDPA (flash backend) in the same run.
+// Forward/backward TFLOP/s of the rewind CUDA flash kernels (standard, stabilized, mixed plans
+// with FP32 heads on the tensor cores and on the SIMT reference) against PyTorch SDPA (flash
+// backend) and the all-BF16 kernel in the same run.
 #include <cuda_runtime.h>
 #include <torch/torch.h>
 
@@ -80,7 +81,8 @@ void bench(int B, int H, int T, int D) {
   auto q = torch::randn({B, H, T, D}, opts), k = torch::randn({B, H, T, D}, opts);
   auto v = torch::randn({B, H, T, D}, opts), d_o = torch::randn({B, H, T, D}, opts);
   auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
-  auto v32 = v.to(torch::kFloat32), o = torch::empty_like(q);
+  auto q32 = q.to(torch::kFloat32), k32 = k.to(torch::kFloat32), v32 = v.to(torch::kFloat32);
+  auto o = torch::empty_like(q), o32 = torch::empty_like(q32), do32 = d_o.to(torch::kFloat32);
   auto lse = torch::empty({B, H, T}, f32), delta = torch::empty({B, H, T}, f32);
   auto dq = torch::empty({B, H, T, D}, f32), dk = torch::empty_like(dq), dv = torch::empty_like(dq);
   const double fwd_flop = 4.0 * B * H * static_cast<double>(T) * T * D / 2.0;  // causal
@@ -89,8 +91,9 @@ void bench(int B, int H, int T, int D) {
   std::vector<Row> rows;
   std::vector<std::function<void()>> fwd_of;  // the forward launch of each of our rows
   // monitors: per-head stats collected (p.stats set), as in a recorded training step.
+  // simt: FP32 heads on the SIMT reference kernels (the path before the split-BF16 variant).
   auto run_ours = [&](const std::string& name, std::vector<HeadFlags> flag_list,
-                      bool monitors = false) {
+                      bool monitors = false, bool simt = false) {
     auto flags = std::make_shared<std::vector<HeadFlags>>(std::move(flag_list));
     auto flags_d = torch::empty({static_cast<int64_t>(flags->size() * sizeof(HeadFlags))},
                                 torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
@@ -110,16 +113,27 @@ void bench(int B, int H, int T, int D) {
     fa.q = reinterpret_cast<const uint16_t*>(q.data_ptr());
     fa.k = reinterpret_cast<const uint16_t*>(k.data_ptr());
     fa.v = reinterpret_cast<const uint16_t*>(v.data_ptr());
+    fa.q_f32 = q32.data_ptr<float>();
+    fa.k_f32 = k32.data_ptr<float>();
     fa.v_f32 = v32.data_ptr<float>();
     fa.o = reinterpret_cast<uint16_t*>(o.data_ptr());
+    fa.o_f32 = o32.data_ptr<float>();
     fa.lse = lse.data_ptr<float>();
     fa.host_flags = flags->data();
+    fa.simt_fp32 = simt;
+    auto ws = torch::empty({static_cast<int64_t>(kc::forward_workspace_bytes(p, flags->data()))},
+                           torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
+    fa.workspace = ws.numel() ? ws.data_ptr() : nullptr;
     kc::BackwardArgs ba;
     ba.q = fa.q;
     ba.k = fa.k;
     ba.v = fa.v;
+    ba.q_f32 = fa.q_f32;
+    ba.k_f32 = fa.k_f32;
     ba.v_f32 = fa.v_f32;
     ba.o = fa.o;
+    ba.o_f32 = fa.o_f32;
+    ba.d_o_f32 = do32.data_ptr<float>();
     ba.d_o = reinterpret_cast<const uint16_t*>(d_o.data_ptr());
     ba.lse = fa.lse;
     ba.delta = delta.data_ptr<float>();
@@ -127,8 +141,10 @@ void bench(int B, int H, int T, int D) {
     ba.dk = dk.data_ptr<float>();
     ba.dv = dv.data_ptr<float>();
     ba.host_flags = flags->data();
+    ba.simt_fp32 = simt;
+    ba.workspace = fa.workspace;  // the same split planes (q, k, v, dO)
     // Owns copies of the parameters and keeps the flags alive for paired_ratio below.
-    fwd_of.push_back([p, fa, flags, flags_d, stats_d] { check(kc::attention_forward(p, fa, nullptr), "forward"); });
+    fwd_of.push_back([p, fa, flags, flags_d, stats_d, ws] { check(kc::attention_forward(p, fa, nullptr), "forward"); });
     const double f = time_ms(fwd_of.back());
     const double b = time_ms([&] { check(kc::attention_backward(p, ba, nullptr), "backward"); });
     rows.push_back({name, f, b});
@@ -163,6 +179,24 @@ void bench(int B, int H, int T, int D) {
     std::vector<HeadFlags> mixed(H);
     for (int h = 0; h < H; h += 2) mixed[h].prec[static_cast<int>(rwd::kernels::Op::kPv)] = rwd::kernels::Prec::kFp32;
     run_ours("rewind_mixed_pv32", mixed);
+    // Heads with attn=fp32 (every op promoted): one, half, all, on the tensor cores and on the
+    // SIMT reference kernels.
+    for (int n : {1, H / 2, H}) {
+      std::vector<HeadFlags> fl(H);
+      for (int h = 0; h < n; ++h) {
+        for (auto& pr : fl[h].prec) pr = rwd::kernels::Prec::kFp32;
+      }
+      const std::string tag = "fp32_heads_" + std::to_string(n);
+      run_ours(tag, fl);
+      run_ours(tag + "_simt", fl, false, true);
+    }
+    // The split matmuls alone: qk and pv promoted in every head, softmax low.
+    std::vector<HeadFlags> qkpv(H);
+    for (auto& fl : qkpv) {
+      fl.prec[static_cast<int>(rwd::kernels::Op::kQk)] = rwd::kernels::Prec::kFp32;
+      fl.prec[static_cast<int>(rwd::kernels::Op::kPv)] = rwd::kernels::Prec::kFp32;
+    }
+    run_ours("fp32_heads_qkpv_" + std::to_string(H), qkpv);
   }
 
   // rows: [sdpa_flash,] rewind_standard, rewind_stable, ...; fwd_of starts at rewind_standard.
@@ -170,15 +204,27 @@ void bench(int B, int H, int T, int D) {
 
   const double base_f = rows[0].fwd_ms, base_b = rows[0].bwd_ms;
   std::printf("\nB=%d H=%d T=%d D=%d causal  (baseline: %s)\n", B, H, T, D, rows[0].name.c_str());
-  std::printf("%-20s %10s %10s %10s %10s %8s %8s\n", "kernel", "fwd_ms", "fwd_TF/s", "bwd_ms",
-              "bwd_TF/s", "fwd_x", "bwd_x");
+  // fwd_x, bwd_x: speed relative to the baseline; std_f, std_b: time over rewind_standard's.
+  const Row& std_row = rows[rows.size() > 1 && rows[0].name == "sdpa_flash" ? 1 : 0];
+  std::printf("%-22s %10s %10s %10s %10s %8s %8s %8s %8s\n", "kernel", "fwd_ms", "fwd_TF/s",
+              "bwd_ms", "bwd_TF/s", "fwd_x", "bwd_x", "std_f", "std_b");
   for (const Row& r : rows) {
-    std::printf("%-20s %10.3f %10.1f %10.3f %10.1f %8.2f %8.2f\n", r.name.c_str(), r.fwd_ms,
-                fwd_flop / r.fwd_ms * 1e-9, r.bwd_ms, bwd_flop / r.bwd_ms * 1e-9, base_f / r.fwd_ms,
-                base_b / r.bwd_ms);
+    std::printf("%-22s %10.3f %10.1f %10.3f %10.1f %8.2f %8.2f %8.2f %8.2f\n", r.name.c_str(),
+                r.fwd_ms, fwd_flop / r.fwd_ms * 1e-9, r.bwd_ms, bwd_flop / r.bwd_ms * 1e-9,
+                base_f / r.fwd_ms, base_b / r.bwd_ms, r.fwd_ms / std_row.fwd_ms,
+                r.bwd_ms / std_row.bwd_ms);
   }
   std::printf("stable/standard forward, alternating 20-launch bursts: %.3f (median of 41 pairs)\n",
               stable_x);
+  // The same paired measure for the tensor-core FP32 rows (forward; fwd_of[i] is the forward
+  // of rows[i + first], first = 1 when the SDPA row leads).
+  const size_t first = rows.size() - fwd_of.size();
+  for (size_t i = 0; i < fwd_of.size(); ++i) {
+    const std::string& n = rows[i + first].name;
+    if (n.rfind("fp32_heads_", 0) != 0 || n.find("_simt") != std::string::npos) continue;
+    std::printf("%s/standard forward, alternating bursts: %.3f\n", n.c_str(),
+                paired_ratio(fwd_of[0], fwd_of[i]));
+  }
 }
 
 }  // namespace

@@ -89,14 +89,18 @@ __device__ __forceinline__ FlagView decode_flags(const HeadFlags& hf) {
   return v;
 }
 
-// Heads whose flags need FP32/FP64 operands or sequential sums run in the SIMT kernels; the
-// rest use tensor cores. The choice is per head and uniform within a block. Must agree with
-// forward_variant (attention_internal.cuh), which the host uses to pick the launches.
+// Heads whose flags need FP32/FP64 operands run the split-BF16 (FP32) variants of the
+// tensor-core kernels, or with simt_fp32 the SIMT reference kernels; a delta fault, and
+// delta=fp32 with delta=dpp, take the SIMT kernels always. The choice is per head and uniform
+// within a block. Must agree with forward_variant (attention_internal.cuh) and plan_launch.
 __device__ __forceinline__ bool forward_needs_simt(const FlagView& f) {
   return f.qk_f32 || f.pv_f32 || f.sm_f64;
 }
-__device__ __forceinline__ bool backward_needs_simt(const FlagView& f) {
-  return f.qk_f32 || f.pv_f32 || f.sm_f64 || f.bwd_f32 || f.delta_f64 || f.delta_fault;
+__device__ __forceinline__ bool backward_fp32(const FlagView& f) {
+  return f.qk_f32 || f.pv_f32 || f.sm_f64 || f.bwd_f32 || f.delta_f64;
+}
+__device__ __forceinline__ bool backward_needs_simt(const FlagView& f, bool simt_fp32) {
+  return f.delta_fault || (f.delta_f64 && f.delta_dpp) || (simt_fp32 && backward_fp32(f));
 }
 
 // S from the FP32 dot product: alpha * acc, then the qk fault, then the s_bf16 rounding.

@@ -26,6 +26,13 @@ struct ForwardArgs {
   // Optional HOST copy of p.flags (same contents). Without it the launcher reads the flags
   // back from the device, which synchronizes the stream on every call.
   const HeadFlags* host_flags = nullptr;
+  // forward_workspace_bytes(p, flags) bytes of device memory: the split-BF16 planes of the FP32
+  // operands. Needed (non-null) when some head promotes qk, pv or softmax.
+  void* workspace = nullptr;
+  // true: heads that promote qk, pv or softmax take the SIMT reference kernels (one row per
+  // thread, plain FP32 FMAs) instead of the split-operand tensor-core variant. Tests and the
+  // benchmark's baseline only.
+  bool simt_fp32 = false;
 };
 
 struct BackwardArgs {
@@ -47,14 +54,19 @@ struct BackwardArgs {
   float* dq = nullptr;           // (B,H,T,D) FP32 gradients, fully written (no accumulate)
   float* dk = nullptr;
   float* dv = nullptr;
-  void* workspace = nullptr;     // backward_workspace_bytes(p) bytes, for deterministic dQ
+  // backward_workspace_bytes(p, flags) bytes: the split planes of FP32 heads' operands.
+  void* workspace = nullptr;
   const HeadFlags* host_flags = nullptr;  // optional host copy of p.flags (see ForwardArgs)
+  bool simt_fp32 = false;  // as ForwardArgs: FP32 heads on the SIMT reference kernels
 };
 
 // Returns 0 on success or a cudaError_t value; stream is a cudaStream_t (nullptr = default).
 int attention_forward(const AttentionParams& p, const ForwardArgs& a, void* stream);
 int attention_backward(const AttentionParams& p, const BackwardArgs& a, void* stream);
-size_t backward_workspace_bytes(const AttentionParams& p);
+size_t backward_workspace_bytes(const AttentionParams& p, const HeadFlags* host_flags);
+// Forward workspace for the flags (host copy): 0 unless some head promotes qk, pv or softmax;
+// host_flags null: the most any plan needs.
+size_t forward_workspace_bytes(const AttentionParams& p, const HeadFlags* host_flags);
 // p.flags and p.stats must point to DEVICE memory for the launchers (heads entries each).
 
 }  // namespace rwd::kernels::cuda

@@ -3,6 +3,8 @@
 // (scripts/cuda_explore.sh VARIANTS=...).
 #pragma once
 
+#include <type_traits>
+
 namespace rwd::kernels::cuda {
 
 // Tile shape of the forward: kWarps warps, each owning kMt m16 row blocks (16 kMt query rows),
@@ -38,10 +40,29 @@ template <>
 struct FwdTraits<64> : FwdConfig<REWIND_FWD64_CONFIG> {};
 template <>
 struct FwdTraits<128> : FwdConfig<REWIND_FWD128_CONFIG> {};
+// The FP32 (split-operand) variant keeps three BF16 planes of Q, K and V in shared memory and
+// single-buffers K/V: D = 64 as 4 warps x 16 rows with Q in registers, 2 blocks per SM (81 KB
+// each); D = 128 as 8 warps x 16 rows, Q reloaded per tile, 1 block per SM (204 KB).
+#ifndef REWIND_FWD64_F32_CONFIG
+#define REWIND_FWD64_F32_CONFIG 4121
+#endif
+#ifndef REWIND_FWD128_F32_CONFIG
+#define REWIND_FWD128_F32_CONFIG 8110
+#endif
 template <int D>
+using FwdF32Traits =
+    FwdConfig<D == 64 ? REWIND_FWD64_F32_CONFIG : REWIND_FWD128_F32_CONFIG>;
+// Traits of the BF16 (kF32 false) or FP32 variant.
+template <int D, bool kF32>
+using FwdTr = std::conditional_t<kF32, FwdF32Traits<D>, FwdTraits<D>>;
+template <int D, bool kF32 = false>
 struct FwdShape {
-  static constexpr int kRows = FwdTraits<D>::kWarps * 16 * FwdTraits<D>::kMt;  // query rows
-  static constexpr int kThreads = FwdTraits<D>::kWarps * 32;
+  static constexpr int kRows = FwdTr<D, kF32>::kWarps * 16 * FwdTr<D, kF32>::kMt;  // query rows
+  static constexpr int kThreads = FwdTr<D, kF32>::kWarps * 32;
+  static constexpr int kPlanes = kF32 ? 3 : 1;  // BF16 planes per operand
+  static constexpr int kStages = kF32 ? 1 : 2;  // K/V buffers
+  static constexpr int kSmemBytes =
+      kPlanes * (kRows + 2 * kStages * 64) * (D + 8) * static_cast<int>(sizeof(uint16_t));
 };
 
 }  // namespace rwd::kernels::cuda

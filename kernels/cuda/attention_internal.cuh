@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 #include <cstdint>
+#include <functional>
 
 #include "kernels/attention_params.h"
 
@@ -35,23 +36,39 @@ struct KernelArgs {
   float* dq = nullptr;
   float* dk = nullptr;
   float* dv = nullptr;
+  // Exact split of the FP32 twins into three BF16 planes x = x0 + x1 + x2 (split_planes),
+  // (B,H,T,D) each, written only for the heads that read them (FP32 tensor-core variant).
+  const uint16_t* q_pl[3] = {nullptr, nullptr, nullptr};
+  const uint16_t* k_pl[3] = {nullptr, nullptr, nullptr};
+  const uint16_t* v_pl[3] = {nullptr, nullptr, nullptr};
+  const uint16_t* do_pl[3] = {nullptr, nullptr, nullptr};  // backward, bwd=fp32 heads
+  bool simt_fp32 = false;  // FP32-operand heads take the SIMT reference kernels instead
 };
 
 // Specializations of the tensor-core forward (attention_forward.cu), one kernel each: bits of
 // a variant number. kFwdStats (monitors requested) always comes with kFwdStable (tie counting).
-constexpr int kFwdStable = 1, kFwdStats = 2, kFwdExtras = 4, kFwdVariants = 8;
+// kFwdF32: qk, pv or softmax promoted: split-BF16 operands (attention_split.cuh).
+constexpr int kFwdStable = 1, kFwdStats = 2, kFwdExtras = 4, kFwdF32 = 8, kFwdVariants = 16;
 
-// The forward variant of a head, or -1 for a head that runs in the SIMT kernels (qk, pv or
-// softmax promoted; must match forward_needs_simt). Extras: s_bf16, acc_bf16 or a qk /
-// softmax / pv fault, whose branches the other variants compile away.
-__host__ __device__ inline int forward_variant(const HeadFlags& f, bool stats) {
+// Heads whose forward reads FP32 operands or keeps the softmax in double.
+__host__ __device__ inline bool forward_fp32(const HeadFlags& f) {
+  return f.prec[static_cast<int>(Op::kQk)] == Prec::kFp32 ||
+         f.prec[static_cast<int>(Op::kPv)] == Prec::kFp32 ||
+         f.prec[static_cast<int>(Op::kSoftmax)] == Prec::kFp32;
+}
+
+// The forward variant of a head, or -1 for a head that runs in the SIMT kernels (FP32 heads
+// when simt_fp32 asks for the reference path). Extras: s_bf16, acc_bf16 or a qk / softmax /
+// pv fault, whose branches the other variants compile away.
+__host__ __device__ inline int forward_variant(const HeadFlags& f, bool stats, bool simt_fp32) {
   const Prec qk = f.prec[static_cast<int>(Op::kQk)], sm = f.prec[static_cast<int>(Op::kSoftmax)];
   const Prec pv = f.prec[static_cast<int>(Op::kPv)];
-  if (qk == Prec::kFp32 || pv == Prec::kFp32 || sm == Prec::kFp32) return -1;
+  const bool f32 = forward_fp32(f);
+  if (f32 && simt_fp32) return -1;
   const bool extras = f.s_bf16 || f.acc_bf16 || qk == Prec::kFault || sm == Prec::kFault ||
                       pv == Prec::kFault;
-  return (extras ? kFwdExtras : 0) | (stats ? kFwdStats | kFwdStable : 0) |
-         (f.stable ? kFwdStable : 0);
+  return (f32 ? kFwdF32 : 0) | (extras ? kFwdExtras : 0) |
+         (stats ? kFwdStats | kFwdStable : 0) | (f.stable ? kFwdStable : 0);
 }
 
 // What the host learned from the per-head flags (copied once from the device).
@@ -59,7 +76,9 @@ struct LaunchPlan {
   bool tiling_off = false;
   bool any_simt = false;  // some head needs the FP32/SIMT kernels
   bool any_fast = false;  // some head runs on the tensor-core kernels
-  unsigned fwd_variants = 0;        // bit forward_variant(f, false) for each tensor-core head
+  bool any_split = false;  // some head takes an FP32 tensor-core variant (needs the planes)
+  bool any_fast16 = false;  // some head takes a BF16 tensor-core variant
+  unsigned fwd_variants = 0;        // bit forward_variant(f, false, .) per tensor-core head
   unsigned fwd_variants_stats = 0;  // the same with monitors requested
 };
 
@@ -69,7 +88,23 @@ struct LaunchPlan {
 // p.flags from the device (synchronizing `stream`).
 int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool backward,
                 bool have_q32, bool have_k32,
-                bool have_v32, bool have_o32, cudaStream_t stream, LaunchPlan* plan);
+                bool have_v32, bool have_o32, bool simt_fp32, cudaStream_t stream,
+                LaunchPlan* plan);
+
+// Runs side_work on a second stream of this device, forked from `stream`, and main_work on
+// `stream`, then makes `stream` wait for both: the FP32 variants of a mixed plan run beside the
+// BF16 ones instead of after them (one FP32 head alone fills few SMs). Deterministic: the two
+// write disjoint heads.
+int launch_beside(cudaStream_t stream, const std::function<int(cudaStream_t)>& side_work,
+                  const std::function<int(cudaStream_t)>& main_work);
+
+// Bytes of the split planes (12 BF16 arrays of B*H*T*D: q, k, v, dO) when some head of
+// host_flags promotes an op to FP32 (host_flags null: always), else 0.
+size_t split_bytes(const AttentionParams& p, const HeadFlags* host_flags);
+// Writes the three planes of the FP32 operands the FP32 heads read into `ws` and points a's
+// q_pl/k_pl/v_pl/do_pl at them. Forward: q, k (qk=fp32), v (pv=fp32). Backward: q, k (qk or
+// bwd fp32), v (pv or bwd), dO (bwd; from d_o when a.do32 is null).
+int launch_split(KernelArgs& a, int dim, void* ws, bool backward, cudaStream_t stream);
 
 // SIMT kernels (attention_simt.cu): one query (or key) row per thread, FP32 FMAs, the
 // same rounding points as the tensor-core kernels. all_heads: run every head (tiling off),

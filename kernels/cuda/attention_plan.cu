@@ -1,6 +1,7 @@
 // Host-side validation shared by the CUDA attention launchers: shapes, tile sizes, pointers and
 // each head's plan flags (copied once from the device), and the choice of kernels per head.
 #include <cmath>
+#include <mutex>
 #include <vector>
 
 #include "kernels/cuda/attention_internal.cuh"
@@ -20,12 +21,52 @@ bool head_supported(const HeadFlags& f) {
          f.eps >= 0.0f;
 }
 
+// A second stream per device with its fork/join events: the FP32 variants of a mixed launch run
+// beside the BF16 ones instead of after them (one FP32 head alone fills few SMs).
+struct SideStream {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+int side_stream(SideStream** out) {
+  constexpr int kMaxDevices = 64;
+  static std::mutex mu;
+  static SideStream sides[kMaxDevices];
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  std::lock_guard<std::mutex> lock(mu);
+  SideStream& s = sides[dev];
+  if (s.stream == nullptr) {
+    err = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming);
+    if (err != cudaSuccess) return err;
+  }
+  *out = &s;
+  return cudaSuccess;
+}
+
 }  // namespace
+
+int launch_beside(cudaStream_t stream, const std::function<int(cudaStream_t)>& side_work,
+                  const std::function<int(cudaStream_t)>& main_work) {
+  SideStream* side = nullptr;
+  int err = side_stream(&side);
+  if (err == 0) err = cudaEventRecord(side->fork, stream);
+  if (err == 0) err = cudaStreamWaitEvent(side->stream, side->fork, 0);
+  if (err == 0) err = side_work(side->stream);
+  if (err == 0) err = cudaEventRecord(side->join, side->stream);
+  if (err == 0) err = main_work(stream);
+  if (err == 0) err = cudaStreamWaitEvent(stream, side->join, 0);
+  return err;
+}
 
 int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool backward,
                 bool have_q32, bool have_k32,
-                bool have_v32, bool have_o32, cudaStream_t stream, LaunchPlan* plan) {
-  if (p.batch <= 0 || p.heads <= 0 || p.seq <= 0 || (p.dim != 64 && p.dim != 128) ||
+                bool have_v32, bool have_o32, bool simt_fp32, cudaStream_t stream,
+                LaunchPlan* plan) {
+  if (p.batch <= 0 || p.heads <= 0 || p.seq <= 0 || !cuda_head_dim_supported(p.dim) ||
       !std::isfinite(p.scale) || p.flags == nullptr) {
     return cudaErrorInvalidValue;
   }
@@ -45,7 +86,7 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
     if (err != cudaSuccess) return err;
   }
 
-  plan->any_simt = plan->any_fast = false;
+  plan->any_simt = plan->any_fast = plan->any_split = plan->any_fast16 = false;
   plan->fwd_variants = plan->fwd_variants_stats = 0;
   for (const HeadFlags& f : flags) {
     if (!head_supported(f)) return cudaErrorNotSupported;
@@ -59,13 +100,19 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
     if ((qk32 && (!have_q32 || !have_k32)) || (pv32 && !have_v32)) return cudaErrorInvalidValue;
     if (backward && bwd32 && (!have_q32 || !have_k32 || !have_v32)) return cudaErrorInvalidValue;
     if (backward && (o32 || d64) && !f.delta_dpp && !have_o32) return cudaErrorInvalidValue;
-    // Must match forward_needs_simt / backward_needs_simt in attention_common.cuh.
-    const bool simt = qk32 || pv32 || sm64 || (backward && (bwd32 || d64 || dfault));
+    // Must match forward_variant (attention_internal.cuh) and backward_needs_simt
+    // (attention_common.cuh).
+    const bool any32 = qk32 || pv32 || sm64 || bwd32 || d64;
+    const bool simt = backward ? dfault || (d64 && f.delta_dpp) || (simt_fp32 && any32)
+                               : forward_variant(f, false, simt_fp32) < 0;
     plan->any_simt = plan->any_simt || simt;
     plan->any_fast = plan->any_fast || !simt;
-    if (!backward && forward_variant(f, false) >= 0) {
-      plan->fwd_variants |= 1u << forward_variant(f, false);
-      plan->fwd_variants_stats |= 1u << forward_variant(f, true);
+    if (backward && !simt) plan->any_split = plan->any_split || any32;
+    plan->any_fast16 = plan->any_fast16 || (!simt && !(backward ? any32 : forward_fp32(f)));
+    if (!backward && !simt) {
+      plan->any_split = plan->any_split || forward_fp32(f);
+      plan->fwd_variants |= 1u << forward_variant(f, false, simt_fp32);
+      plan->fwd_variants_stats |= 1u << forward_variant(f, true, simt_fp32);
     }
   }
   return cudaSuccess;

@@ -1,6 +1,8 @@
 // FP32-operand (SIMT) attention kernels: one row per thread, plain FP32 FMAs, the same rounding
-// points as the tensor-core kernels. They serve heads whose plan promotes qk, pv or bwd to
-// FP32, and every head when tiling is off (a full pass over the keys finds the row max first).
+// points as the tensor-core kernels. They are the reference for FP32 heads (simt_fp32: tests
+// and cuda_bench's baseline; FP32 heads otherwise take the split-BF16 tensor-core variants),
+// serve heads with a delta fault or delta=fp32 with delta=dpp, and every head when tiling is
+// off (a full pass over the keys finds the row max first).
 //
 // Operand choices per head (DESIGN §3):
 //   S operands      Q, K      : q_f32/k_f32 when qk=fp32, else BF16 values
@@ -244,7 +246,7 @@ __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
   constexpr int kS = kSimtStride<D>, kSimtRows = R;
   const int bh = blockIdx.y, h = bh % a.heads, q0 = blockIdx.x * kSimtRows, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
-  if (!backward_needs_simt(f)) return;
+  if (!backward_needs_simt(f, a.simt_fp32)) return;
   const bool grad_f32 = f.bwd_f32 || f.qk_f32, v_f32 = f.pv_f32 || f.bwd_f32;
   extern __shared__ __align__(16) float fsm[];
   float* s_q = fsm;                       // [R][kS] S operand
@@ -366,7 +368,7 @@ __global__ void __launch_bounds__(R) simt_dkdv_kernel(KernelArgs a) {
   constexpr int kS = kSimtStride<D>, kR = R;
   const int bh = blockIdx.y, h = bh % a.heads, k0 = blockIdx.x * kR, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
-  if (!backward_needs_simt(f)) return;
+  if (!backward_needs_simt(f, a.simt_fp32)) return;
   const bool grad_f32 = f.bwd_f32 || f.qk_f32, v_f32 = f.pv_f32 || f.bwd_f32;
   extern __shared__ __align__(16) float fsm[];
   float* s_k = fsm;            // [R][kS] own keys, S operand

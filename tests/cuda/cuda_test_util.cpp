@@ -84,7 +84,7 @@ Inputs make_inputs(int b, int h, int t, int d, bool causal, float peak, uint64_t
   return in;
 }
 
-Outputs run_gpu(const Inputs& in, bool backward, bool stats_on) {
+Outputs run_gpu(const Inputs& in, bool backward, bool stats_on, bool simt_fp32) {
   const AttentionParams& p = in.p;
   const size_t n = in.q.size(), rows = static_cast<size_t>(p.batch) * p.heads * p.seq;
   DeviceBuffer q(n * 2), k(n * 2), v(n * 2), d_o(n * 2), o(n * 2);
@@ -117,6 +117,9 @@ Outputs run_gpu(const Inputs& in, bool backward, bool stats_on) {
   fa.o_f32 = o32.as<float>();
   fa.lse = lse.as<float>();
   fa.stats = gp.stats;
+  fa.simt_fp32 = simt_fp32;
+  DeviceBuffer fwd_ws(cuda::forward_workspace_bytes(gp, in.flags.data()));
+  fa.workspace = fwd_ws.get();
   Outputs out;
   out.fwd_status = cuda::attention_forward(gp, fa, nullptr);
   if (out.fwd_status != 0) return out;
@@ -143,7 +146,8 @@ Outputs run_gpu(const Inputs& in, bool backward, bool stats_on) {
   ba.dq = dq.as<float>();
   ba.dk = dk.as<float>();
   ba.dv = dv.as<float>();
-  DeviceBuffer ws(cuda::backward_workspace_bytes(gp));
+  ba.simt_fp32 = simt_fp32;
+  DeviceBuffer ws(cuda::backward_workspace_bytes(gp, in.flags.data()));
   ba.workspace = ws.get();
   out.bwd_status = cuda::attention_backward(gp, ba, nullptr);
   if (out.bwd_status != 0) return out;

@@ -46,8 +46,9 @@ struct Outputs {
   int fwd_status = 0, bwd_status = 0;
 };
 
-// stats = false runs without monitors (the kernels' speculative stabilized path).
-Outputs run_gpu(const Inputs& in, bool backward = true, bool stats = true);
+// stats = false runs without monitors (the kernels' speculative stabilized path); simt_fp32
+// sends heads that promote qk, pv or softmax to the SIMT reference kernels.
+Outputs run_gpu(const Inputs& in, bool backward = true, bool stats = true, bool simt_fp32 = false);
 Outputs run_cpu(const Inputs& in, bool backward = true);
 // FP64 reference on the given inputs (rounded to BF16 first when round_inputs).
 Outputs run_reference(const Inputs& in, bool round_inputs);

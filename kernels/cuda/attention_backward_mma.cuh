@@ -1,0 +1,202 @@
+// Tile matmuls of the backward kernels (attention_backward.cu) on the tensor cores: the BF16
+// ones, their split-BF16 (FP32 head) variants, and how an FP32 head forms P and loads its planes.
+#pragma once
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_split.cuh"
+
+namespace rwd::kernels::cuda {
+
+// Computes (16 rows x 64 cols) += A(16 x D rows of `a_s` at row a_row0) * B^T where B is the
+// 64 x D tile `b_s` (both row-major smem with stride D + 8): the S = Q K^T pattern.
+template <int D>
+__device__ __forceinline__ void mma_abt(float c[8][4], const uint16_t* a_s, int a_row0,
+                                        const uint16_t* b_s, int lane) {
+  constexpr int kStride = D + 8;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t af[4];
+    ldmatrix_x4(af, a_s + (a_row0 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride + kk * 16 +
+                        (lane / 16) * 8);
+#pragma unroll
+    for (int nb2 = 0; nb2 < 4; ++nb2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, b_s + (nb2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride + kk * 16 +
+                         ((lane / 8) % 2) * 8);
+      mma_bf16(c[2 * nb2], af, b[0], b[1]);
+      mma_bf16(c[2 * nb2 + 1], af, b[2], b[3]);
+    }
+  }
+}
+
+// acc (16 x D) += A (16 x 64, fragments from the C layout, rounded to BF16) * B, where B is
+// the 64 x D tile `b_s` (row-major smem): the Ō += P V pattern.
+template <int D>
+__device__ __forceinline__ void mma_cfrag_b(float acc[D / 8][4], const float c[8][4],
+                                            const uint16_t* b_s, int lane) {
+  constexpr int kStride = D + 8;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t af[4] = {pack_bf16x2(c[2 * kk][0], c[2 * kk][1]),
+                            pack_bf16x2(c[2 * kk][2], c[2 * kk][3]),
+                            pack_bf16x2(c[2 * kk + 1][0], c[2 * kk + 1][1]),
+                            pack_bf16x2(c[2 * kk + 1][2], c[2 * kk + 1][3])};
+#pragma unroll
+    for (int nb2 = 0; nb2 < D / 16; ++nb2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, b_s + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
+                               nb2 * 16 + (lane / 16) * 8);
+      mma_bf16(acc[2 * nb2], af, b[0], b[1]);
+      mma_bf16(acc[2 * nb2 + 1], af, b[2], b[3]);
+    }
+  }
+}
+
+template <class T>
+__device__ __forceinline__ T quad_sum(T x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// FP32 variant of mma_abt: A and B as kPl BF16 planes each kTile apart in shared memory, all
+// three read where the operand is FP32 (a3, b3), else plane 0. The terms a_i b_j with
+// 1 <= i + j <= 2 go into an accumulator of their own per 16 columns, added once in FP32 at
+// the end (the tensor cores' FP32 sums truncate; six truncating adds per k-step into one
+// accumulator cost 2-7x the CPU twin's error). kPl == 1 is mma_abt.
+template <int D, int kPl>
+__device__ __forceinline__ void mma_abt_planes(float c[8][4], const uint16_t* a_s, int a_row0, bool a3,
+                                               const uint16_t* b_s, bool b3, int lane) {
+  if constexpr (kPl == 1) {
+    mma_abt<D>(c, a_s, a_row0, b_s, lane);
+  } else {
+    constexpr int kStride = D + 8, kTile = kBlockQ * kStride;
+#pragma unroll
+    for (int nb2 = 0; nb2 < 4; ++nb2) {
+      float lo[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t af[3][4], b[3][4];
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+          if (i == 0 || a3) {
+            ldmatrix_x4(af[i], a_s + i * kTile + (a_row0 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
+                                   kk * 16 + (lane / 16) * 8);
+          }
+          if (i == 0 || b3) {
+            ldmatrix_x4(b[i], b_s + i * kTile + (nb2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride +
+                                  kk * 16 + ((lane / 8) % 2) * 8);
+          }
+        }
+        mma_planes_lo(lo, af, b, a3, b3);
+        mma_bf16(c[2 * nb2], af[0], b[0][0], b[0][1]);
+        mma_bf16(c[2 * nb2 + 1], af[0], b[0][2], b[0][3]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        c[2 * nb2][e] = __fadd_rn(c[2 * nb2][e], lo[0][e]);
+        c[2 * nb2 + 1][e] = __fadd_rn(c[2 * nb2 + 1][e], lo[1][e]);
+      }
+    }
+  }
+}
+
+// FP32 variant of mma_cfrag_b: A (P or dS in the C layout) split into three planes in registers
+// where a_split (unrounded operand), else rounded to BF16; B as kPl planes (b3: all three). Per
+// 16 output columns the tile's large (a0 b0) and small terms are summed apart over its 64 rows
+// and join acc in one rounded add: truncation then scales with the tile's share, not with the
+// running gradient (dK, dV over all query tiles).
+template <int D, int kPl>
+__device__ __forceinline__ void mma_cfrag_b_planes(float acc[D / 8][4], const float c[8][4],
+                                                   bool a_split, const uint16_t* b_s, bool b3,
+                                                   int lane) {
+  if constexpr (kPl == 1) {
+    mma_cfrag_b<D>(acc, c, b_s, lane);
+  } else {
+    constexpr int kStride = D + 8, kTile = kBlockQ * kStride;
+    uint32_t af[4][3][4];  // [k-block][plane]
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float* src = c[2 * kk + r / 2] + (r % 2) * 2;  // registers r of the A fragment
+        if (a_split) {
+          const Split3 x0 = split3(src[0]), x1 = split3(src[1]);
+          af[kk][0][r] = pack_bf16x2(x0.x0, x1.x0);
+          af[kk][1][r] = pack_bf16x2(x0.x1, x1.x1);
+          af[kk][2][r] = pack_bf16x2(x0.x2, x1.x2);
+        } else {
+          af[kk][0][r] = pack_bf16x2(src[0], src[1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int nb2 = 0; nb2 < D / 16; ++nb2) {
+      float hi[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+      float lo[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t b[3][4];
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+          if (i > 0 && !b3) continue;
+          ldmatrix_x4_trans(b[i], b_s + i * kTile + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
+                                      nb2 * 16 + (lane / 16) * 8);
+        }
+        mma_planes_lo(lo, af[kk], b, a_split, b3);
+        mma_bf16(hi[0], af[kk][0], b[0][0], b[0][1]);
+        mma_bf16(hi[1], af[kk][0], b[0][2], b[0][3]);
+      }
+      // This tile's sum joins the running gradient in one rounded FP32 add per element.
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[2 * nb2][e] = __fadd_rn(acc[2 * nb2][e], __fadd_rn(hi[0][e], lo[0][e]));
+        acc[2 * nb2 + 1][e] = __fadd_rn(acc[2 * nb2 + 1][e], __fadd_rn(hi[1][e], lo[1][e]));
+      }
+    }
+  }
+}
+
+// P = exp(S - LSE) as the head's variant forms it: the BF16 kernels' ex2.approx, or for FP32
+// heads expf, from the exact difference for softmax=fp32 (the CPU twin's double exp).
+template <bool kF32>
+__device__ __forceinline__ float p_from_lse(float s, float lse, const FlagView& f) {
+  if constexpr (kF32) {
+    return f.sm_f64 ? exp_diff_accurate(s, lse) : expf(__fsub_rn(s, lse));
+  } else {
+    return fast_exp(__fsub_rn(s, lse));
+  }
+}
+
+// Which operands of an FP32 head are read in three planes (the split of their FP32 twin).
+struct PlaneUse {
+  bool q_s, k_s;  // S = Q K^T: qk=fp32
+  bool do_, v;    // dP = dO V^T: dO for bwd=fp32, V for pv or bwd
+  bool q_g, k_g;  // dK += dS^T Q, dQ += dS K: qk or bwd
+  bool ds, p;     // dS, P unrounded (bwd=fp32)
+};
+template <bool kF32>
+__device__ __forceinline__ PlaneUse plane_use(const FlagView& f) {
+  PlaneUse u{};
+  if constexpr (kF32) {
+    u.q_s = u.k_s = f.qk_f32;
+    u.do_ = u.ds = u.p = f.bwd_f32;
+    u.v = f.pv_f32 || f.bwd_f32;
+    u.q_g = u.k_g = f.qk_f32 || f.bwd_f32;
+  }
+  return u;
+}
+
+// Loads tile rows [row0, row0 + 64) of one operand: plane 0 (the BF16 input, or plane 0 of the
+// split when `planes`) and, when `planes`, planes 1 and 2, each kTile apart.
+template <int D, int kPl>
+__device__ __forceinline__ void load_operand(uint16_t* dst, const uint16_t* b16,
+                                             const uint16_t* const (&pl)[3], bool planes,
+                                             size_t base, int row0, int T) {
+  constexpr int kTile = kBlockQ * (D + 8);
+#pragma unroll
+  for (int i = 0; i < kPl; ++i) {
+    if (i == 0 || planes) load_tile_async<D>(dst + i * kTile, (planes ? pl[i] : b16) + base, row0, T);
+  }
+}
+
+}  // namespace rwd::kernels::cuda

@@ -1,0 +1,590 @@
+// The key loop of the tensor-core flash forward (flash_forward_kernel, attention_forward.cu):
+// one block of query rows against all its key tiles, specialized per variant.
+//
+// Rounding points (DESIGN §4), per query tile i and key tile j:
+//   S = alpha * Q K^T            FP32 (tensor-core accumulation of exact BF16 products)
+//   [qk fault] S += c |S|;  [s_bf16] S = bf16(S)
+//   m_new = max(m_old, m')       m' = rowmax over unmasked S, or the stabilized m' (Alg. 3)
+//   P̄ = exp(S - m_new)           FP32, ex2.approx (see fast_exp_shifted; within a few FP32
+//                                ulps of expf)  [softmax fault: P̄ *= 1 - c where P̄ < 1]
+//   l = exp(m_old - m_new) * l + rowsum(P̄)        FP32, from the unrounded P̄
+//   Ō = exp(m_old - m_new) * Ō + bf16(P̄) V        FP32 accumulate
+//   [acc_bf16] Ō = bf16(Ō), l = bf16(l) after each tile
+//   O = bf16(Ō / l) (written), o_f32 = Ō / l (when requested), LSE = m + log(l) (FP32).
+// Heads with qk, pv or softmax promoted run the FP32 variant (kF32: split-BF16 operands).
+// The CPU twin is kernels/attention_forward_cpu.cpp (same formulas; sums in other orders).
+// The query tile (64 or 128 rows) does not enter the numerics: every rounding point is per row and
+// per 64-key tile. Ties (stable rule, monitors) are counted only when a head is stabilized or
+// stats are requested (a.stats non-null), in specializations of their own. Without monitors
+// the stabilized kernel speculates that no row repeats its tile max and redoes the rare warp
+// tile where one does (forward_block), with the bits of counting first.
+#pragma once
+
+#include <type_traits>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_forward_config.cuh"
+#include "kernels/cuda/attention_internal.cuh"
+#include "kernels/cuda/attention_split.cuh"
+
+namespace rwd::kernels::cuda {
+
+// The key loop of one block. kExtras: the head uses s_bf16, acc_bf16 or a qk / softmax / pv
+// fault (else those branches compile away). kTies: the head is stabilized or stats are
+// collected (else no tie bookkeeping at all). kStats: the monitors are collected (a.stats set;
+// implies kTies). Each is a separate specialization: a runtime test inside the unrolled loops
+// still costs instructions per element. In the mma C layout a thread holds, per m16
+// block mt, rows r_a = 16 mt + lane/4 and r_a + 8 of its warp, columns 8 nb + 2 (lane%4) + {0,1}.
+// kF32: the head promotes qk, pv or softmax (FP32 variant). Its FP32 operands enter as three
+// BF16 planes each (a.q_pl, a.k_pl, a.v_pl: x = x0 + x1 + x2 exactly), in shared memory side by
+// side; S = Q K^T and Ō += P̄ V take the six products of split_lo + a0 b0, the small ones in
+// an accumulator of their own (lo), added once per tile in FP32 (the tensor cores' FP32 sums
+// truncate; kept apart, their error scales with the small terms only). P̄ of a pv=fp32 head is
+// split in registers. softmax=fp32: the rescale, l and LSE in double, as the CPU twin, and
+// P̄ = exp(S - m) from the exact difference (exp_diff_accurate); otherwise P̄ = expf(S - m)
+// (accurate FP32, not ex2.approx). l is summed in double for every FP32 head.
+template <int D, bool kExtras, bool kTies, bool kStats, bool kF32>
+__device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagView& f,
+                                              uint16_t* smem, int q_tile) {
+  using Tr = FwdTr<D, kF32>;
+  using Shape = FwdShape<D, kF32>;
+  using Acc = std::conditional_t<kF32, double, float>;  // l and the row sums
+  constexpr int kMt = Tr::kMt, kRows = Shape::kRows, kNThr = Shape::kThreads;
+  constexpr int kPl = Shape::kPlanes, kStages = Shape::kStages;
+  constexpr int kStride = D + 8, kKvTile = kBlockK * kStride;
+  const int bh = blockIdx.y, h = bh % a.heads, q0 = q_tile * kRows;
+  const bool qk32 = kF32 && f.qk_f32, pv32 = kF32 && f.pv_f32, sm64 = kF32 && f.sm_f64;
+  uint16_t* s_q = smem;                          // [kPl][kRows][kStride]
+  uint16_t* s_k = smem + kPl * kRows * kStride;  // [kStages][kPl][64][kStride]
+  uint16_t* s_v = s_k + kStages * kPl * kKvTile; // [kStages][kPl][64][kStride]
+
+  const int T = a.seq, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t base = static_cast<size_t>(bh) * T * D;
+  const int n_all = (T + kBlockK - 1) / kBlockK;
+  const int n_kt = a.causal ? min(n_all, (q0 + kRows - 1) / kBlockK + 1) : n_all;
+  const int w_row0 = q0 + warp * 16 * kMt;  // first query row of this warp
+  const int w_row_last = w_row0 + 16 * kMt - 1;
+
+  // Plane pl of an operand: the BF16 input, or for an FP32 operand its split planes.
+  auto plane = [&](const uint16_t* b16, const uint16_t* const (&pl)[3], bool f32, int i) {
+    return (f32 ? pl[i] : b16) + base;
+  };
+  // K and V tile j into buffer `stage` (planes 1, 2 only for FP32 operands).
+  auto load_kv = [&](int stage, int j) {
+#pragma unroll
+    for (int i = 0; i < kPl; ++i) {
+      if (i == 0 || qk32) {
+        load_tile_async<D, kBlockK, kNThr>(s_k + (stage * kPl + i) * kKvTile,
+                                           plane(a.k, a.k_pl, qk32, i), j * kBlockK, T);
+      }
+      if (i == 0 || pv32) {
+        load_tile_async<D, kBlockK, kNThr>(s_v + (stage * kPl + i) * kKvTile,
+                                           plane(a.v, a.v_pl, pv32, i), j * kBlockK, T);
+      }
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < kPl; ++i) {
+    if (i == 0 || qk32) {
+      load_tile_async<D, kRows, kNThr>(s_q + i * kRows * kStride, plane(a.q, a.q_pl, qk32, i), q0, T);
+    }
+  }
+  load_kv(0, 0);
+  cp_async_commit();
+
+  uint32_t qf[Tr::kQRegs ? kPl : 1][Tr::kQRegs ? kMt : 1][Tr::kQRegs ? D / 16 : 1][4];
+  float o[kMt][D / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+  }
+  float m[kMt][2];
+  Acc l[kMt][2];
+  // Monitor state per row: running max of S and how often it occurs (eps 0), and the P̄ == 1
+  // count: per thread in `ones` with extras (their P̄V operand is not bf16(P̄)); otherwise on
+  // the tensor cores from the operand (count_bf16_ones_mma), each row's count in every C column
+  // of ones_acc.
+  float run_max[kMt][2];
+  int run_cnt[kMt][2], ones[kMt][2];
+  float ones_acc[kMt][4];
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m[mt][r] = run_max[mt][r] = -INFINITY;
+      l[mt][r] = 0.0f;
+      run_cnt[mt][r] = ones[mt][r] = 0;
+    }
+    ones_acc[mt][0] = ones_acc[mt][1] = ones_acc[mt][2] = ones_acc[mt][3] = 0.0f;
+  }
+  StatAcc st;
+
+  // S of key tile j for this warp (K tile in k_t): Q K^T on the tensor cores, then scale,
+  // optional qk fault and BF16 rounding, mask. Also called again, on the same tile, by the
+  // stabilized kernel's rare redo (see below), so both passes give the same bits.
+  auto scores = [&](float (&s)[kMt][8][4], const uint16_t* k_t, int j) {
+    // S = Q K^T: (16 kMt rows x 64 keys) per warp; each K fragment feeds kMt mma. FP32 qk:
+    // the five small products in s_lo, added to s at the end.
+    float s_lo[kF32 ? kMt : 1][4][2][4];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][nb][e] = 0.0f;
+          if constexpr (kF32) s_lo[mt][nb / 2][nb % 2][e] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[kPl][kMt][4];
+#pragma unroll
+      for (int i = 0; i < kPl; ++i) {
+        if (i > 0 && !qk32) continue;
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          if constexpr (Tr::kQRegs) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) qa[i][mt][r] = qf[i][mt][kk][r];
+          } else {
+            ldmatrix_x4(qa[i][mt], s_q + i * kRows * kStride +
+                                       (warp * 16 * kMt + mt * 16 + (lane % 8) +
+                                        ((lane / 8) % 2) * 8) * kStride +
+                                       kk * 16 + (lane / 16) * 8);
+          }
+        }
+      }
+#pragma unroll
+      for (int nb2 = 0; nb2 < 4; ++nb2) {
+        uint32_t b[kPl][4];
+#pragma unroll
+        for (int i = 0; i < kPl; ++i) {
+          if (i > 0 && !qk32) continue;
+          ldmatrix_x4(b[i], k_t + i * kKvTile + (nb2 * 16 + (lane % 8) + (lane / 16) * 8) * kStride +
+                                kk * 16 + ((lane / 8) % 2) * 8);
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          if constexpr (kF32) {
+            if (qk32) mma_split_lo(s_lo[mt][nb2], qa[0][mt], qa[1][mt], qa[2][mt], b);
+          }
+          mma_bf16(s[mt][2 * nb2], qa[0][mt], b[0][0], b[0][1]);
+          mma_bf16(s[mt][2 * nb2 + 1], qa[0][mt], b[0][2], b[0][3]);
+        }
+      }
+    }
+    if constexpr (kF32) {
+      if (qk32) {
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+          for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nb][e] = __fadd_rn(s[mt][nb][e], s_lo[mt][nb / 2][nb % 2][e]);
+          }
+        }
+      }
+    }
+
+    // Scale, optional qk fault and BF16 rounding of S, mask (causal and T tail) -> -inf. The
+    // mask is a separate pass, taken only by tiles that need it: inside the element loop a
+    // runtime test costs a branch per element even where it is false.
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][nb][e] = kExtras ? finish_score(s[mt][nb][e], a.scale, f)
+                                 : __fmul_rn(a.scale, s[mt][nb][e]);
+        }
+      }
+    }
+    const bool need_mask = (a.causal && j * kBlockK + kBlockK - 1 > w_row0) || (j + 1) * kBlockK > T;
+    if (need_mask) {
+      const int col0 = j * kBlockK + (lane % 4) * 2;
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        const int row_a = w_row0 + mt * 16 + lane / 4;
+        // Last visible column of each of the thread's two rows.
+        const int last[2] = {a.causal ? min(row_a, T - 1) : T - 1,
+                             a.causal ? min(row_a + 8, T - 1) : T - 1};
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = col0 + nb * 8 + (e & 1);
+            s[mt][nb][e] = col > last[e / 2] ? -INFINITY : s[mt][nb][e];
+          }
+        }
+      }
+    }
+  };
+
+  // P̄ = exp(S - mn) of one tile (FP32, fast_exp_shifted), this thread's part of each row's
+  // sum of the unrounded P̄, and the P̄V operand packed as mma A fragments.
+  // FP32 variant: plane 0 of pa is bf16(P̄V operand); a pv=fp32 head also gets planes 1, 2
+  // (the exact split of P̄); the row sums are double.
+  auto exp_pass = [&](const float (&s)[kMt][8][4], const float (&mn)[kMt][2],
+                      uint32_t (&pa)[kPl][kMt][4][4], Acc (&rowsum)[kMt][2]) {
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      rowsum[mt][0] = rowsum[mt][1] = 0.0f;
+      const float m_log2[2] = {__fmul_rn(mn[mt][0], kLog2e), __fmul_rn(mn[mt][1], kLog2e)};
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          // The faults test P̄ < 1, which needs P̄ = 1 exactly at S = m: exact S - m there.
+          float pbar = kF32 && sm64 ? exp_diff_accurate(s[mt][nb][e], mn[mt][e / 2])
+                     : kF32    ? expf(__fsub_rn(s[mt][nb][e], mn[mt][e / 2]))
+                     : kExtras ? fast_exp(__fsub_rn(s[mt][nb][e], mn[mt][e / 2]))
+                               : fast_exp_shifted(s[mt][nb][e], m_log2[e / 2]);
+          if constexpr (kExtras) pbar = softmax_fault(pbar, f);
+          rowsum[mt][e / 2] += pbar;
+          p[e] = pbar;
+          if constexpr (kExtras) p[e] = pv_operand(pbar, f);
+          if (kStats && kExtras && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
+        }
+        // pack_bf16x2 rounds to nearest even: the PV operand bf16(P̄ (1 + c)).
+        pa[0][mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(p[0], p[1]);
+        pa[0][mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(p[2], p[3]);
+        if constexpr (kF32) {
+          if (pv32) {
+            const Split3 x[4] = {split3(p[0]), split3(p[1]), split3(p[2]), split3(p[3])};
+            pa[1][mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(x[0].x1, x[1].x1);
+            pa[1][mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(x[2].x1, x[3].x1);
+            pa[2][mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(x[0].x2, x[1].x2);
+            pa[2][mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(x[2].x2, x[3].x2);
+          }
+        }
+      }
+    }
+  };
+
+  for (int j = 0; j < n_kt; ++j) {
+    if (kStages == 1 && j > 0) {  // one buffer: every warp is done with tile j - 1
+      __syncthreads();
+      load_kv(0, j);
+      cp_async_commit();
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    const int stage = kStages == 2 ? (j & 1) : 0;
+    const uint16_t* k_t = s_k + stage * kPl * kKvTile;
+    const uint16_t* v_t = s_v + stage * kPl * kKvTile;
+    if (kStages == 2 && j + 1 < n_kt) {  // prefetch the next K, V tile into the other buffer
+      load_kv((j + 1) & 1, j + 1);
+      cp_async_commit();
+    }
+    if constexpr (Tr::kQRegs) {
+      if (j == 0) {
+#pragma unroll
+        for (int i = 0; i < kPl; ++i) {
+          if (i > 0 && !qk32) continue;
+#pragma unroll
+          for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+              ldmatrix_x4(qf[i][mt][kk], s_q + i * kRows * kStride +
+                                             (warp * 16 * kMt + mt * 16 + (lane % 8) +
+                                              ((lane / 8) % 2) * 8) * kStride +
+                                             kk * 16 + (lane / 16) * 8);
+            }
+          }
+        }
+      }
+    }
+    // Causal: a key tile entirely right of this warp's last row is masked for all its rows;
+    // skipping it changes nothing (m, l, Ō and the monitors are unchanged by an empty tile).
+    if (a.causal && j * kBlockK > w_row_last) continue;
+
+    float s[kMt][8][4];
+    scores(s, k_t, j);
+
+    // Row max r_m with two partial maxima per row (even / odd n-blocks: shorter dependency
+    // chains).
+    float r_m[kMt][2];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      float mx[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // [row][nb parity]
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mx[e / 2][nb & 1] = fmaxf(mx[e / 2][nb & 1], s[mt][nb][e]);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        r_m[mt][r] = fmaxf(mx[r][0], mx[r][1]);
+        r_m[mt][r] = fmaxf(r_m[mt][r], __shfl_xor_sync(0xffffffffu, r_m[mt][r], 1));
+        r_m[mt][r] = fmaxf(r_m[mt][r], __shfl_xor_sync(0xffffffffu, r_m[mt][r], 2));
+      }
+    }
+
+    // Running max of each row after this tile (m_new), stabilized per tile when the head asks
+    // for it, and the monitors. Ties are counted on the tensor cores (count_ties_mma): r_s =
+    // #{S >= r_m - eps} for the stable rule and, for the monitors, the exact ties of the tile
+    // max (#{S >= r_m} with eps 0, as no S exceeds r_m). The stabilized kernel without monitors
+    // (kSpec) speculates that no row of the tile repeats its max (m' = r_m) and forms P̄ with
+    // that max while the count completes; a warp where a repeated max changes some row's
+    // running max redoes the tile (below). The other variants read the count first. Masked
+    // (-inf) entries count only in a row with no visible key in this tile (r_m = -inf), which
+    // stable_max leaves alone and the monitors skip.
+    constexpr bool kSpec = REWIND_STABLE_SPEC && kTies && !kStats && !kExtras;
+    float m_new[kMt][2];
+    float tie_cnt[kMt][2][4];  // C fragments of two tie-count accumulators per m16 block
+    // With monitors the exact ties (eps 0) are counted anyway; they are r_s too unless the head
+    // is stabilized with eps > 0 (a head that is not stabilized never reads r_s). The variant
+    // with extras keeps its own count (sharing it there costs registers at D128).
+    const bool own_r_s = !kStats || kExtras || (f.stable && f.eps != 0.0f);
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      if (kTies && own_r_s) {
+        count_ties_mma(s[mt], r_m[mt][0] - f.eps, r_m[mt][1] - f.eps, tie_cnt[mt]);
+      }
+      if constexpr (kSpec) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) m_new[mt][r] = fmaxf(m[mt][r], r_m[mt][r]);
+      } else {
+        int r_s[2] = {0, 0}, ties[2] = {0, 0};
+        if constexpr (kTies) {
+          float eq_cnt[2][4];
+          if constexpr (kStats) count_ties_mma(s[mt], r_m[mt][0], r_m[mt][1], eq_cnt);
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            r_s[r] = kStats && !own_r_s ? tie_count(eq_cnt, r) : tie_count(tie_cnt[mt], r);
+            if constexpr (kStats) ties[r] = r_m[mt][r] == -INFINITY ? 0 : tie_count(eq_cnt, r);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float m_tile = r_m[mt][r];
+          int branch = 0;
+          bool guarded = false;
+          if constexpr (kTies) {
+            // The shift code runs only in warps where some row has a repeated max (rare).
+            if (__any_sync(0xffffffffu, r_s[r] > 1)) {
+              m_tile = stable_max(r_m[mt][r], r_s[r], f, &branch, &guarded);
+            }
+          }
+          m_new[mt][r] = fmaxf(m[mt][r], m_tile);
+          const int row = w_row0 + mt * 16 + lane / 4 + 8 * r;
+          if (kStats && (lane % 4) == 0 && row < T) {
+            st.pos += branch == 1;
+            st.neg += branch == 2;
+            st.guard += guarded;
+            st.max_logit = fmaxf(st.max_logit, r_m[mt][r]);
+            if (r_m[mt][r] > run_max[mt][r]) {
+              run_max[mt][r] = r_m[mt][r];
+              run_cnt[mt][r] = ties[r];
+            } else if (r_m[mt][r] == run_max[mt][r]) {
+              run_cnt[mt][r] += ties[r];
+            }
+          }
+        }
+      }
+    }
+
+    // P̄ = exp(S - m_new) (FP32, fast_exp_shifted), row sums of the unrounded P̄ (this thread's
+    // columns), P operand for P̄V.
+    uint32_t pa[kPl][kMt][4][4];  // A fragments of P (per plane): 4 k-blocks of 16 keys
+    Acc rowsum[kMt][2];
+    exp_pass(s, m_new, pa, rowsum);
+    if constexpr (kStats && !kExtras) {
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) count_bf16_ones_mma(pa[0][mt], ones_acc[mt]);
+    }
+
+    if constexpr (kSpec) {
+      // Rows whose max repeats (r_s > 1) take the stabilized max. Where that changes a row's
+      // running max, the warp computes S of this tile again (the K tile is still in shared
+      // memory; the same mma in the same order give the same bits) and P̄ with the final max,
+      // so the result is bit for bit that of counting first (the monitored kernel's).
+      bool any_tie = false;
+      int r_s[kMt][2];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          r_s[mt][r] = tie_count(tie_cnt[mt], r);
+          any_tie |= r_s[mt][r] > 1;
+        }
+      }
+      if (__any_sync(0xffffffffu, any_tie)) {
+        bool changed = false;
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            int branch;
+            bool guarded;
+            const float m_fix =
+                fmaxf(m[mt][r], stable_max(r_m[mt][r], r_s[mt][r], f, &branch, &guarded));
+            changed |= m_fix != m_new[mt][r];
+            m_new[mt][r] = m_fix;
+          }
+        }
+        if (__any_sync(0xffffffffu, changed)) {
+          float s2[kMt][8][4];
+          scores(s2, k_t, j);
+          exp_pass(s2, m_new, pa, rowsum);
+        }
+      }
+    }
+
+    // l = exp(m_old - m_new) l + rowsum(P̄), Ō rescaled by the same factor. Ō is rescaled only
+    // when some row of the warp changed its max (corr != 1): multiplying by exactly 1 is the
+    // identity, so skipping it changes no bit.
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+      float corr[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        Acc corr_l;  // softmax=fp32: the rescale of l in double, Ō's in FP32 (CPU twin)
+        if (kF32 && sm64) {
+          corr_l = m[mt][r] == -INFINITY ? 0.0 : exp(static_cast<double>(m[mt][r]) - m_new[mt][r]);
+          corr[r] = static_cast<float>(corr_l);
+        } else {
+          corr[r] = rescale_factor(m[mt][r], m_new[mt][r]);
+          corr_l = corr[r];
+        }
+        m[mt][r] = m_new[mt][r];
+        Acc sum = rowsum[mt][r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        l[mt][r] = l[mt][r] * corr_l + sum;
+        if (kExtras && f.acc_bf16) l[mt][r] = round_bf16(static_cast<float>(l[mt][r]));
+      }
+      if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          o[mt][i][0] *= corr[0];
+          o[mt][i][1] *= corr[0];
+          o[mt][i][2] *= corr[1];
+          o[mt][i][3] *= corr[1];
+        }
+      }
+    }
+
+    // Ō += bf16(P̄) V: A = P from registers, B = V (keys x D) through ldmatrix.trans; each V
+    // fragment feeds kMt mma. FP32 pv: the five small products of the tile in o_lo, added to
+    // Ō after the tile.
+    float o_lo[kF32 ? kMt : 1][kF32 ? D / 16 : 1][2][4];
+    if constexpr (kF32) {
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o_lo[mt][i / 2][i % 2][e] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int nb2 = 0; nb2 < D / 16; ++nb2) {
+        uint32_t b[kPl][4];
+#pragma unroll
+        for (int i = 0; i < kPl; ++i) {
+          if (i > 0 && !pv32) continue;
+          ldmatrix_x4_trans(b[i], v_t + i * kKvTile + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
+                                      nb2 * 16 + (lane / 16) * 8);
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          if constexpr (kF32) {
+            if (pv32) mma_split_lo(o_lo[mt][nb2], pa[0][mt][kk], pa[1][mt][kk], pa[2][mt][kk], b);
+          }
+          mma_bf16(o[mt][2 * nb2], pa[0][mt][kk], b[0][0], b[0][1]);
+          mma_bf16(o[mt][2 * nb2 + 1], pa[0][mt][kk], b[0][2], b[0][3]);
+        }
+      }
+    }
+    if constexpr (kF32) {
+      if (pv32) {
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+          for (int i = 0; i < D / 8; ++i) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[mt][i][e] = __fadd_rn(o[mt][i][e], o_lo[mt][i / 2][i % 2][e]);
+          }
+        }
+      }
+    }
+    if (kExtras && f.acc_bf16) {
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[mt][i][e] = round_bf16(o[mt][i][e]);
+        }
+      }
+    }
+  }
+
+  // Epilogue: O = bf16(Ō / l) (optionally faulted), o_f32 = Ō / l, LSE = m + log(l).
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = w_row0 + mt * 16 + lane / 4 + 8 * r;
+      if (row >= T) continue;
+      const size_t off = base + static_cast<size_t>(row) * D;
+      const float inv_l = 1.0f / static_cast<float>(l[mt][r]);
+      // FP32 variant: Ō / l divided as the CPU twin divides (in double for softmax=fp32).
+      auto div_l = [&](float x) {
+        if constexpr (kF32) {
+          return sm64 ? static_cast<float>(x / l[mt][r]) : __fdiv_rn(x, static_cast<float>(l[mt][r]));
+        } else {
+          return x * inv_l;
+        }
+      };
+#pragma unroll
+      for (int nb = 0; nb < D / 8; ++nb) {
+        const int col = nb * 8 + (lane % 4) * 2;
+        const float x0 = div_l(o[mt][nb][2 * r]), x1 = div_l(o[mt][nb][2 * r + 1]);
+        const uint32_t packed =
+            static_cast<uint32_t>(float_to_bf16_bits(o_output(x0, f))) |
+            (static_cast<uint32_t>(float_to_bf16_bits(o_output(x1, f))) << 16);
+        *reinterpret_cast<uint32_t*>(a.o_out + off + col) = packed;
+        if (a.o32_out != nullptr) {
+          *reinterpret_cast<float2*>(a.o32_out + off + col) = make_float2(x0, x1);
+        }
+      }
+      if ((lane % 4) == 0) {
+        a.lse_out[static_cast<size_t>(bh) * T + row] =
+            sm64 ? static_cast<float>(m[mt][r] + log(static_cast<double>(l[mt][r])))
+                 : m[mt][r] + logf(static_cast<float>(l[mt][r]));
+      }
+    }
+  }
+  if (kStats) {
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if constexpr (kExtras) {
+          ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 1);
+          ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 2);
+        } else {
+          ones[mt][r] = static_cast<int>(ones_acc[mt][2 * r]);
+        }
+        if ((lane % 4) == 0 && w_row0 + mt * 16 + lane / 4 + 8 * r < T) {
+          st.rows += 1;
+          st.repeated += run_cnt[mt][r] > 1;
+          st.pbar_one += ones[mt][r] > 1 ? ones[mt][r] - 1 : 0;
+        }
+      }
+    }
+    flush_stats(st, a.stats + h);
+  }
+}
+
+}  // namespace rwd::kernels::cuda
