@@ -5,6 +5,7 @@
 #include <cxxopts.hpp>
 
 #include "cli/commands.h"
+#include "cli/launch.h"
 #include "cli/options.h"
 #include "common/error.h"
 #include "common/progress.h"
@@ -27,13 +28,21 @@ int run_replay(int argc, char** argv) {
       ("verify", "compare loss, grad norm, batch and digest bits with the recording")
       ("data", "token file (default: the recorded path; its fingerprint must match)", cxxopts::value<std::string>())
       ("json", "write the per-step curve (replayed vs recorded) to this file", cxxopts::value<std::string>())
+      ("nproc-per-node", "data-parallel ranks on this machine (a run recorded on N ranks replays "
+       "bitwise on N; on another count it gives the divergence curve)", cxxopts::value<int>()->default_value("1"))
       ("h,help", "show help");
   auto r = opts.parse(argc, argv);
   if (wants_help(opts, r)) return 0;
   if (!r.count("store") || !r.count("from") || !r.count("to"))
     throw UsageError("replay: --store, --from and --to are required");
+  if (const int nproc = r["nproc-per-node"].as<int>(); nproc != 1 && !inside_job())
+    return launch_local_ranks(nproc, argc, argv);
+  const train::DistEnv env = train::DistEnv::from_env();
+  quiet_unless_rank0(env.rank);
 
-  store::Store st = store::Store::open(r["store"].as<std::string>(), store::Mode::kReadWrite);
+  // Every rank replays; rank 0 alone writes (the divergence curve).
+  store::Store st = store::Store::open(r["store"].as<std::string>(),
+                                       env.rank == 0 ? store::Mode::kReadWrite : store::Mode::kReadOnly);
   replay::ReplayOptions o;
   o.run = r["run"].as<int64_t>();
   o.from = r["from"].as<int64_t>();
@@ -43,20 +52,26 @@ int run_replay(int argc, char** argv) {
   if (r.count("data")) o.data_path = r["data"].as<std::string>();
   train::RunSpec spec = train::RunSpec::load(st, o.run);
   set_threads(spec.threads);
+  std::unique_ptr<train::Comm> comm = train::connect_ranks(env, spec.device);
+  o.comm = comm.get();
   auto ckpt = st.nearest_checkpoint(spec.run_id, o.from);
   const int64_t total = o.to - (ckpt ? *ckpt : o.from) + 1;
   Progress progress("replay step", total);
   int64_t done = 0;
   o.on_step = [&](const train::StepResult& s, bool) {
-    progress.update(++done, "step " + std::to_string(s.step) + " loss " + std::to_string(s.loss));
+    if (env.rank == 0) progress.update(++done, "step " + std::to_string(s.step) + " loss " + std::to_string(s.loss));
   };
   replay::ReplayResult res = replay::replay(st, o);
 
   std::printf("replayed steps %lld..%lld of run %lld from checkpoint %lld in %.2f s\n",
               static_cast<long long>(o.from), static_cast<long long>(o.to),
               static_cast<long long>(res.run.run_id), static_cast<long long>(res.checkpoint_step), res.seconds);
-  if (res.plan_differs) {
-    std::printf("plan in the window: %s (differs from the recording)\n", res.plan_canonical.c_str());
+  if (res.plan_differs || res.world_differs) {
+    if (res.plan_differs)
+      std::printf("plan in the window: %s (differs from the recording)\n", res.plan_canonical.c_str());
+    if (res.world_differs)
+      std::printf("replayed on %d rank(s), recorded on %d: the curve, not bits, is compared\n",
+                  env.world, res.run.world_size);
     std::printf("%8s %14s %14s %14s %14s\n", "step", "loss", "recorded", "grad norm", "recorded");
     for (const auto& w : res.window) {
       std::printf("%8lld %14.6f %14.6f %14.6f %14.6f\n", static_cast<long long>(w.replayed.step),
@@ -65,14 +80,17 @@ int run_replay(int argc, char** argv) {
                   w.recorded ? static_cast<double>(w.recorded->grad_norm()) : NAN);
     }
     const std::string key = "divergence/" + std::to_string(o.from) + ":" + std::to_string(o.to) + "/" +
-                            plan::parse(res.plan_canonical, spec.config.n_layer, spec.config.n_head).hash_hex();
-    st.put_kv(res.run.run_id, key, replay::divergence_json(res));
-    std::printf("divergence curve stored as kv '%s'\n", key.c_str());
+                            plan::parse(res.plan_canonical, spec.config.n_layer, spec.config.n_head).hash_hex() +
+                            (res.world_differs ? "/ranks" + std::to_string(env.world) : "");
+    if (env.rank == 0) {
+      st.put_kv(res.run.run_id, key, replay::divergence_json(res));
+      std::printf("divergence curve stored as kv '%s'\n", key.c_str());
+    }
   } else if (o.verify) {
     std::printf("verified: every step from %lld to %lld is bitwise identical to the recording\n",
                 static_cast<long long>(res.checkpoint_step), static_cast<long long>(o.to));
   }
-  if (r.count("json")) {
+  if (r.count("json") && env.rank == 0) {
     const std::string path = r["json"].as<std::string>();
     FILE* f = std::fopen(path.c_str(), "w");
     if (!f) throw Error(ExitCode::kData, "cannot write '" + path + "'");

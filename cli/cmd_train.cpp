@@ -9,10 +9,12 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/launch.h"
 #include "cli/options.h"
 #include "common/error.h"
 #include "train/recorder.h"
 #include "replay/replayer.h"
+#include "train/dist.h"
 #include "train/run_spec.h"
 #include "train/trainer.h"
 #include "store/store.h"
@@ -51,6 +53,17 @@ double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
+// Replicas must hold the same parameters after every step (checkpoints are written once, by
+// rank 0): every rank's digest is compared with rank 0's.
+void check_replicas(train::Comm& comm, const std::string& digest, int64_t step) {
+  const int64_t mine = static_cast<int64_t>(std::stoull(digest.substr(digest.find(':') + 1), nullptr, 16));
+  const std::vector<int64_t> all = comm.allgather_int64(mine);
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      throw Error(ExitCode::kInternal, "replicas diverged at step " + std::to_string(step) + ": rank " +
+                                           std::to_string(r) + "'s parameters differ from rank 0's");
+}
+
 }  // namespace
 
 int run_train(int argc, char** argv) {
@@ -81,9 +94,17 @@ int run_train(int argc, char** argv) {
       ("zstd-threads", "checkpoint compression threads (0: the idle cores, at most 8)",
        cxxopts::value<int>()->default_value("0"))
       ("log-every", "print every N steps", cxxopts::value<int>()->default_value("1"))
+      ("nproc-per-node", "data-parallel ranks on this machine (Gloo on CPU, NCCL with --device cuda); "
+       "each runs gradient_accumulation_steps / N of every step's micro-batches",
+       cxxopts::value<int>()->default_value("1"))
       ("h,help", "show help");
   auto r = opts.parse(argc, argv);
   if (wants_help(opts, r)) return 0;
+  if (const int nproc = r["nproc-per-node"].as<int>(); nproc != 1 && !inside_job())
+    return launch_local_ranks(nproc, argc, argv);
+  const train::DistEnv env = train::DistEnv::from_env();
+  quiet_unless_rank0(env.rank);
+  std::unique_ptr<train::Comm> comm;
 
   store::StoreOptions so;
   so.zstd_level = r["zstd-level"].as<int>();
@@ -97,15 +118,22 @@ int run_train(int argc, char** argv) {
 
   if (r.count("resume")) {
     if (r.count("record")) throw UsageError("--resume and --record are exclusive");
-    st = std::make_unique<store::Store>(store::Store::open(r["resume"].as<std::string>(), store::Mode::kReadWrite, so));
+    // Every rank reads the checkpoint; rank 0 alone writes.
+    st = std::make_unique<store::Store>(store::Store::open(
+        r["resume"].as<std::string>(), env.rank == 0 ? store::Mode::kReadWrite : store::Mode::kReadOnly, so));
     spec = train::RunSpec::load(*st, 0);
+    if (spec.world_size != env.world)
+      throw UsageError("run " + std::to_string(spec.run_id) + " was recorded on " + std::to_string(spec.world_size) +
+                       " rank(s); resume it with --nproc-per-node " + std::to_string(spec.world_size));
     set_threads(spec.threads);
+    comm = train::connect_ranks(env, spec.device);
     auto ckpts = st->checkpoint_steps(spec.run_id);
     if (ckpts.empty()) throw Error(ExitCode::kData, "missing checkpoint: nothing to resume from");
     auto range = st->step_range(spec.run_id);
     recorded_last = range ? range->second : -1;
     replay::Restored rs = replay::restore_before(*st, spec.run_id, ckpts.back(),
-                                                 r.count("data") ? r["data"].as<std::string>() : "", false, {});
+                                                 r.count("data") ? r["data"].as<std::string>() : "", false, {},
+                                                 comm.get());
     data = std::move(rs.data);
     trainer = std::move(rs.trainer);
     if (r.count("steps")) spec.config.max_iters = r["steps"].as<int>();
@@ -137,19 +165,22 @@ int run_train(int argc, char** argv) {
     spec.full_batches = batches == "full";
     spec.device = r["device"].as<std::string>();
     spec.attention = r["attention"].as<std::string>();
-    const torch::Device device = train::setup_device(spec.device);
+    spec.world_size = env.world;
+    const torch::Device device = train::setup_device(train::rank_device(spec.device, env));
     spec.device_name = train::device_name(device);
     trainer = std::make_unique<train::Trainer>(
         spec.config, spec.plan.at(0, spec.config.n_layer, spec.config.n_head), *data, device,
         train::attention_impl(spec.attention));
-    if (r.count("record")) {
+    comm = train::connect_ranks(env, spec.device);
+    trainer->set_comm(comm.get());
+    if (r.count("record") && env.rank == 0) {
       st = std::make_unique<store::Store>(store::Store::create(r["record"].as<std::string>(), so));
       spec.run_id = st->add_run(spec.config.to_json(), spec.plan.to_json(), spec.meta_json());
     }
   }
 
   std::unique_ptr<train::Recorder> rec;
-  if (st) {
+  if (st && env.rank == 0) {
     train::RecordOptions ro;
     ro.checkpoint_every = spec.checkpoint_every;
     ro.wait_for_writer = r.count("checkpoint-wait") > 0;
@@ -161,10 +192,10 @@ int run_train(int argc, char** argv) {
   const int log_every = std::max(1, r["log-every"].as<int>());
   const int64_t total = spec.config.max_iters;
   const auto& cfg = spec.config;
-  std::printf("training %d layers x %d heads, width %d, seq %d, batch %dx%d, %lld steps, %s, %d threads\n",
+  std::printf("training %d layers x %d heads, width %d, seq %d, batch %dx%d, %lld steps, %s, %d threads%s\n",
               cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.batch_size,
               cfg.gradient_accumulation_steps, static_cast<long long>(total), spec.device.c_str(),
-              at::get_num_threads());
+              at::get_num_threads(), env.active() ? (", " + std::to_string(env.world) + " ranks").c_str() : "");
   while (trainer->step() < total) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t s = trainer->step();
@@ -180,7 +211,10 @@ int run_train(int argc, char** argv) {
     if (rec && rec->options().capture.active(s)) cap_layers = rec->options().capture.layers;
     train::StepResult res = trainer->train_step(cap_layers);
     const auto td = std::chrono::steady_clock::now();
-    std::string digest = (rec && rec->wants_digest(s)) ? trainer->param_digest() : "";
+    bool want_digest = rec && rec->wants_digest(s);
+    if (comm) want_digest = comm->allgather_int64(want_digest ? 1 : 0)[0] != 0;  // rank 0 records
+    std::string digest = want_digest ? trainer->param_digest() : "";
+    if (comm && want_digest) check_replicas(*comm, digest, s);
     rms.digest = ms_since(td);
     if (already) {
       auto old = st->get_step(spec.run_id, s);

@@ -44,7 +44,8 @@ void check_dataset(const train::RunSpec& run, const train::TokenFile& data) {
 }  // namespace
 
 Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path,
-                        bool verify, const std::function<void(const train::StepResult&, bool)>& on_step) {
+                        bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
+                        train::Comm* comm) {
   Restored r;
   r.run = train::RunSpec::load(s, run_id);
   auto range = s.step_range(r.run.run_id);
@@ -59,10 +60,13 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
   r.data = std::make_unique<train::TokenFile>(path);
   check_dataset(r.run, *r.data);
   const train::Config& c = r.run.config;
-  const torch::Device device = train::setup_device(r.run.device);
-  train::warn_if_not_reproducible(r.run, device);
+  const torch::Device device = train::setup_device(comm ? train::rank_device(r.run.device, comm->env()) : r.run.device);
+  const int world = comm ? comm->world() : 1;
+  train::warn_if_not_reproducible(r.run, device, world);
   r.trainer = std::make_unique<train::Trainer>(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data,
                                         device, train::attention_impl(r.run.attention));
+  r.trainer->set_comm(comm);
+  if (world != r.run.world_size) verify = false;  // bits may differ: the caller reports a curve
   r.trainer->load_state(train::read_checkpoint(s, r.run.run_id, *ckpt));
   if (r.trainer->step() != *ckpt)
     throw Error(ExitCode::kData, "checkpoint at step " + std::to_string(*ckpt) + " holds step " +
@@ -96,10 +100,11 @@ ReplayResult replay(store::Store& s, const ReplayOptions& o) {
     throw UsageError("window " + std::to_string(o.from) + ":" + std::to_string(o.to) +
                      " is outside the recording (steps " + std::to_string(range->first) + ".." +
                      std::to_string(range->second) + ")");
-  Restored st = restore_before(s, run.run_id, o.from, o.data_path, o.verify, o.on_step);
+  Restored st = restore_before(s, run.run_id, o.from, o.data_path, o.verify, o.on_step, o.comm);
   const train::Config& c = run.config;
   ReplayResult result;
   result.run = run;
+  result.world_differs = run.world_size != (o.comm ? o.comm->world() : 1);
   result.checkpoint_step = st.checkpoint_step;
   for (int64_t step = o.from; step <= o.to; ++step) {
     plan::Plan recorded = run.plan.at(step, c.n_layer, c.n_head);
@@ -110,7 +115,7 @@ ReplayResult replay(store::Store& s, const ReplayOptions& o) {
     ReplayedStep rs;
     rs.replayed = st.trainer->train_step(o.capture_layers);
     rs.recorded = s.get_step(run.run_id, step);
-    if (o.verify && !result.plan_differs && rs.recorded) {
+    if (o.verify && !result.plan_differs && !result.world_differs && rs.recorded) {
       std::string digest = rs.recorded->param_digest ? st.trainer->param_digest(*rs.recorded->param_digest) : "";
       std::string why = mismatch(rs.replayed, *rs.recorded, digest);
       if (!why.empty())

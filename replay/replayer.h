@@ -25,6 +25,9 @@ struct ReplayOptions {
   bool stop_on_nonfinite = false;       // bisect probes: stop once the loss is NaN/Inf
   // Called after every re-executed step (fast-forward included) for progress output.
   std::function<void(const train::StepResult&, bool in_window)> on_step;
+  // The job's ranks (nullptr: one process). A run recorded on another number of ranks is
+  // replayed with a warning and compared as a divergence curve, not bit for bit.
+  train::Comm* comm = nullptr;
 };
 
 struct ReplayedStep {
@@ -39,6 +42,7 @@ struct ReplayResult {
   double seconds = 0;
   std::string plan_canonical;        // the plan in force in the window (after overrides)
   bool plan_differs = false;         // window plan != recorded plan
+  bool world_differs = false;        // replayed on another number of ranks than recorded
 };
 
 // Throws UsageError for a window outside the recording; Error(kData) for a missing checkpoint,
@@ -53,8 +57,10 @@ struct Restored {
   std::unique_ptr<train::Trainer> trainer;
   int64_t checkpoint_step = 0;
 };
+// comm: the job's ranks (nullptr: one process).
 Restored restore_before(store::Store& s, int64_t run, int64_t step, const std::string& data_path,
-                        bool verify, const std::function<void(const train::StepResult&, bool)>& on_step);
+                        bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
+                        train::Comm* comm = nullptr);
 
 // The per-step series of a window as predicate/report inputs: loss, grad_norm, lr and every
 // monitor "L<l>.H<h>.<name>".

@@ -7,7 +7,8 @@ BUILD_DIR="${BUILD_DIR:-$REWIND_ROOT/build}"
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libtorch-dev libsqlite3-dev
               libzstd-dev libcxxopts-dev googletest libgtest-dev libopenblas0-pthread
               nlohmann-json3-dev python3-numpy)
-DEB_PACKAGES+=(git)   # scripts/check_tree.sh and its ctest case read the git index
+DEB_PACKAGES+=(git)          # scripts/check_tree.sh and its ctest case read the git index
+DEB_PACKAGES+=(libgloo-dev)  # c10d's Gloo process group: multi-rank training on CPUs
 
 install_deps() {
   local missing=()

@@ -66,7 +66,7 @@ std::string device_name(const torch::Device& device) {
   return "";
 }
 
-void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device) {
+void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device, int world) {
   static std::set<int64_t> warned;  // bisect restores the same run many times
   if (!warned.insert(run.run_id).second) return;
   const long long id = run.run_id;
@@ -78,6 +78,9 @@ void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device) {
   if (!run.device_name.empty() && !here.empty() && here != run.device_name)
     std::fprintf(stderr, "warning: run %lld was recorded on %s; this is %s: bits may differ for that reason alone\n",
                  id, run.device_name.c_str(), here.c_str());
+  if (run.world_size != world)
+    std::fprintf(stderr, "warning: run %lld was recorded on %d rank(s); this computes it on %d: the same batches, but gradients are summed in another order, so bits may differ\n",
+                 id, run.world_size, world);
 }
 
 AttentionImpl attention_impl(const std::string& name) {
@@ -153,6 +156,7 @@ std::string RunSpec::meta_json() const {
   j["checkpoint_every"] = checkpoint_every;
   j["digest_every"] = digest_every;
   j["full_batches"] = full_batches;
+  j["world_size"] = world_size;
   return j.dump();
 }
 
@@ -181,6 +185,7 @@ RunSpec RunSpec::load(store::Store& s, int64_t run_id) {
     r.checkpoint_every = j.value("checkpoint_every", 0);
     r.digest_every = j.value("digest_every", 1);
     r.full_batches = j.value("full_batches", false);
+    r.world_size = j.value("world_size", 1);
     r.recorded_rewind = j.value("rewind_version", "?");
     r.recorded_torch = j.value("torch_version", "?");
     r.recorded_numerics = j.value("numerics", 1);  // runs before the field existed: version 1

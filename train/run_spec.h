@@ -48,6 +48,7 @@ struct RunSpec {
   int checkpoint_every = 0;
   int digest_every = 1;
   bool full_batches = false;
+  int world_size = 1;                // data-parallel ranks (--nproc-per-node / torchrun)
 
   std::string meta_json() const;  // everything but config and plan, plus versions
   static RunSpec load(store::Store& s, int64_t run_id);  // run_id 0 = the last run
@@ -63,7 +64,9 @@ std::string device_name(const torch::Device& device);
 // Before a recorded run is computed again: one line on stderr (once per process and run) for
 // each thing besides the inputs that its bits depend on and that differs here: the rewind
 // numerics or LibTorch version, the processor. Replay is bitwise only when none does.
-void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device);
+// `world`: the ranks computing it now (a run recorded on N ranks sums its gradients in another
+// order on M != N ranks).
+void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device, int world = 1);
 
 std::string rewind_version();
 // Bumped whenever a change alters the bits a training step computes on some device (kernel

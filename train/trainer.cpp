@@ -112,15 +112,18 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   StepResult r;
   r.step = step_;
   const int accum = config_.gradient_accumulation_steps;
+  // This rank's share of the micro-batches (all of them in one process).
+  const int share = comm_ ? accum / comm_->world() : accum;
+  const int first = comm_ ? comm_->rank() * share : 0;
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
   std::vector<std::shared_ptr<kernels::AttentionCapture>> all_caps;
   float loss_sum = 0;  // FP32, summed in micro-batch order
-  uint64_t h = kFnvOffset;
+  std::vector<uint64_t> batch_hashes;
   phase_mark(-1);
-  for (int micro = 0; micro < accum; ++micro) {
+  for (int micro = first; micro < first + share; ++micro) {
     Batch b = sample_batch(data_, config_.seed, step_, micro, config_.batch_size,
                            config_.block_size);
-    h = fnv1a64(&b.hash, sizeof b.hash, h);
+    batch_hashes.push_back(b.hash);
     r.offsets.push_back(b.offsets);
     ForwardTap tap;
     if (micro == 0) tap.tensor_layers = capture_layers;
@@ -134,7 +137,7 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
     loss_sum += loss.item<float>();
     for (size_t l = 0; l < tap.layers.size(); ++l) {
       if (tap.layers[l]) kernels::fetch_stats(*tap.layers[l]);
-      if (micro == 0) {
+      if (micro == first) {
         all_caps.push_back(tap.layers[l]);
         if (tap.layers[l]->keep_tensors) r.captures[static_cast<int>(l)] = tap.layers[l];
       } else {
@@ -143,6 +146,9 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
     }
     phase_mark(kPhaseLoss);
   }
+  if (comm_ && comm_->world() > 1) reduce_across_ranks(r, loss_sum, batch_hashes, all_caps);
+  uint64_t h = kFnvOffset;
+  for (uint64_t bh : batch_hashes) h = fnv1a64(&bh, sizeof bh, h);
   r.batch_hash = h;
   r.loss = loss_sum / static_cast<float>(accum);
   // Global gradient norm, accumulated in FP64 over all gradients laid end to end in parameter
@@ -184,6 +190,87 @@ std::vector<HeadMonitor> Trainer::monitors(
     }
   }
   return out;
+}
+
+void Trainer::set_comm(Comm* comm) {
+  if (comm != nullptr && config_.gradient_accumulation_steps % comm->world() != 0)
+    throw UsageError("gradient_accumulation_steps (" + std::to_string(config_.gradient_accumulation_steps) +
+                     ") must be a multiple of the number of ranks (" + std::to_string(comm->world()) + ")");
+  comm_ = comm;
+}
+
+void Trainer::reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<uint64_t>& batch_hashes,
+                                  std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) {
+  torch::NoGradGuard no_grad;
+  // Gradients laid end to end in parameter order, one allgather, summed in rank order.
+  std::vector<torch::Tensor> grads, flat;
+  for (auto& p : params_) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(p.grad());
+    flat.push_back(p.grad().reshape({-1}));
+  }
+  if (!flat.empty()) {
+    const torch::Tensor sum = comm_->sum_in_rank_order(torch::cat(flat));
+    int64_t off = 0;
+    for (auto& g : grads) {
+      g.copy_(sum.slice(0, off, off + g.numel()).view_as(g));
+      off += g.numel();
+    }
+  }
+  loss_sum = comm_->sum_in_rank_order(torch::full({1}, loss_sum, torch::kFloat32)).item<float>();
+  // Every rank's sample offsets and batch hashes, in micro-batch order (rank r holds a
+  // contiguous share), so rank 0 records the whole step.
+  const int64_t share = static_cast<int64_t>(r.offsets.size());
+  const int64_t rows = share ? static_cast<int64_t>(r.offsets[0].size()) : 0;
+  torch::Tensor off = torch::empty({share, rows}, torch::kInt64);
+  for (int64_t m = 0; m < share; ++m)
+    for (int64_t i = 0; i < rows; ++i) off[m][i] = r.offsets[static_cast<size_t>(m)][static_cast<size_t>(i)];
+  torch::Tensor hashes = torch::from_blob(batch_hashes.data(), {share}, torch::kInt64).clone();
+  r.offsets.clear();
+  batch_hashes.clear();
+  for (const torch::Tensor& t : comm_->allgather(off)) {
+    const torch::Tensor c = t.to(torch::kCPU).contiguous();
+    for (int64_t m = 0; m < share; ++m)
+      r.offsets.emplace_back(c[m].data_ptr<int64_t>(), c[m].data_ptr<int64_t>() + rows);
+  }
+  for (const torch::Tensor& t : comm_->allgather(hashes)) {
+    const torch::Tensor c = t.to(torch::kCPU).contiguous();
+    for (int64_t m = 0; m < share; ++m) batch_hashes.push_back(static_cast<uint64_t>(c[m].item<int64_t>()));
+  }
+  // Monitor statistics of every (layer, head), merged over the ranks in rank order (FP64 holds
+  // the counts exactly below 2^53).
+  const int64_t L = static_cast<int64_t>(caps.size()), H = config_.n_head;
+  torch::Tensor st = torch::zeros({L, H, 7}, torch::kFloat64);
+  for (int64_t l = 0; l < L; ++l) {
+    if (!caps[l]) continue;
+    for (int64_t h = 0; h < H && h < static_cast<int64_t>(caps[l]->stats.size()); ++h) {
+      const kernels::HeadStats& x = caps[l]->stats[h];
+      const double v[7] = {x.max_logit, double(x.rows), double(x.repeated_max_rows), double(x.pbar_one),
+                           double(x.stable_pos), double(x.stable_neg), double(x.stable_guard)};
+      for (int k = 0; k < 7; ++k) st[l][h][k] = v[k];
+    }
+  }
+  const std::vector<torch::Tensor> all = comm_->allgather(st);
+  for (int64_t l = 0; l < L; ++l) {
+    if (!caps[l]) continue;
+    std::vector<kernels::HeadStats> merged;
+    for (const torch::Tensor& t : all) {
+      const torch::Tensor c = t.to(torch::kCPU).contiguous();
+      const double* v = c.data_ptr<double>() + l * H * 7;
+      std::vector<kernels::HeadStats> part(static_cast<size_t>(H));
+      for (int64_t h = 0; h < H; ++h, v += 7) {
+        part[h].max_logit = static_cast<float>(v[0]);
+        part[h].rows = static_cast<int64_t>(v[1]);
+        part[h].repeated_max_rows = static_cast<int64_t>(v[2]);
+        part[h].pbar_one = static_cast<int64_t>(v[3]);
+        part[h].stable_pos = static_cast<int64_t>(v[4]);
+        part[h].stable_neg = static_cast<int64_t>(v[5]);
+        part[h].stable_guard = static_cast<int64_t>(v[6]);
+      }
+      merge_stats(merged, part);
+    }
+    caps[l]->stats = merged;
+  }
 }
 
 void Trainer::adamw_update(double lr) {

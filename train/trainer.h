@@ -13,6 +13,7 @@
 
 #include "train/config.h"
 #include "train/data.h"
+#include "train/dist.h"
 #include "train/model.h"
 #include "plan/plan.h"
 
@@ -79,11 +80,21 @@ class Trainer {
   // parameters and moments in a step (the recorder makes the device wait there for its
   // asynchronous checkpoint copy, which may overlap the forward and backward).
   void set_before_update(std::function<void()> f) { before_update_ = std::move(f); }
+  // Data-parallel training over `comm` (not owned; nullptr: one process). The step's
+  // gradient_accumulation_steps micro-batches are split into equal contiguous shares, rank r
+  // running micro-batches [r*A/N, (r+1)*A/N): the same batches as one process. Gradients, loss
+  // and monitors are summed over the ranks in rank order, so the run is bitwise repeatable with
+  // the same N (with another N only equal up to rounding). Throws UsageError unless N divides A.
+  void set_comm(Comm* comm);
+  Comm* comm() const { return comm_; }
 
  private:
   StepResult forward_backward(const plan::Plan& plan, const std::vector<int>& capture_layers);
   void adamw_update(double lr);
   std::vector<HeadMonitor> monitors(const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) const;
+  // The ranks' shares of a step combined (world > 1): see set_comm.
+  void reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<uint64_t>& batch_hashes,
+                           std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps);
 
   Config config_;
   plan::Plan plan_;
@@ -94,6 +105,7 @@ class Trainer {
   std::vector<std::string> param_names_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   int64_t step_ = 0;
+  Comm* comm_ = nullptr;
 
   enum { kPhaseData, kPhaseForward, kPhaseBackward, kPhaseLoss, kPhaseGradNorm, kPhaseMonitors,
          kPhaseOptimizer, kNumPhases };

@@ -1,0 +1,158 @@
+// Data-parallel runs through the `rewind` binary on 2 CPU ranks (c10d Gloo over loopback):
+// recorded twice with identical bits, replayed bitwise on 2 ranks and as a curve on 1, the same
+// batches as one process, a SIGKILLed rank leaving a store that verifies and resumes bitwise.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/store.h"
+#include "tests/common/cli_run.h"
+
+namespace {
+
+const std::string kBin = REWIND_BIN;
+// Two micro-batches per step: one per rank with 2 ranks, both in one process with 1.
+const std::string kModel =
+    " --vocab-size 64 --n-embd 32 --block-size 32 --batch-size 4 --gradient-accumulation-steps 2"
+    " --threads 1 --log-every 1000";
+
+using rwd::testing::Cmd;
+
+Cmd sh(const std::string& cmd) { return rwd::testing::run_shell(cmd); }
+
+class Dist : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = rwd::testing::temp_dir("dist");
+    data_ = dir_ + "/train.bin";
+    store_ = dir_ + "/ranks2.db";
+    ASSERT_EQ(sh(kBin + " data synth --tokens 200000 --vocab 64 -o " + data_).code, 0);
+    Cmd r = sh(kBin + " train --nproc-per-node 2 --data " + data_ + " --steps 40 --checkpoint-every 10 --record " +
+               store_ + kModel);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("2 ranks"), std::string::npos) << r.out;
+  }
+  static void TearDownTestSuite() { rwd::testing::remove_tree(dir_); }
+
+  static std::vector<rwd::store::StepRecord> steps(const std::string& path) {
+    auto s = rwd::store::Store::open(path, rwd::store::Mode::kReadOnly);
+    return s.steps(1, 0, 1 << 20);
+  }
+  static std::vector<uint32_t> loss_bits(const std::string& path) {
+    std::vector<uint32_t> out;
+    for (const auto& st : steps(path)) out.push_back(st.loss_bits);
+    return out;
+  }
+
+  static std::string dir_, data_, store_;
+};
+std::string Dist::dir_, Dist::data_, Dist::store_;
+
+TEST_F(Dist, TwoRankRecordingIsRepeatableAndReplaysBitwise) {
+  const std::string again = dir_ + "/again.db";
+  Cmd r = sh(kBin + " train --nproc-per-node 2 --data " + data_ + " --steps 40 --checkpoint-every 10 --record " +
+             again + kModel);
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(loss_bits(store_).size(), 40u);
+  EXPECT_EQ(loss_bits(again), loss_bits(store_));
+  for (const char* w : {"--from 10 --to 19", "--from 25 --to 39"}) {
+    Cmd v = sh(kBin + " replay --nproc-per-node 2 --store " + store_ + " " + w + " --verify");
+    EXPECT_EQ(v.code, 0) << w << "\n" << v.out;
+    EXPECT_NE(v.out.find("bitwise identical"), std::string::npos) << v.out;
+  }
+  EXPECT_EQ(sh(kBin + " store verify " + store_).code, 0);
+}
+
+// The ranks split each step's micro-batches, so 2 ranks train on exactly the batches of one
+// process with the same accumulation; only the order of the gradient sums differs.
+TEST_F(Dist, SameBatchesAsOneProcessAndCurveOnOtherRankCounts) {
+  const std::string one = dir_ + "/ranks1.db";
+  ASSERT_EQ(sh(kBin + " train --data " + data_ + " --steps 40 --checkpoint-every 10 --record " + one + kModel).code, 0);
+  const auto a = steps(store_), b = steps(one);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].batch_hash, b[i].batch_hash) << "step " << i;
+  EXPECT_EQ(a[0].loss_bits, b[0].loss_bits);  // step 0: same weights, same batches, one loss sum
+
+  Cmd c = sh(kBin + " replay --store " + store_ + " --from 20 --to 25 --verify");
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_NE(c.out.find("recorded on 2 rank(s); this computes it on 1"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("the curve, not bits, is compared"), std::string::npos) << c.out;
+  Cmd d = sh(kBin + " train --resume " + store_ + " --steps 50");
+  EXPECT_EQ(d.code, 2) << d.out;
+  EXPECT_NE(d.out.find("resume it with --nproc-per-node 2"), std::string::npos) << d.out;
+}
+
+TEST_F(Dist, BadRankSetupIsAUsageError) {
+  Cmd r = sh(kBin + " train --nproc-per-node 3 --data " + data_ + " --steps 2" + kModel);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("must be a multiple of the number of ranks (3)"), std::string::npos) << r.out;
+  Cmd e = sh("RANK=2 WORLD_SIZE=2 " + kBin + " train --data " + data_ + " --steps 2" + kModel);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("RANK 2 is not below WORLD_SIZE 2"), std::string::npos) << e.out;
+}
+
+// kill -9 of rank 1 in the middle of a recording: the launcher stops rank 0, the store keeps
+// every committed step and checkpoint, verifies, replays bitwise and resumes to the same bits
+// as an uninterrupted 2-rank run.
+TEST_F(Dist, KilledRankLeavesAStoreThatVerifiesAndResumesBitwise) {
+  const std::string whole = dir_ + "/whole.db", killed = dir_ + "/killed.db";
+  const std::string args = " train --nproc-per-node 2 --data " + data_ + " --steps 200 --checkpoint-every 10" + kModel;
+  ASSERT_EQ(sh(kBin + args + " --record " + whole).code, 0);
+  const pid_t launcher = fork();
+  if (launcher == 0) {
+    const std::string cmd = kBin + args + " --record " + killed + " >/dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 4800; ++i) {  // until a few checkpoints exist (2 minutes at most)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    try {
+      auto s = rwd::store::Store::open(killed, rwd::store::Mode::kReadOnly);
+      auto range = s.step_range(1);
+      if (range && range->second >= 45) break;
+    } catch (const std::exception&) {
+    }
+  }
+  // Rank 1 is the launcher's second child.
+  Cmd kids = sh("pgrep -P " + std::to_string(launcher));
+  std::vector<pid_t> ranks;
+  for (size_t p = 0; p < kids.out.size();) {
+    const size_t e = kids.out.find('\n', p);
+    if (e == std::string::npos) break;
+    ranks.push_back(static_cast<pid_t>(std::stol(kids.out.substr(p, e - p))));
+    p = e + 1;
+  }
+  ASSERT_EQ(ranks.size(), 2u) << kids.out;
+  kill(std::max(ranks[0], ranks[1]), SIGKILL);
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  // The launcher stops rank 0 and fails (with the killed rank's 137, or rank 0's own error
+  // if Gloo reported the lost peer first).
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+
+  EXPECT_EQ(sh(kBin + " store verify " + killed).code, 0);
+  int64_t last;
+  {
+    auto s = rwd::store::Store::open(killed, rwd::store::Mode::kReadOnly);
+    const auto range = s.step_range(1);
+    ASSERT_TRUE(range.has_value()) << "killed before its first step was committed";
+    last = range->second;
+  }
+  ASSERT_LT(last, 199);
+  Cmd rp = sh(kBin + " replay --nproc-per-node 2 --store " + killed + " --from " + std::to_string(last - 3) +
+              " --to " + std::to_string(last) + " --verify");
+  EXPECT_EQ(rp.code, 0) << rp.out;
+  Cmd rs = sh(kBin + " train --nproc-per-node 2 --resume " + killed + " --steps 200");
+  ASSERT_EQ(rs.code, 0) << rs.out;
+  EXPECT_EQ(loss_bits(killed), loss_bits(whole));
+  EXPECT_EQ(loss_bits(killed).size(), 200u);
+}
+
+}  // namespace

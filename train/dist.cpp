@@ -1,0 +1,151 @@
+// c10d process groups for data-parallel training: Gloo over TCP on CPUs, NCCL on CUDA devices.
+// Only allgather is used: it moves bytes and never reduces, so the sums that follow (in rank
+// order, on every rank) are bitwise the same on every replica and from run to run.
+#include "train/dist.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#include <torch/version.h>
+#if defined(REWIND_CUDA) && defined(USE_C10D_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "common/error.h"
+
+namespace rwd::train {
+
+namespace {
+
+// The groups derive from ProcessGroup in LibTorch 1.x and from Backend in 2.x.
+#if TORCH_VERSION_MAJOR >= 2
+using GroupBase = c10d::Backend;
+#else
+using GroupBase = c10d::ProcessGroup;
+#endif
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > 1 << 20)
+    throw UsageError(std::string("environment variable ") + name + "='" + v + "' is not a count");
+  return static_cast<int>(x);
+}
+
+// c10d's group over the host (Gloo) or the GPUs (NCCL), behind rank-ordered collectives.
+class C10dComm : public Comm {
+ public:
+  C10dComm(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<GroupBase> pg, DistEnv env,
+           torch::Device device)
+      : store_(std::move(store)), pg_(std::move(pg)), env_(std::move(env)), device_(device) {}
+
+  const DistEnv& env() const override { return env_; }
+
+  std::vector<torch::Tensor> allgather(const torch::Tensor& t) override {
+    std::vector<torch::Tensor> in{t.to(device_).contiguous()};
+    std::vector<std::vector<torch::Tensor>> out(1);
+    for (int r = 0; r < env_.world; ++r) out[0].push_back(torch::empty_like(in[0]));
+    pg_->allgather(out, in)->wait();
+    return out[0];
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;  // the rendezvous; kept alive with the group
+  c10::intrusive_ptr<GroupBase> pg_;
+  DistEnv env_;
+  torch::Device device_;
+};
+
+}  // namespace
+
+DistEnv DistEnv::from_env() {
+  DistEnv e;
+  e.world = env_int("WORLD_SIZE", 1);
+  e.rank = env_int("RANK", 0);
+  e.local_rank = env_int("LOCAL_RANK", e.rank);
+  if (e.world < 1) throw UsageError("WORLD_SIZE must be at least 1");
+  if (e.rank >= e.world)
+    throw UsageError("RANK " + std::to_string(e.rank) + " is not below WORLD_SIZE " + std::to_string(e.world));
+  if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != '\0') e.master_addr = a;
+  e.master_port = env_int("MASTER_PORT", e.master_port);
+  if (e.master_port == 0 || e.master_port > 65535) throw UsageError("MASTER_PORT must be 1..65535");
+  return e;
+}
+
+std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const torch::Device& device,
+                                    std::chrono::seconds timeout) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(env.master_port);
+  so.isServer = env.rank == 0;
+  so.numWorkers = env.world;
+  so.waitWorkers = true;
+  so.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+  } catch (const std::exception& e) {
+    throw Error(ExitCode::kInternal, "rank " + std::to_string(env.rank) + ": cannot reach the rendezvous at " +
+                                         env.master_addr + ":" + std::to_string(env.master_port) + ": " + e.what());
+  }
+  c10::intrusive_ptr<GroupBase> pg;
+  if (device.is_cuda()) {
+#if defined(REWIND_CUDA) && defined(USE_C10D_NCCL)
+    auto o = c10d::ProcessGroupNCCL::Options::create();
+    o->timeout = timeout;
+    pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world, o);
+#else
+    throw UsageError("multi-rank training on CUDA needs a CUDA build with NCCL (ProcessGroupNCCL)");
+#endif
+  } else {
+#ifdef USE_C10D_GLOO
+    auto o = c10d::ProcessGroupGloo::Options::create();
+    o->timeout = timeout;
+    // GLOO_SOCKET_IFNAME picks the interface as in PyTorch; otherwise the address the
+    // rendezvous is reached by (loopback for one host, what `--nproc-per-node` sets up).
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0')
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    else if (env.master_addr == "127.0.0.1" || env.master_addr == "localhost")
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    else
+      o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world, o);
+#else
+    throw UsageError("multi-rank training on CPUs needs Gloo: this build found no gloo headers");
+#endif
+  }
+  return std::make_unique<C10dComm>(store, pg, env, device);
+}
+
+std::string rank_device(const std::string& device, const DistEnv& env) {
+  if (!env.active() || device.rfind("cuda", 0) != 0) return device;
+  return "cuda:" + std::to_string(env.local_rank);
+}
+
+std::unique_ptr<Comm> connect_ranks(const DistEnv& env, const std::string& device) {
+  if (!env.active()) return nullptr;
+  const int timeout = env_int("REWIND_DIST_TIMEOUT", 300);
+  return Comm::connect(env, torch::Device(rank_device(device, env)), std::chrono::seconds(std::max(1, timeout)));
+}
+
+torch::Tensor Comm::sum_in_rank_order(const torch::Tensor& t) {
+  std::vector<torch::Tensor> all = allgather(t);
+  torch::Tensor acc = all[0].clone();
+  for (size_t r = 1; r < all.size(); ++r) acc.add_(all[r]);
+  return acc;
+}
+
+std::vector<int64_t> Comm::allgather_int64(int64_t v) {
+  std::vector<torch::Tensor> all = allgather(torch::full({1}, v, torch::kInt64));
+  std::vector<int64_t> out;
+  for (const auto& t : all) out.push_back(t.to(torch::kCPU).item<int64_t>());
+  return out;
+}
+
+}  // namespace rwd::train

@@ -1,0 +1,61 @@
+// Data-parallel ranks on LibTorch's c10d (Gloo on CPUs, NCCL on CUDA devices) and the few
+// collectives the trainer needs, each reduced in a fixed order so an N-rank run is bitwise
+// repeatable with the same N.
+#pragma once
+
+#include <torch/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rwd::train {
+
+// Where this process sits in a data-parallel job: torchrun's variables (RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT). world == 1 without them.
+struct DistEnv {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+
+  bool active() const { return world > 1; }
+  // Reads the environment; a malformed or inconsistent variable is a UsageError.
+  static DistEnv from_env();
+};
+
+// A process group of `world` ranks. Every collective is called by all ranks in the same order
+// (the trainer's step does that by construction). Deterministic reductions: each rank's
+// contribution is gathered, then summed in rank order (r0 + r1 + ...) on every rank, so every
+// replica gets the same bits whatever the transport's own reduction order would be.
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  // Connects through a TCP rendezvous at env.master_addr:master_port (rank 0 serves it).
+  // device: where the collectives' tensors live (CPU: Gloo; CUDA: NCCL). `timeout` bounds
+  // every collective, so a dead peer ends the job instead of hanging it.
+  static std::unique_ptr<Comm> connect(const DistEnv& env, const torch::Device& device,
+                                       std::chrono::seconds timeout);
+
+  virtual const DistEnv& env() const = 0;
+  int rank() const { return env().rank; }
+  int world() const { return env().world; }
+  // Every rank's `t` (same shape and dtype on all ranks), in rank order.
+  virtual std::vector<torch::Tensor> allgather(const torch::Tensor& t) = 0;
+  // Sum over the ranks in rank order: identical bits on every rank.
+  torch::Tensor sum_in_rank_order(const torch::Tensor& t);
+  // Every rank's 64-bit value, in rank order (on the host).
+  std::vector<int64_t> allgather_int64(int64_t v);
+};
+
+// The device a rank computes on: "cuda" or "cuda:N" becomes "cuda:<LOCAL_RANK>" in a job of
+// several ranks (one GPU per rank); anything else is returned as is.
+std::string rank_device(const std::string& device, const DistEnv& env);
+// The job's process group, or nullptr for a single process. Collectives time out after
+// REWIND_DIST_TIMEOUT seconds (default 300), so a dead rank ends the others.
+std::unique_ptr<Comm> connect_ranks(const DistEnv& env, const std::string& device);
+
+}  // namespace rwd::train
