@@ -35,6 +35,17 @@ inline Cmd run_shell(const std::string& line) {
 // Runs `rewind ARGS`; ARGS are pasted verbatim (quote them yourself).
 inline Cmd rewind_cmd(const std::string& args) { return run_shell(std::string(REWIND_BIN) + " " + args); }
 
+// Starts a shell command line without waiting for it; the returned pid is the command's own
+// (the shell execs it), for tests that kill it mid-run.
+inline pid_t spawn_shell(const std::string& line) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + line).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
 inline std::string temp_dir(const std::string& tag) {
   std::string t = "/tmp/rewind_" + tag + "_XXXXXX";
   if (!mkdtemp(t.data())) std::abort();

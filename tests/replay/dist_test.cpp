@@ -13,6 +13,7 @@
 
 #include "store/store.h"
 #include "tests/common/cli_run.h"
+#include "tests/common/store_poll.h"
 
 namespace {
 
@@ -104,21 +105,8 @@ TEST_F(Dist, KilledRankLeavesAStoreThatVerifiesAndResumesBitwise) {
   const std::string whole = dir_ + "/whole.db", killed = dir_ + "/killed.db";
   const std::string args = " train --nproc-per-node 2 --data " + data_ + " --steps 200 --checkpoint-every 10" + kModel;
   ASSERT_EQ(sh(kBin + args + " --record " + whole).code, 0);
-  const pid_t launcher = fork();
-  if (launcher == 0) {
-    const std::string cmd = kBin + args + " --record " + killed + " >/dev/null 2>&1";
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  for (int i = 0; i < 4800; ++i) {  // until a few checkpoints exist (2 minutes at most)
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    try {
-      auto s = rwd::store::Store::open(killed, rwd::store::Mode::kReadOnly);
-      auto range = s.step_range(1);
-      if (range && range->second >= 45) break;
-    } catch (const std::exception&) {
-    }
-  }
+  const pid_t launcher = rwd::testing::spawn_shell(kBin + args + " --record " + killed + " >/dev/null 2>&1");
+  EXPECT_TRUE(rwd::testing::wait_for_step(killed, 45));  // a few checkpoints exist
   // Rank 1 is the launcher's second child.
   Cmd kids = sh("pgrep -P " + std::to_string(launcher));
   std::vector<pid_t> ranks;

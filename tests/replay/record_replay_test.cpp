@@ -16,6 +16,7 @@
 
 #include "store/store.h"
 #include "tests/common/cli_run.h"
+#include "tests/common/store_poll.h"
 
 namespace {
 
@@ -123,22 +124,9 @@ TEST_F(RecordReplay, KilledRecorderVerifiesReplaysAndResumesBitwise) {
   const std::string whole = dir_ + "/whole.db", killed = dir_ + "/killed.db";
   const std::string args = " train --data " + data_ + " --steps 300 --checkpoint-every 20" + kModel;
   ASSERT_EQ(sh(kBin + args + " --record " + whole).code, 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    std::string cmd = kBin + args + " --record " + killed + " >/dev/null 2>&1";
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  // Kill once a few checkpoints exist but before the end (up to 2 minutes on a loaded machine).
-  for (int i = 0; i < 4800; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    try {
-      auto s = rwd::store::Store::open(killed, rwd::store::Mode::kReadOnly);
-      auto range = s.step_range(1);
-      if (range && range->second >= 70) break;
-    } catch (const std::exception&) {
-    }
-  }
+  const pid_t pid = rwd::testing::spawn_shell(kBin + args + " --record " + killed + " >/dev/null 2>&1");
+  // Kill once a few checkpoints exist but before the end (a loaded machine may take a while).
+  EXPECT_TRUE(rwd::testing::wait_for_step(killed, 70));
   kill(pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
