@@ -4,11 +4,17 @@
 #include "train/dist.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef USE_C10D_GLOO
+#ifdef REWIND_GLOO
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO  // the header declares the group only under LibTorch's own build flag
+#endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #include <torch/version.h>
-#if defined(REWIND_CUDA) && defined(USE_C10D_NCCL)
+#if defined(REWIND_CUDA) && defined(REWIND_NCCL)
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -96,7 +102,7 @@ std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const torch::Device& dev
   }
   c10::intrusive_ptr<GroupBase> pg;
   if (device.is_cuda()) {
-#if defined(REWIND_CUDA) && defined(USE_C10D_NCCL)
+#if defined(REWIND_CUDA) && defined(REWIND_NCCL)
     auto o = c10d::ProcessGroupNCCL::Options::create();
     o->timeout = timeout;
     pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world, o);
@@ -104,7 +110,7 @@ std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const torch::Device& dev
     throw UsageError("multi-rank training on CUDA needs a CUDA build with NCCL (ProcessGroupNCCL)");
 #endif
   } else {
-#ifdef USE_C10D_GLOO
+#ifdef REWIND_GLOO
     auto o = c10d::ProcessGroupGloo::Options::create();
     o->timeout = timeout;
     // GLOO_SOCKET_IFNAME picks the interface as in PyTorch; otherwise the address the
