@@ -63,13 +63,15 @@ TEST_F(BisectCli, PlantedFaultFoundExactly) {
     std::string loc, fault;
     std::vector<std::string> failing;
   };
-  // The last three (issue 25): other layers, heads and ops than the first three.
+  // The last three (issue 25): other layers, heads and ops than the first three. In layer 0
+  // the o fault fails on its own (kept low with delta in FP32 it still fails, a probe shows),
+  // so there the failing set is {o} alone.
   const std::vector<Case> cases = {{"L1.H2.o", kO, {"L1.H2.o", "L1.H2.delta"}},
                                    {"L1.H0.pv", kStrong, {"L1.H0.pv"}},
                                    {"L0.H1.delta", kStrong, {"L0.H1.delta"}},
                                    {"L0.H3.pv", kStrong, {"L0.H3.pv"}},
                                    {"L1.H1.delta", kStrong, {"L1.H1.delta"}},
-                                   {"L0.H0.o", kO, {"L0.H0.o", "L0.H0.delta"}}};
+                                   {"L0.H0.o", kO, {"L0.H0.o"}}};
   for (const auto& c : cases) {
     const std::string name = "one_" + c.loc;
     const std::string store = record(name, c.loc + "=" + c.fault);
