@@ -83,6 +83,7 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
 
   SearchOptions so;
   so.max_batch = o.pool.jobs;
+  so.group_testing = o.group_testing;
   so.before_batch = [&](const std::string& phase) { ctx.phase = phase; };
   Oracle oracle = [&](const std::vector<Candidate>& cands) {
     std::vector<ProbeSpec> batch;
@@ -128,17 +129,55 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   rep.fixes = checks;
 }
 
+// Issue 25 item 3: the time search said the window fails, yet its recorded-plan replay passes
+// the predicate (an aggregate such as mean or growth can read a longer window differently from
+// one step). Widen it to the recorded failure step when that lies beyond, else to the next
+// checkpoint after its end (or the last recorded step); nullopt when there is nothing left.
+std::optional<std::pair<int64_t, int64_t>> widen(detail::Context& ctx, std::pair<int64_t, int64_t> w,
+                                                 std::pair<int64_t, int64_t> range) {
+  BisectReport& rep = ctx.report;
+  std::optional<int64_t> recorded_failure;
+  if (rep.time && !rep.time->fail_step_given) recorded_failure = rep.time->fail_step;
+  std::string why;
+  int64_t to = w.second;
+  if (recorded_failure && *recorded_failure > w.second) {
+    to = *recorded_failure;
+    why = "the recorded failure step";
+  } else {
+    for (int64_t c : ctx.store.checkpoint_steps(ctx.run.run_id))
+      if (c > w.second) {
+        to = c;
+        why = "the next checkpoint";
+        break;
+      }
+    if (to == w.second && range.second > w.second) {
+      to = range.second;
+      why = "the last recorded step";
+    }
+  }
+  const std::string was = std::to_string(w.first) + ":" + std::to_string(w.second);
+  if (to == w.second) {
+    rep.widenings.push_back("window " + was + " passes under the recorded plan and cannot be widened further");
+    return std::nullopt;
+  }
+  rep.widenings.push_back("window " + was + " passes under the recorded plan, although the time search says it fails; widened to " +
+                          std::to_string(w.first) + ":" + std::to_string(to) + " (" + why + ")");
+  return std::make_pair(w.first, to);
+}
+
 std::string verdict_text(const BisectReport& rep) {
   std::string v;
   char buf[256];
   if (rep.time) {
     const TimeSearch& t = *rep.time;
-    std::snprintf(buf, sizeof buf, "time: failure at step %lld (%s); %zu checkpoint(s) before it; %zu time probe(s)\n",
-                  static_cast<long long>(t.fail_step), t.fail_step_given ? "--until" : "first recorded failing step",
-                  t.checkpoints.size(), t.probes.size());
-    v += buf;
+    if (t.status != TimeSearch::Status::kNoFailure) {
+      std::snprintf(buf, sizeof buf, "time: failure at step %lld: %s\ntime: %zu checkpoint(s) before it; %zu time probe(s)\n",
+                    static_cast<long long>(t.fail_step), t.fail_reason.c_str(), t.checkpoints.size(), t.probes.size());
+      v += buf;
+    }
     v += "time: " + t.message + "\n";
   }
+  for (const auto& w : rep.widenings) v += "widened: " + w + "\n";
   if (rep.narrowed) {
     const SearchResult& r = rep.search;
     std::snprintf(buf, sizeof buf, "window %lld:%lld, predicate '%s'\n", static_cast<long long>(rep.from),
@@ -220,7 +259,7 @@ BisectReport run_bisect(const BisectOptions& o) {
                                                std::to_string(o.window->second)
                                          : "find-window until " + (o.until ? std::to_string(*o.until) : std::string("auto")) +
                                                " fix " + o.fix) +
-                               " fail " + pred.text();
+                               " fail " + pred.text() + (o.group_testing ? "" : " search ddmin");
   detail::Context ctx{st, run, pred, ProbePool(st, run, pred, o.pool), rep, hex64(fnv1a64(job_text)).substr(0, 12),
                       o.progress, 0, t0, ""};
   rep.run = run.run_id;
@@ -248,10 +287,13 @@ BisectReport run_bisect(const BisectOptions& o) {
     if (!st.nearest_checkpoint(run.run_id, a))
       throw Error(ExitCode::kData, "missing checkpoint: no checkpoint at or before step " + std::to_string(a));
   }
-  if (window) {
+  while (window) {
     rep.recorded_from = window->first;
+    rep.recorded_loss.clear();
     for (const auto& s : st.steps(run.run_id, window->first, window->second)) rep.recorded_loss.push_back(s.loss());
     narrow_window(ctx, o, window->first, window->second);
+    if (!o.find_window || rep.search.status != Status::kNotReproducible) break;
+    window = widen(ctx, *window, *range);
   }
   rep.executed = ctx.pool.executed();
   rep.cached = ctx.pool.cached();

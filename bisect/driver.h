@@ -26,6 +26,7 @@ struct BisectOptions {
   std::optional<int64_t> until;                // --until F
   bool window_only = false;                    // --window-only
   std::string fix = "all=fp32";                // --fix PLAN of the time probes
+  bool group_testing = true;                   // --search groups (default) | ddmin (baseline)
   bool progress = true;                        // progress line on stderr
 };
 
@@ -48,6 +49,7 @@ struct TimeSearch {
   Status status = Status::kWindow;
   int64_t fail_step = 0;              // F
   bool fail_step_given = false;       // --until, else the first recorded failing step
+  std::string fail_reason;            // why F: "given with --until" or where the predicate turns true
   std::vector<int64_t> checkpoints;   // candidates: checkpoints < F
   int64_t c_star = 0;
   std::vector<int> probes;            // indices into BisectReport::probes
@@ -71,6 +73,7 @@ struct BisectReport {
   std::string recorded_plan;          // canonical plan at the window start
   int n_layer = 0, n_head = 0;
   std::optional<TimeSearch> time;
+  std::vector<std::string> widenings; // windows whose recorded-plan replay passed, and why widened
   bool narrowed = false;              // the layer/head/op search ran
   int64_t from = 0, to = 0;           // the window narrowed (valid when narrowed)
   SearchResult search;
@@ -114,9 +117,6 @@ struct Context {
 
 // Issue 9: fills report.time; returns true when a window [c*, F] was found.
 bool find_window(Context& ctx, const BisectOptions& o);
-
-// Recorded per-step series of steps [from, to] (losses, lr, grad norm, monitors).
-Series recorded_series(store::Store& s, int64_t run, int64_t from, int64_t to);
 
 }  // namespace detail
 

@@ -10,6 +10,7 @@
 #include <limits>
 #include <set>
 
+#include "bisect/series_names.h"
 #include "common/error.h"
 
 namespace rwd::bisect {
@@ -313,72 +314,19 @@ void collect_series(const PredicateNode& n, std::set<std::string>& out) {
   for (const auto& a : n.args) collect_series(*a, out);
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// "did you mean 'loss'? available: grad_norm, loss, lr, L<i>.H<j>.{max_logit,wq_sn}".
-std::string describe_keys(const std::string& name, const std::vector<std::string>& keys) {
-  std::string best;
-  size_t best_d = std::max<size_t>(2, name.size() / 3) + 1;
-  std::set<std::string> plain, head_suffix, layer_suffix;
-  for (const auto& k : keys) {
-    size_t d = edit_distance(name, k);
-    if (d < best_d) {
-      best_d = d;
-      best = k;
-    }
-    size_t p = 1;
-    bool layer = k.size() > 1 && k[0] == 'L' && std::isdigit(static_cast<unsigned char>(k[1]));
-    while (layer && p < k.size() && std::isdigit(static_cast<unsigned char>(k[p]))) ++p;
-    if (!layer || p >= k.size() || k[p] != '.') {
-      plain.insert(k);
-      continue;
-    }
-    size_t q = p + 2;
-    bool head = k.compare(p, 2, ".H") == 0 && q < k.size() &&
-                std::isdigit(static_cast<unsigned char>(k[q]));
-    if (head) {
-      while (q < k.size() && std::isdigit(static_cast<unsigned char>(k[q]))) ++q;
-      if (q < k.size() && k[q] == '.') {
-        head_suffix.insert(k.substr(q + 1));
-        continue;
-      }
-    }
-    layer_suffix.insert(k.substr(p + 1));
-  }
-  auto join = [](const std::set<std::string>& s) {
-    std::string out;
-    for (const auto& x : s) out += (out.empty() ? "" : ",") + x;
-    return out;
-  };
-  std::string list = join(plain);
-  for (auto& [prefix, s] : {std::pair<std::string, std::set<std::string>*>{"L<i>.", &layer_suffix},
-                            {"L<i>.H<j>.", &head_suffix}})
-    if (!s->empty()) list += (list.empty() ? "" : ",") + prefix + "{" + join(*s) + "}";
-  std::string out = best.empty() ? "" : "did you mean '" + best + "'? ";
-  return out + "available: " + (list.empty() ? "(none)" : list);
-}
-
-// A number during evaluation: a scalar or the series' values over the window, all cleaned.
+// A scalar, or a series over history + window: v[0, ctx) is history, v[ctx, end) the window.
 struct Num {
   bool is_series = false;
   double scalar = 0;
   std::vector<double> v;
+  size_t ctx = 0;
   const std::vector<double>& values() {
     if (!is_series) v.assign(1, scalar);
     return v;
+  }
+  std::vector<double> window() {
+    values();
+    return {v.begin() + static_cast<long>(ctx), v.end()};
   }
 };
 
@@ -391,7 +339,7 @@ class Evaluator {
       case NodeKind::kOr: return truth(*n.args[0]) || truth(*n.args[1]);
       case NodeKind::kAnd: return truth(*n.args[0]) && truth(*n.args[1]);
       case NodeKind::kNot: return !truth(*n.args[0]);
-      case NodeKind::kNanAny:
+      case NodeKind::kNanAny:  // the window only: the history is the recording before it
         for (const auto& [key, vals] : s_.values)
           for (double x : vals) if (!std::isfinite(x)) return true;
         return false;
@@ -405,10 +353,12 @@ class Evaluator {
     }
     Num k = value(*n.args[1]);
     if (k.is_series) fail_at(n.args[1]->pos, "spike(): k must be a scalar, got a series");
-    const std::vector<double>& x = nonempty(value(*n.args[0]), n);
+    nonempty(value(*n.args[0]), n);
+    const std::vector<double>& x = held_.values();
+    // The EMA runs over history and window; only steps of the window can spike.
     double ema = x[0];
     for (size_t t = 1; t < x.size(); ++t) {
-      if (x[t] > k.scalar * ema) return true;
+      if (t >= held_.ctx && x[t] > k.scalar * ema) return true;
       ema = 0.9 * ema + 0.1 * x[t];  // EMA with alpha 0.1
     }
     return false;
@@ -424,27 +374,37 @@ class Evaluator {
     }
     return it->second;
   }
-  // Values as recorded (for nan()): a series, an indexed value or any expression.
+  const std::vector<double>& history(const std::string& name) {
+    static const std::vector<double> kNone;
+    auto it = s_.history.find(name);
+    return it == s_.history.end() ? kNone : it->second;
+  }
+  // Values as recorded in the window (for nan()): a series, an indexed value or an expression.
   std::vector<double> raw(const PredicateNode& n) {
     if (n.kind == NodeKind::kSeries) return series(n);
     if (n.kind == NodeKind::kIndex) return {index(n)};
-    return value(n).values();
+    return value(n).window();
   }
+  // x[STEP]: from the window, else from the history before it.
   double index(const PredicateNode& n) {
     const auto& v = series(n);
-    int64_t i = n.step - s_.first_step;
-    if (i < 0 || i >= static_cast<int64_t>(v.size()))
-      fail_at(n.pos, "step " + std::to_string(n.step) + " is outside the window (" + n.name +
-                         " has steps " + std::to_string(s_.first_step) + ".." +
-                         std::to_string(s_.first_step + static_cast<int64_t>(v.size()) - 1) + ")");
-    return v[static_cast<size_t>(i)];
+    const auto& h = history(n.name);
+    const int64_t i = n.step - s_.first_step;
+    if (i >= 0 && i < static_cast<int64_t>(v.size())) return v[static_cast<size_t>(i)];
+    if (i < 0 && -i <= static_cast<int64_t>(h.size())) return h[h.size() - static_cast<size_t>(-i)];
+    fail_at(n.pos, "step " + std::to_string(n.step) + " is outside the window and its history (" +
+                       n.name + " has steps " +
+                       std::to_string(s_.first_step - static_cast<int64_t>(h.size())) + ".." +
+                       std::to_string(s_.first_step + static_cast<int64_t>(v.size()) - 1) + ")");
   }
-  const std::vector<double>& nonempty(Num&& x, const PredicateNode& at) {
+  // The window part of x (kept whole, history included, in held_).
+  std::vector<double> nonempty(Num&& x, const PredicateNode& at) {
     held_ = std::move(x);
-    if (held_.is_series && held_.v.empty())
+    std::vector<double> w = held_.window();
+    if (w.empty())
       throw Error(ExitCode::kData, "predicate: position " + std::to_string(at.pos + 1) + ": " +
                                        at.name + "() over a series with no values in the window");
-    return held_.values();
+    return w;
   }
 
   Num value(const PredicateNode& n) {
@@ -454,6 +414,8 @@ class Evaluator {
       case NodeKind::kIndex: r.scalar = clean(index(n)); return r;
       case NodeKind::kSeries:
         r.is_series = true;
+        for (double x : history(n.name)) r.v.push_back(clean(x));
+        r.ctx = r.v.size();
         for (double x : series(n)) r.v.push_back(clean(x));
         return r;
       case NodeKind::kNeg: {
@@ -471,7 +433,7 @@ class Evaluator {
     if (n.name == "min") r.scalar = *std::min_element(x.begin(), x.end());
     if (n.name == "first") r.scalar = x.front();
     if (n.name == "last") r.scalar = x.back();
-    if (n.name == "growth") r.scalar = x.back() / x.front();
+    if (n.name == "growth") r.scalar = x.back() / (held_.ctx ? held_.v[held_.ctx - 1] : x.front());
     if (n.name == "mean") {
       double sum = 0;
       for (double y : x) sum += y;
@@ -496,15 +458,23 @@ class Evaluator {
     return a != b;
   }
 
-  // Broadcasts two numbers to a common length (1 if both scalars).
+  // Broadcasts two numbers to a common length (1 if both scalars); two series keep the
+  // history they share (their windows are the same steps).
   std::pair<Num, Num> pair_of(const PredicateNode& n) {
     Num a = value(*n.args[0]), b = value(*n.args[1]);
-    if (a.is_series && b.is_series && a.v.size() != b.v.size())
-      throw Error(ExitCode::kData, "predicate: position " + std::to_string(n.pos + 1) +
-                                       ": series of different lengths (" +
-                                       std::to_string(a.v.size()) + " and " +
-                                       std::to_string(b.v.size()) + " steps)");
-    if ((a.is_series && a.v.empty()) || (b.is_series && b.v.empty()))
+    if (a.is_series && b.is_series) {
+      for (Num* x : {&a, &b}) {
+        const size_t drop = x->ctx - std::min(a.ctx, b.ctx);
+        x->v.erase(x->v.begin(), x->v.begin() + static_cast<long>(drop));
+        x->ctx -= drop;
+      }
+      if (a.v.size() != b.v.size())
+        throw Error(ExitCode::kData, "predicate: position " + std::to_string(n.pos + 1) +
+                                         ": series of different lengths (" +
+                                         std::to_string(a.v.size() - a.ctx) + " and " +
+                                         std::to_string(b.v.size() - b.ctx) + " steps)");
+    }
+    if ((a.is_series && a.v.size() == a.ctx) || (b.is_series && b.v.size() == b.ctx))
       throw Error(ExitCode::kData, "predicate: position " + std::to_string(n.pos + 1) +
                                        ": a series has no values in the window");
     return {std::move(a), std::move(b)};
@@ -513,6 +483,7 @@ class Evaluator {
     auto [a, b] = pair_of(n);
     Num r;
     r.is_series = a.is_series || b.is_series;
+    r.ctx = a.is_series ? a.ctx : b.ctx;
     if (!r.is_series) {
       r.scalar = apply(n.name, a.scalar, b.scalar);
       return r;
@@ -526,7 +497,8 @@ class Evaluator {
   bool compare(const PredicateNode& n) {
     auto [a, b] = pair_of(n);
     size_t len = a.is_series ? a.v.size() : (b.is_series ? b.v.size() : 1);
-    for (size_t i = 0; i < len; ++i)  // a series comparison holds if it holds at any step
+    const size_t from = a.is_series ? a.ctx : b.ctx;
+    for (size_t i = from; i < len; ++i)  // a series comparison holds if it holds at any step
       if (holds(n.name, a.is_series ? a.v[i] : a.scalar, b.is_series ? b.v[i] : b.scalar))
         return true;
     return false;
@@ -548,6 +520,20 @@ Predicate Predicate::parse(const std::string& text) {
 bool Predicate::eval(const Series& series) const {
   if (!root_) throw Error(ExitCode::kInternal, "predicate: evaluating an empty predicate");
   return Evaluator(series).truth(*root_);
+}
+
+bool Predicate::eval_step(const Series& recording, int64_t step) const {
+  Series one;
+  one.first_step = step;
+  const size_t i = static_cast<size_t>(step - recording.first_step);
+  const std::vector<std::string> used = series_used();
+  for (const auto& [key, v] : recording.values) {
+    if (i >= v.size()) continue;
+    one.values[key] = {v[i]};
+    if (std::binary_search(used.begin(), used.end(), key))  // only what the predicate reads
+      one.history[key].assign(v.begin(), v.begin() + static_cast<long>(i));
+  }
+  return eval(one);
 }
 
 void Predicate::validate(const std::vector<std::string>& keys) const {

@@ -10,11 +10,14 @@
 
 namespace rwd::bisect {
 
-// Per-step values of one window: values[key][i] belongs to step first_step + i.
+// Per-step values of one judged window: values[key][i] belongs to step first_step + i.
 // Keys: "loss", "grad_norm", "lr", "L2.H8.wq_sn", "L2.H8.max_logit", "L2.H8.repmax_rate", ...
+// history[key] holds the recorded values of the steps just before the window (its last value
+// belongs to step first_step - 1): the context of spike's EMA, x[STEP] and growth's baseline.
 struct Series {
   int64_t first_step = 0;
   std::map<std::string, std::vector<double>> values;
+  std::map<std::string, std::vector<double>> history;
 };
 
 struct PredicateNode;  // the parsed expression tree (predicate.cpp)
@@ -32,7 +35,9 @@ struct PredicateNode;  // the parsed expression tree (predicate.cpp)
 //            | max|min|mean|first|last|growth '(' sum ')'   -> number
 //            | 'spike' '(' sum ',' sum ')'           -> boolean
 //   SERIES  := [A-Za-z_][A-Za-z0-9_.]*  (a key of Series::values)
-// Semantics:
+// Semantics (one meaning wherever a predicate is judged: a window probe judges the replayed
+// window with the recorded history before it as context; the time search judges each recorded
+// step t as the one-step window [t, t] with the recorded steps before t as context):
 //   * A bare series is the vector of its values over the window; + - * / work elementwise
 //     (a scalar broadcasts; two series must have the same length). A comparison involving a
 //     series is true if it holds at ANY step of the window: `loss > 6` = "loss exceeded 6".
@@ -41,11 +46,15 @@ struct PredicateNode;  // the parsed expression tree (predicate.cpp)
 //     false for it. Arithmetic that yields NaN (inf - inf, 0/0) also reads as +inf.
 //   * `nan` is true if any value of any series in the window is NaN or +-Inf; `nan(x)` only
 //     looks at x (before the +inf rule).
-//   * first/last/max/min/mean: over the window. growth(x) = last(x) / first(x).
-//   * `s[STEP]`: the value at absolute step STEP; a step outside the window is a usage error.
-//   * spike(x, k): true if some value x[t] (t >= 1) exceeds k * ema[t-1], where ema[0] = x[0]
-//     and ema[t] = 0.9 ema[t-1] + 0.1 x[t] (EMA alpha 0.1). Meant for positive series (loss,
-//     grad norm); k must evaluate to a scalar.
+//   * first/last/max/min/mean: over the window (history does not count). growth(x) =
+//     last(x) / the value of x at the step before the window (from the history; without
+//     history: first(x)).
+//   * `s[STEP]`: the value at absolute step STEP, in the window or the history; a step in
+//     neither is a usage error.
+//   * spike(x, k): true if some value x[t] of the window exceeds k * ema[t-1], where the EMA
+//     runs over history and window: ema[0] = x[0] of the earliest step, ema[t] = 0.9 ema[t-1] +
+//     0.1 x[t] (alpha 0.1). Meant for positive series (loss, grad norm); k must be a scalar.
+//   * `nan` and nan(x) look at the window only.
 // Errors: rwd::UsageError "predicate: position N: ..." for syntax and type errors, unknown
 // series (with the available keys) and out-of-window steps; rwd::Error(kData) for a series
 // with no values or two series of different lengths.
@@ -55,6 +64,9 @@ class Predicate {
 
   // True if the window counts as a failure.
   bool eval(const Series& series) const;
+  // The judgement of step `step` of a recording: the one-step window [step, step] with the
+  // steps of `recording` before it as history (steps after it are ignored).
+  bool eval_step(const Series& recording, int64_t step) const;
   // Throws UsageError if a series the predicate uses is not among `keys`.
   void validate(const std::vector<std::string>& keys) const;
 

@@ -149,7 +149,8 @@ std::string probe_key(const ProbeSpec& p, const train::RunSpec& run, const Predi
     recorded += "@" + std::to_string(s) + ":" + run.plan.at(s, c.n_layer, c.n_head).canonical() + "\n";
     probe += "@" + std::to_string(s) + ":" + probe_plan(p, run, s).canonical() + "\n";
   }
-  const std::string text = "rewind-probe-v1\nrun " + std::to_string(run.run_id) + "\nwindow " +
+  // v2: the predicate reads the recorded history before the window (issue 25).
+  const std::string text = "rewind-probe-v2\nrun " + std::to_string(run.run_id) + "\nwindow " +
                            std::to_string(p.from) + ":" + std::to_string(p.to) + "\nrecorded\n" +
                            recorded + "probe " + hex64(fnv1a64(probe)) + "\npredicate " + pred.text();
   return hex64(fnv1a64(text));
@@ -162,6 +163,27 @@ std::vector<std::string> series_keys(const train::Config& c) {
       for (const char* m : kMonitorNames)
         keys.push_back("L" + std::to_string(l) + ".H" + std::to_string(h) + "." + m);
   return keys;
+}
+
+Series recorded_series(store::Store& s, int64_t run, int64_t from, int64_t to,
+                       const std::vector<std::string>* keys) {
+  Series out;
+  out.first_step = from;
+  for (const auto& st : s.steps(run, from, to)) {
+    out.values["loss"].push_back(st.loss());
+    out.values["recorded_loss"].push_back(st.loss());
+    out.values["grad_norm"].push_back(st.grad_norm());
+    out.values["lr"].push_back(st.lr);
+  }
+  if (!keys) {
+    for (const auto& m : s.metrics(run, from, to, "L")) out.values[m.key].push_back(m.value);
+    return out;
+  }
+  for (const auto& key : *keys)
+    if (!out.values.count(key))
+      for (const auto& m : s.metrics(run, from, to, key))
+        if (m.key == key) out.values[key].push_back(m.value);
+  return out;
 }
 
 ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,
@@ -188,6 +210,14 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   Series series;
   series.first_step = p.from;
   series.values = replay::window_series(window);
+  // The history: what the predicate reads of the recording before the window (issue 25).
+  const std::vector<std::string> used = pred.series_used();
+  auto range = s.step_range(run.run_id);
+  if (range && range->first < p.from) {
+    Series before = recorded_series(s, run.run_id, range->first, p.from - 1, &used);
+    for (const auto& key : used)
+      if (before.values.count(key)) series.history[key] = std::move(before.values[key]);
+  }
   out.fails = pred.eval(series);
   out.loss = series.values["loss"];
   out.grad_norm = series.values["grad_norm"];

@@ -70,6 +70,11 @@ std::string probe_key(const ProbeSpec& p, const train::RunSpec& run, const Predi
 // Every series key a window of this run provides (to validate a predicate before probing).
 std::vector<std::string> series_keys(const train::Config& c);
 
+// Recorded per-step series of steps [from, to]: losses, lr, grad norm, and every monitor or
+// (with `keys`) only the monitors named there.
+Series recorded_series(store::Store& s, int64_t run, int64_t from, int64_t to,
+                       const std::vector<std::string>* keys = nullptr);
+
 // Runs the probe in this process (restore, replay the window, stop at a non-finite loss,
 // evaluate the predicate). The caller sets the thread count of the recording.
 ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,

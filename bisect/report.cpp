@@ -65,6 +65,7 @@ std::string report_json(const BisectReport& r) {
     tj["status"] = time_status(t.status);
     tj["fail_step"] = t.fail_step;
     tj["fail_step_given"] = t.fail_step_given;
+    tj["fail_reason"] = t.fail_reason;
     tj["checkpoints_before_failure"] = t.checkpoints;
     tj["c_star"] = t.c_star;
     tj["time_probes"] = t.probes.size();
@@ -75,6 +76,7 @@ std::string report_json(const BisectReport& r) {
     tj["probes"] = t.probes;
     j["time"] = tj;
   }
+  j["widened"] = r.widenings;
   if (r.narrowed) {
     const SearchResult& s = r.search;
     nlohmann::ordered_json w;

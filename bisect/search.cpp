@@ -1,5 +1,5 @@
-// Hierarchical delta debugging over the search space: checks, failing-set narrowing (keep-low
-// sense), verification and fixing-set narrowing (promote sense), with memoized batched probes.
+// The search engine: checks, adaptive group testing for culprits acting alone, hierarchical
+// ddmin where they interact (keep-low and promote senses), with memoized batched probes.
 #include "bisect/search.h"
 
 #include <algorithm>
@@ -27,6 +27,7 @@ class Engine {
  public:
   Engine(const SearchSpace& space, const Oracle& oracle, const SearchOptions& options)
       : space_(space), oracle_(oracle), max_batch_(std::max(1, options.max_batch)),
+        group_testing_(options.group_testing),
         before_batch_(options.before_batch) {}
 
   SearchResult run() {
@@ -40,16 +41,26 @@ class Engine {
     if (!fails({Mode::kKeepLow, top}))
       return finish(Status::kOutsideSpace, "keeping the whole search space low passes");
 
-    // 2. Failing set: which elements must stay low for the failure to happen.
+    // 2. Culprits acting alone: adaptive group testing finds them all, every one a failing set.
+    if (group_testing_ && group_search(top)) return res_;
+    if (!res_.failing_set.empty()) return separate_fix(top);
+
+    // 3. Otherwise (interactions group testing could not resolve): failing set by ddmin.
     res_.failing_set = narrow(Mode::kKeepLow, true, top, "failing");
 
-    // 3. Verify the other way round: promoting exactly that set must fix the run.
+    // 4. Verify the other way round: promoting exactly that set must fix the run.
     phase_ = "verify";
     if (!fails({Mode::kPromote, res_.failing_set})) {
       phase_ = "fixing/minimize";
       res_.fixing_set = ddmin(res_.failing_set, {}, Mode::kPromote, false);
       return finish(Status::kLocalized, "promoting the failing set fixes the run");
     }
+    return separate_fix(top);
+  }
+
+ private:
+  // The fixing set by its own narrowing from the top (promote sense), after the failing set.
+  SearchResult separate_fix(const std::vector<Element>& top) {
     phase_ = "check";
     if (fails({Mode::kPromote, top}))
       return finish(Status::kNoFixInSpace, "promoting the whole search space does not fix it");
@@ -57,7 +68,115 @@ class Engine {
     return finish(Status::kSeparateFix, "promoting the failing set alone does not fix the run");
   }
 
- private:
+  // Adaptive group testing for d culprits (Hwang's binary splitting, level by level). A group
+  // test keeps a set low with everything else FP32; it fails when the set holds a culprit.
+  // Pass 0 estimates d = 1 in every group: one binary search per level, no test of the rest.
+  // While promoting what was found does not fix the run, d was underestimated: the next pass
+  // repeats the descent (every earlier probe is a cache hit) and, at one more level (layers,
+  // then heads, then ops), tests the rest of each group after each culprit and searches
+  // again while the rest fails. A culprit is a 1-minimal failing set: one leaf when it acts
+  // alone, several (found by ddmin inside the group) when they only fail together.
+  // Returns false when promoting every culprit found does not fix the run: the failing set is
+  // then the first culprit and the caller narrows a fixing set from the top.
+  bool group_search(const std::vector<Element>& top) {
+    for (int complete = -1; complete < 3; ++complete) {
+      std::vector<std::vector<Element>> culprits;
+      refine({}, top, complete, culprits);
+      // A leaf that fails kept low alone is in every fixing set (monotone failure: promoting
+      // anything else leaves it low). Of interacting culprits one member each must be promoted.
+      std::vector<Element> required, members;
+      for (const auto& c : culprits)
+        for (const auto& e : c) {
+          auto& into = c.size() == 1 ? required : members;
+          if (!contains(into, e)) into.push_back(e);
+        }
+      std::vector<Element> optional;
+      for (const auto& e : members)
+        if (!contains(required, e)) optional.push_back(e);
+      res_.failing_set = culprits.front();
+      phase_ = "verify";
+      if (fails({Mode::kPromote, join(required, optional)})) continue;
+      res_.fixing_set = required;
+      if (!optional.empty()) {
+        phase_ = "fixing/minimize";
+        res_.fixing_set = join(required, ddmin(optional, required, Mode::kPromote, false));
+      }
+      bool inside = true;
+      for (const auto& e : res_.fixing_set) inside = inside && contains(res_.failing_set, e);
+      if (inside) finish(Status::kLocalized, "promoting the failing set fixes the run");
+      else finish(Status::kSeparateFix, std::to_string(culprits.size()) +
+                                            " culprits, the fixing set must cover them all");
+      return true;
+    }
+    return false;
+  }
+
+  // Refines the failing set `fixed` + one element of `items` (whose keep-low fails) down to
+  // leaves: appends every culprit found to `out`. At levels <= `complete` (0 layers, 1 heads,
+  // 2 ops) every culprit of a group is searched, elsewhere only the first.
+  void refine(const std::vector<Element>& fixed, const std::vector<Element>& items, int complete,
+              std::vector<std::vector<Element>>& out) {
+    static const char* kLevel[] = {"groups/layers", "groups/heads", "groups/ops"};
+    const Element& first = items.front();
+    const int level = first.op == "attn" ? (first.head < 0 ? 0 : 1) : (first.head < 0 ? 0 : 2);
+    phase_ = kLevel[level];
+    for (const auto& group : find_culprits(items, fixed, level <= complete)) {
+      std::vector<Element> conj = join(fixed, group);
+      auto coarse = std::find_if(conj.begin(), conj.end(),
+                                 [&](const Element& e) { return !space_.children(e).empty(); });
+      if (coarse == conj.end()) {
+        auto order = [&](const Element& a, const Element& b) { return space_.before(a, b); };
+        std::sort(conj.begin(), conj.end(), order);
+        if (std::find(out.begin(), out.end(), conj) == out.end()) out.push_back(conj);
+        continue;
+      }
+      const Element e = *coarse;
+      conj.erase(coarse);
+      refine(conj, space_.children(e), complete, out);
+    }
+  }
+
+  // Culprit groups among `items`, given that keeping fixed + items low fails: binary search
+  // for one element that fails (with `fixed`) kept low; where the halving finds none, the
+  // culprits interact and ddmin finds a 1-minimal group. With `all`, the rest of the items
+  // (less the halves that passed) is tested and searched again while it fails.
+  std::vector<std::vector<Element>> find_culprits(const std::vector<Element>& items,
+                                                  const std::vector<Element>& fixed, bool all) {
+    std::vector<std::vector<Element>> groups;
+    std::vector<Element> remaining = items;
+    for (bool known = true; !remaining.empty(); known = false) {
+      if (!known && !fails({Mode::kKeepLow, join(fixed, remaining)})) break;
+      const std::vector<Element> pool = remaining;
+      std::vector<Element> g = remaining;
+      while (g.size() > 1) {
+        std::vector<Element> a(g.begin(), g.begin() + static_cast<long>(g.size() / 2));
+        std::vector<Element> b(g.begin() + static_cast<long>(g.size() / 2), g.end());
+        // Parallel: ask both halves at once (b's verdict is never used for the decision,
+        // so the answer is the same for any batch size).
+        if (max_batch_ >= 2) evaluate_all({{Mode::kKeepLow, join(fixed, a)}, {Mode::kKeepLow, join(fixed, b)}});
+        if (fails({Mode::kKeepLow, join(fixed, a)})) {
+          g = a;
+        } else {
+          for (const auto& e : a) remaining.erase(std::find(remaining.begin(), remaining.end(), e));
+          g = b;
+        }
+      }
+      std::vector<Element> group = g;
+      if (!fails({Mode::kKeepLow, join(fixed, g)})) group = ddmin(pool, fixed, Mode::kKeepLow, true);
+      groups.push_back(group);
+      for (const auto& e : group) {
+        auto it = std::find(remaining.begin(), remaining.end(), e);
+        if (it != remaining.end()) remaining.erase(it);
+      }
+      if (!all) break;
+    }
+    return groups;
+  }
+
+  static bool contains(const std::vector<Element>& set, const Element& e) {
+    return std::find(set.begin(), set.end(), e) != set.end();
+  }
+
   // Key of the run a candidate stands for: its low leaves plus whether what lies outside the
   // space is low (kPromote) or FP32 (kKeepLow). Equal keys = the same plan, so one probe.
   std::string key(const Candidate& c) const {
@@ -226,6 +345,7 @@ class Engine {
   const SearchSpace& space_;
   const Oracle& oracle_;
   int max_batch_;
+  bool group_testing_;
   std::function<void(const std::string&)> before_batch_;
   std::string phase_;
   std::map<std::string, bool> memo_;  // run key -> fails

@@ -1,5 +1,6 @@
 // The bisect search engine (DESIGN.md §7), decoupled from replay: it asks an oracle whether
-// candidate precision assignments fail, and narrows layers -> heads -> ops with ddmin.
+// candidate precision assignments fail, and narrows layers -> heads -> ops by adaptive group
+// testing for several culprits, with ddmin where culprits only fail together.
 #pragma once
 
 #include <functional>
@@ -27,8 +28,9 @@ const char* status_name(Status s);
 struct Probe {
   int index = 0;      // 0-based, in the order the oracle saw them
   int batch = 0;      // which oracle call evaluated it
-  std::string phase;  // "check", "failing/layers", "failing/heads", "failing/ops", "verify",
-                      // "fixing/minimize", "fixing/layers", "fixing/heads", "fixing/ops"
+  std::string phase;  // "check", "groups/layers", "groups/heads", "groups/ops", "verify",
+                      // "fixing/minimize", and where group testing cannot settle it
+                      // "failing/layers|heads|ops", "fixing/layers|heads|ops"
   Candidate candidate;
   bool fails = false;
 };
@@ -43,6 +45,9 @@ struct SearchOptions {
   // fixed order and the first one with the wanted verdict wins; a larger batch only evaluates
   // (speculatively) candidates a sequential search might not have needed.
   int max_batch = 1;
+  // Adaptive group testing first (culprits acting alone, any number of them); false: ddmin
+  // alone, the engine before issue 25 (kept as the baseline of bisect_bench).
+  bool group_testing = true;
   // Called before every oracle call with the phase its candidates belong to (for logs).
   std::function<void(const std::string& phase)> before_batch;
 };

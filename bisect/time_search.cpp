@@ -1,51 +1,46 @@
-// Checkpoint bisection in time (issue 9): find the failure step F in the recording, then the
-// latest checkpoint c* < F whose replay to F under the fix plan (all-FP32) avoids the failure.
+// Checkpoint bisection in time (issue 9): find the failure step F in the recording (where the
+// predicate turns true, issue 25), then the latest checkpoint c* < F whose replay to F under
+// the fix plan (all-FP32) avoids the failure.
 #include <algorithm>
-#include <map>
+#include <optional>
 
 #include "bisect/driver.h"
 
 namespace rwd::bisect::detail {
 
-Series recorded_series(store::Store& s, int64_t run, int64_t from, int64_t to) {
-  Series out;
-  out.first_step = from;
-  for (const auto& st : s.steps(run, from, to)) {
-    out.values["loss"].push_back(st.loss());
-    out.values["recorded_loss"].push_back(st.loss());
-    out.values["grad_norm"].push_back(st.grad_norm());
-    out.values["lr"].push_back(st.lr);
-  }
-  for (const auto& m : s.metrics(run, from, to, "L")) out.values[m.key].push_back(m.value);
-  return out;
-}
-
 namespace {
 
-// The prefix [first_step, first_step + n) of a series.
-Series prefix(const Series& s, size_t n) {
-  Series p;
-  p.first_step = s.first_step;
-  for (const auto& [k, v] : s.values)
-    if (v.size() >= n) p.values[k].assign(v.begin(), v.begin() + static_cast<long>(n));
-  return p;
-}
-
-// The first recorded step at which the predicate, over the recording from its first step up to
-// that step, holds; nullopt if it never does.
+// The failure step of a recording: the first step at which the predicate, judged on that step
+// with the recorded steps before it as history, turns true after having been false (a loss
+// that starts high is no failure at step 0). Steps it cannot judge yet (x[STEP] names a later
+// step) are skipped. Fills `why` either way.
 std::optional<int64_t> first_failing_step(store::Store& s, int64_t run, const Predicate& pred,
-                                          int64_t first, int64_t last) {
+                                          int64_t first, int64_t last, std::string& why) {
   Series all = recorded_series(s, run, first, last);
-  const size_t n = all.values["loss"].size();
-  for (size_t i = 1; i <= n; ++i) {
-    Series p = prefix(all, i);
-    // A predicate that names a step beyond the prefix cannot be judged yet.
+  const int64_t n = static_cast<int64_t>(all.values["loss"].size());
+  std::optional<int64_t> last_false, held_from, held_to;
+  for (int64_t t = first; t < first + n; ++t) {
+    bool holds = false;
     try {
-      if (pred.eval(p)) return first + static_cast<int64_t>(i) - 1;
+      holds = pred.eval_step(all, t);
     } catch (const UsageError&) {
       continue;
     }
+    if (holds && last_false) {
+      why = "the first step where '" + pred.source() + "' turns true (it holds at step " +
+            std::to_string(t) + ", not at step " + std::to_string(*last_false) + ")";
+      if (held_from)
+        why += "; it held at steps " + std::to_string(*held_from) + ".." + std::to_string(*held_to) +
+               " at the start of the recording, which is not a failure";
+      return t;
+    }
+    if (!holds) last_false = t;
+    else if (!held_from) held_from = held_to = t;
+    else held_to = t;
   }
+  why = "'" + pred.source() + "' never turns from false to true in the recording (steps " +
+        std::to_string(first) + ".." + std::to_string(first + n - 1) + ")";
+  if (held_from && !last_false) why += "; it holds at every step it can judge, from the start";
   return std::nullopt;
 }
 
@@ -60,17 +55,16 @@ bool find_window(Context& ctx, const BisectOptions& o) {
   if (o.until) {
     t.fail_step = *o.until;
     t.fail_step_given = true;
+    t.fail_reason = "given with --until";
     if (t.fail_step < range->first || t.fail_step > range->second)
       throw UsageError("bisect: failure step " + std::to_string(t.fail_step) +
                        " is outside the recording (steps " + std::to_string(range->first) + ".." +
                        std::to_string(range->second) + ")");
   } else {
-    auto f = first_failing_step(ctx.store, run, ctx.pred, range->first, range->second);
+    auto f = first_failing_step(ctx.store, run, ctx.pred, range->first, range->second, t.fail_reason);
     if (!f) {
       t.status = TimeSearch::Status::kNoFailure;
-      t.message = "not reproducible: the recorded run never fails '" + ctx.pred.source() +
-                  "' (steps " + std::to_string(range->first) + ".." + std::to_string(range->second) +
-                  "); give the failure step with --until";
+      t.message = "not reproducible: " + t.fail_reason + "; give the failure step with --until";
       rep.time = t;
       return false;
     }

@@ -75,10 +75,19 @@ int run_bisect(int argc, char** argv) {
       "  rewind bisect log --store run.db\n\n"
       "A probe replays the window from the checkpoint at or before its start with a candidate plan\n"
       "and judges it with --fail. The recorded plan must fail and all-FP32 must pass; then layers,\n"
-      "heads and ops are narrowed to a 1-minimal failing set, the fixing set is verified and the\n"
-      "stabilized softmax is tried. --find-window first bisects the checkpoints before the failure\n"
-      "step in time (all-FP32 or --fix replays). Probes are cached in the store: a killed bisect\n"
-      "resumes, a repeated one costs no probes (--fresh ignores the cache).\n"
+      "heads and ops are narrowed by group testing (every culprit acting alone, any number of\n"
+      "them; ddmin where only a combination fails) to the culprits, the fixing set that promotes\n"
+      "them all is verified and the stabilized softmax is tried. --find-window first bisects the\n"
+      "checkpoints before the failure step in time (all-FP32 or --fix replays). Probes are cached\n"
+      "in the store: a killed bisect resumes, a repeated one costs no probes (--fresh ignores it).\n\n"
+      "One meaning per predicate: max, min, mean, first, last and comparisons read the judged\n"
+      "window; the recorded steps before it are its history, which spike's EMA runs over, x[STEP]\n"
+      "may name, and growth(x) divides by (its value at the step before the window). A probe\n"
+      "judges its replayed window so; the time search judges each recorded step t as the window\n"
+      "[t, t]. The failure step F (without --until) is the first step where the predicate turns\n"
+      "true after having been false: a loss that starts high is no failure at step 0. If the\n"
+      "recorded plan passes in the window [c*, F] found in time, the window is widened to the\n"
+      "recorded failure step or the next checkpoint, and the widening is reported.\n"
       "Exit codes: 4 a failure was localized (or a window found with --window-only), 0 not\n"
       "reproducible / not a precision failure (the reason is printed), 2 usage, 3 data.\n");
   opts.add_options()
@@ -91,9 +100,11 @@ int run_bisect(int argc, char** argv) {
       ("report", "write report.json, report.md, report.html into this folder", cxxopts::value<std::string>())
       ("fresh", "ignore cached probes (and overwrite them)")
       ("find-window", "bisect the checkpoints in time to find the causal window first")
-      ("until", "failure step F for --find-window (default: first recorded failing step)", cxxopts::value<int64_t>())
+      ("until", "failure step F for --find-window (default: where --fail first turns true)", cxxopts::value<int64_t>())
       ("window-only", "with --find-window: stop after the time bisection")
       ("fix", "plan of the time probes", cxxopts::value<std::string>()->default_value("all=fp32"))
+      ("search", "narrowing engine: groups (group testing, default) or ddmin (the engine before "
+                 "issue 25, kept as a benchmark baseline)", cxxopts::value<std::string>()->default_value("groups"))
       ("quiet", "no progress line")
       ("h,help", "show help");
   auto r = opts.parse(argc, argv);
@@ -118,6 +129,10 @@ int run_bisect(int argc, char** argv) {
   o.window_only = r.count("window-only") > 0;
   o.fix = r["fix"].as<std::string>();
   o.progress = r.count("quiet") == 0;
+  const std::string engine = r["search"].as<std::string>();
+  if (engine != "groups" && engine != "ddmin")
+    throw UsageError("bisect: --search must be groups or ddmin, got '" + engine + "'");
+  o.group_testing = engine == "groups";
   {
     // Replay is bitwise only at the recorded thread count (in-process probes and workers).
     store::Store st = store::Store::open(o.store_path, store::Mode::kReadOnly);

@@ -1,38 +1,46 @@
 #!/usr/bin/env bash
-# Probes and wall time that `rewind bisect` spends to localize planted culprits on real replays
-# of a small CPU model, against the size of the naive sweep (every layer x head x op, plus one
-# MLP per layer). The 12x12x5 case is covered by the synthetic oracle in tests/bisect/search_test.
-# Usage: bash experiments/bisect_bench/bisect_bench.sh [BUILD_DIR] [JOBS]
+# Probes `rewind bisect` spends to localize planted culprits: the synthetic 12 x 12 x 5 (+ MLP)
+# space for 1, 2 and 6 culprits (bisect_synthetic_bench), then real replays of a small CPU
+# model, each with the group-testing engine and the ddmin engine before issue 25 (--search
+# ddmin) in the same run, against the size of the naive sweep (every layer x head x op + MLPs).
+# Usage: bash experiments/bisect_bench/bisect_bench.sh [BUILD_DIR] [JOBS] [PLACEMENTS]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-R=${1:-$ROOT/build}/rewind
+BUILD=${1:-$ROOT/build}
+R=$BUILD/rewind
 JOBS=${2:-1}
+"$BUILD/experiments/bisect_bench/bisect_synthetic_bench" "${3:-40}"
+echo
 W=$(mktemp -d /tmp/rewind_bisect_bench_XXXXXX)
 trap 'rm -rf "$W"' EXIT
 "$R" data synth -o "$W/d.bin" --tokens 300000 --vocab 64 > /dev/null
-MODEL="--vocab-size 64 --learning-rate 0.01 --checkpoint-every 20 --steps 40"
-FAIL='nan || max(loss) > 3'   # calibrated: clean runs stay <= 2.25 in window 20:39
+MODEL="--vocab-size 64 --learning-rate 0.01 --checkpoint-every 10"
 STRONG='fault(strength=25600)'
-case_run() {  # name, planted plan (switched on at step 20)
-  local name=$1 plan=$2 db="$W/$1.db"
-  "$R" train --data "$W/d.bin" $MODEL --record "$db" --plan-from "20:$plan" > /dev/null
-  local t0=$(date +%s.%N)
-  set +e
-  "$R" bisect --store "$db" --window 20:39 --fail "$FAIL" --jobs "$JOBS" --report "$W/$name" --quiet > "$W/$name.out" 2>&1
-  local code=$?
-  set -e
-  local t1=$(date +%s.%N)
-  python3 - "$W/$name/report.json" "$name" "$plan" "$code" "$t0" "$t1" <<'PY'
+case_run() {  # name, train options, bisect options (window and predicate)
+  local name=$1 train=$2 how=$3 db="$W/$1.db"
+  eval "\"$R\" train --data \"$W/d.bin\" $MODEL --record \"$db\" $train" > /dev/null
+  for engine in ddmin groups; do
+    local t0=$(date +%s.%N)
+    set +e
+    eval "\"$R\" bisect --store \"$db\" $how --search $engine --fresh --jobs $JOBS --report \"$W/$name.$engine\" --quiet" > "$W/$name.out" 2>&1
+    local code=$?
+    set -e
+    local t1=$(date +%s.%N)
+    python3 - "$W/$name.$engine/report.json" "$name" "$engine" "$code" "$t0" "$t1" <<'PY'
 import json, sys
 rep = json.load(open(sys.argv[1]))
-name, plan, code, t0, t1 = sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+name, engine, code, t0, t1 = sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
 n = rep.get("narrowing", {})
-print(f"{name:8s} planted {plan}")
-print(f"{'':8s} exit {code}  probes run {rep.get('probes_run')} (total {rep.get('probes_total')}, engine {n.get('engine_probes')})"
-      f"  naive sweep {n.get('naive_sweep')}  wall {t1-t0:.1f}s")
-print(f"{'':8s} failing set {n.get('failing_set')}  fixing set {n.get('fixing_set')}")
+print(f"{name:10s} {engine:6s} exit {code}  window {n.get('window')}  engine probes {n.get('engine_probes')}"
+      f" (all probes {rep.get('probes_total')})  naive sweep {n.get('naive_sweep')}  wall {t1-t0:.1f}s"
+      f"  failing {n.get('failing_set')}  fixing {n.get('fixing_set')}")
 PY
+  done
 }
-echo "model: 2 layers x 4 heads (tiny), window 20:39 (20 steps), --jobs $JOBS"
-case_run one   "L1.H2.delta=$STRONG"
-case_run two   "L1.H2.delta=$STRONG;L0.H1.delta=$STRONG"
+echo "real replays: tiny model (2 layers x 4 heads, 3 for 'issue'), --jobs $JOBS"
+case_run one   "--steps 40 --plan-from '20:L1.H2.delta=$STRONG'" "--window 20:39 --fail 'nan || max(loss) > 3'"
+case_run two   "--steps 40 --plan-from '22:L0.H2.pv=$STRONG' --plan-from '26:L1.H0.delta=$STRONG'" \
+               "--window 20:39 --fail 'nan || max(loss) > 3'"
+case_run three "--steps 40 --plan-from '20:L0.H1.delta=$STRONG;L0.H3.pv=$STRONG;L1.H2.delta=$STRONG'" \
+               "--window 20:39 --fail 'nan || max(loss) > 3'"
+case_run issue "--steps 80 --n-layer 3 --plan-from '40:L1.H2.pv=$STRONG'" "--find-window --fail 'spike(loss, 1.4) || nan'"

@@ -23,49 +23,29 @@ const char* kFail = "'nan || max(loss) > 3'";
 const char* kO = "fault(strength=4096)";       // o: O pushed 4096 BF16 ulps toward -inf
 const char* kStrong = "fault(strength=25600)";  // pv / delta: c = 100
 
-class BisectCli : public ::testing::Test {
+class BisectCli : public TinyRunSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(temp_dir("bisect_cli"));
-    data_ = new std::string(*dir_ + "/data.bin");
-    Cmd c = rewind_cmd("data synth -o " + *data_ + " --tokens 300000 --vocab 64");
-    ASSERT_EQ(c.code, 0) << c.out;
-  }
-  static void TearDownTestSuite() {
-    rwd::testing::remove_tree(*dir_);
-    delete dir_;
-    delete data_;
-  }
+  static void SetUpTestSuite() { make_data("bisect_cli"); }
 
   // Records a 40-step run (checkpoints every 20, lr 0.01) with `plan` switched on at step 20.
   std::string record(const std::string& name, const std::string& plan, const std::string& extra = "") {
-    const std::string store = *dir_ + "/" + name + ".db";
+    const std::string store = dir_ + "/" + name + ".db";
     const std::string from = plan.empty() ? "" : "--plan-from '20:" + plan + "' ";
-    Cmd c = rewind_cmd(train_args(*data_, store, 40, 20, from + (extra.empty() ? "--learning-rate 0.01" : extra)));
+    Cmd c = rewind_cmd(train_args(data_, store, 40, 20, from + (extra.empty() ? "--learning-rate 0.01" : extra)));
     EXPECT_EQ(c.code, 0) << c.out;
     return store;
   }
 
   nlohmann::json bisect(const std::string& store, const std::string& name, const std::string& extra,
                         int want_code) {
-    const std::string report = *dir_ + "/" + name;
+    const std::string report = dir_ + "/" + name;
     Cmd c = rewind_cmd("bisect --store " + store + " --window 20:39 --fail " + kFail + " --quiet --report " +
                        report + " " + extra);
     EXPECT_EQ(c.code, want_code) << c.out;
     return read_json(report + "/report.json");
   }
 
-  static std::string* dir_;
-  static std::string* data_;
 };
-std::string* BisectCli::dir_ = nullptr;
-std::string* BisectCli::data_ = nullptr;
-
-std::vector<std::string> strings(const nlohmann::json& a) {
-  std::vector<std::string> v;
-  for (const auto& x : a) v.push_back(x.get<std::string>());
-  return v;
-}
 
 TEST_F(BisectCli, UnfaultedRunIsNotReproducible) {
   const std::string store = record("clean", "");
@@ -83,9 +63,15 @@ TEST_F(BisectCli, PlantedFaultFoundExactly) {
     std::string loc, fault;
     std::vector<std::string> failing;
   };
+  // The last three (issue 25): other layers, heads and ops than the first three. In layer 0
+  // the o fault fails on its own (kept low with delta in FP32 it still fails, a probe shows),
+  // so there the failing set is {o} alone.
   const std::vector<Case> cases = {{"L1.H2.o", kO, {"L1.H2.o", "L1.H2.delta"}},
                                    {"L1.H0.pv", kStrong, {"L1.H0.pv"}},
-                                   {"L0.H1.delta", kStrong, {"L0.H1.delta"}}};
+                                   {"L0.H1.delta", kStrong, {"L0.H1.delta"}},
+                                   {"L0.H3.pv", kStrong, {"L0.H3.pv"}},
+                                   {"L1.H1.delta", kStrong, {"L1.H1.delta"}},
+                                   {"L0.H0.o", kO, {"L0.H0.o"}}};
   for (const auto& c : cases) {
     const std::string name = "one_" + c.loc;
     const std::string store = record(name, c.loc + "=" + c.fault);

@@ -2,7 +2,10 @@
 // runs, read report.json. The binary path comes from the REWIND_BIN compile definition.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <string>
+#include <vector>
 
 #include "tests/common/cli_run.h"
 
@@ -22,6 +25,26 @@ inline std::string train_args(const std::string& data, const std::string& store,
                               int ckpt_every, const std::string& extra) {
   return "train --data " + data + " --record " + store + " --steps " + std::to_string(steps) +
          " --checkpoint-every " + std::to_string(ckpt_every) + " --vocab-size 64 --log-every 1000 " + extra;
+}
+
+// A test suite's temporary folder holding a synthetic corpus (300k tokens, vocab 64) in
+// data_; each test binary has one suite, which calls make_data from its SetUpTestSuite.
+class TinyRunSuite : public ::testing::Test {
+ protected:
+  static void make_data(const std::string& tag) {
+    dir_ = temp_dir(tag);
+    data_ = dir_ + "/data.bin";
+    Cmd c = rewind_cmd("data synth -o " + data_ + " --tokens 300000 --vocab 64");
+    ASSERT_EQ(c.code, 0) << c.out;
+  }
+  static void TearDownTestSuite() { rwd::testing::remove_tree(dir_); }
+  inline static std::string dir_, data_;
+};
+
+inline std::vector<std::string> strings(const nlohmann::json& a) {
+  std::vector<std::string> v;
+  for (const auto& x : a) v.push_back(x.get<std::string>());
+  return v;
 }
 
 }  // namespace rwd::bisect::testing

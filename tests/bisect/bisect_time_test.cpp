@@ -15,32 +15,22 @@ namespace {
 const char* kFail = "'nan || spike(loss, 1.4)'";
 const char* kFault = "L1.H2.delta=fault(strength=1e30)";
 
-class BisectTime : public ::testing::Test {
+class BisectTime : public TinyRunSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(temp_dir("bisect_time"));
-    data_ = new std::string(*dir_ + "/data.bin");
-    Cmd c = rewind_cmd("data synth -o " + *data_ + " --tokens 300000 --vocab 64");
-    ASSERT_EQ(c.code, 0) << c.out;
-  }
-  static void TearDownTestSuite() {
-    rwd::testing::remove_tree(*dir_);
-    delete dir_;
-    delete data_;
-  }
+  static void SetUpTestSuite() { make_data("bisect_time"); }
 
   // 40 steps, a checkpoint every 10, lr 0.01 unless `extra` sets it.
   std::string record(const std::string& name, const std::string& extra) {
-    const std::string store = *dir_ + "/" + name + ".db";
+    const std::string store = dir_ + "/" + name + ".db";
     const bool lr = extra.find("learning-rate") != std::string::npos;
-    Cmd c = rewind_cmd(train_args(*data_, store, 40, 10, extra + (lr ? "" : " --learning-rate 0.01")));
+    Cmd c = rewind_cmd(train_args(data_, store, 40, 10, extra + (lr ? "" : " --learning-rate 0.01")));
     EXPECT_EQ(c.code, 0) << c.out;
     return store;
   }
 
   nlohmann::json find(const std::string& store, const std::string& name, const std::string& extra, int want_code,
                       std::string* out = nullptr) {
-    const std::string report = *dir_ + "/" + name;
+    const std::string report = dir_ + "/" + name;
     const std::string fail = extra.find("--fail") == std::string::npos ? std::string(" --fail ") + kFail : "";
     Cmd c = rewind_cmd("bisect --store " + store + " --find-window" + fail + " --quiet --report " + report + " " + extra);
     EXPECT_EQ(c.code, want_code) << c.out;
@@ -48,11 +38,7 @@ class BisectTime : public ::testing::Test {
     return read_json(report + "/report.json");
   }
 
-  static std::string* dir_;
-  static std::string* data_;
 };
-std::string* BisectTime::dir_ = nullptr;
-std::string* BisectTime::data_ = nullptr;
 
 // The fault starts at step 22 (a plan change recorded in the store): the causal window starts
 // at checkpoint 20, the last one before 22, and contains 22; then narrowing finds the head.

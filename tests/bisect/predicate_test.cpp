@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "common/error.h"
 
@@ -80,6 +81,59 @@ TEST(Predicate, SpikeAgainstTheEma) {
   EXPECT_TRUE(eval("spike(loss, 1.2)", s));
   s.values["loss"] = {1.0, kNaN};
   EXPECT_TRUE(eval("spike(loss, 100)", s));
+}
+
+// Issue 25: the recorded history before a window is the context of spike's EMA, x[STEP] and
+// growth's baseline; aggregates, comparisons and nan look at the window only.
+TEST(Predicate, HistoryIsContextNotWindow) {
+  Series s = window();  // steps 100..104
+  s.history["loss"] = {9.0, 2.0, 2.0, 2.0};           // steps 96..99
+  s.history["L2.H8.wq_sn"] = {1.0, 4.0, 5.0};         // steps 97..99
+  EXPECT_FALSE(eval("max(loss) > 7", s));             // 9 is history, not window
+  EXPECT_TRUE(eval("min(loss) == 2.7 && first(loss) == 3", s));
+  EXPECT_FALSE(eval("loss > 7", s));
+  EXPECT_TRUE(eval("loss[96] == 9 && loss[99] == 2 && loss[104] == 6.5", s));
+  EXPECT_TRUE(eval("growth(L2.H8.wq_sn) == 5", s));   // 25 / 5 (step 99), not 25 / 10
+  EXPECT_TRUE(eval("max(loss - loss) == 0 && max(L2.H8.wq_sn - loss) > 18", s));
+  s.history["loss"][2] = kNaN;
+  EXPECT_FALSE(eval("nan || nan(loss)", s));          // a NaN before the window is no failure
+  try {
+    eval("loss[95] > 1", s);
+    ADD_FAILURE() << "no error for a step before the history";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("steps 96..104"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Predicate, SpikeEmaStartsInTheHistory) {
+  Series s;
+  s.first_step = 10;
+  s.values["loss"] = {2.6, 2.7};
+  EXPECT_FALSE(eval("spike(loss, 1.2)", s));  // alone: 2.7 is no spike over 2.6
+  s.history["loss"] = {2.0, 2.0, 2.0, 2.0};
+  EXPECT_TRUE(eval("spike(loss, 1.2)", s));   // 2.6 > 1.2 * 2.0, the EMA of the history
+  s.values["loss"] = {2.0, 2.0};
+  s.history["loss"] = {2.0, 9.0};             // a spike inside the history is not judged
+  EXPECT_FALSE(eval("spike(loss, 2)", s));
+}
+
+TEST(Predicate, StepJudgementIsTheOneStepWindow) {
+  Series rec;
+  rec.first_step = 0;
+  rec.values["loss"] = {4.0, 3.5, 2.0, 2.0, 2.0, 3.2, 2.0};
+  rec.values["grad_norm"] = {1, 1, 1, 1, 1, 1, 1};
+  Predicate max3 = Predicate::parse("max(loss) > 3");
+  std::vector<bool> got;
+  for (int64_t t = 0; t < 7; ++t) got.push_back(max3.eval_step(rec, t));
+  EXPECT_EQ(got, (std::vector<bool>{true, true, false, false, false, true, false}));
+  Predicate spike = Predicate::parse("spike(loss, 1.4)");
+  EXPECT_FALSE(spike.eval_step(rec, 5));      // 3.2 < 1.4 * 3.42, the EMA of steps 0..4
+  rec.values["loss"][0] = rec.values["loss"][1] = 2.0;
+  EXPECT_TRUE(spike.eval_step(rec, 5));       // 3.2 > 1.4 * 2.0
+  EXPECT_FALSE(spike.eval_step(rec, 4));
+  EXPECT_TRUE(Predicate::parse("loss[5] > loss[0] - 1").eval_step(rec, 5));
+  EXPECT_THROW(Predicate::parse("loss[6] > 1").eval_step(rec, 5), UsageError);
+  EXPECT_TRUE(Predicate::parse("growth(loss) > 1.5").eval_step(rec, 5));  // 3.2 / 2.0
 }
 
 TEST(Predicate, TextIsNormalizedAndRoundTrips) {

@@ -1,6 +1,7 @@
 // Search engine against synthetic oracles on a 12-layer x 12-head x 5-op (+ mlp) space: known
 // culprits must be found exactly, within probe budgets, with verdicts independent of batching.
 #include "bisect/search.h"
+#include "bisect/synthetic.h"
 
 #include <gtest/gtest.h>
 
@@ -16,58 +17,13 @@
 namespace rwd::bisect {
 namespace {
 
-using LowSet = std::set<std::string>;  // leaves that run in low precision
-
-SearchSpace paper_space() {
-  SearchSpace s;
-  s.n_layer = 12;
-  s.n_head = 12;
-  s.ops = {"qk", "softmax", "pv", "o", "delta"};
-  s.modules = {"mlp"};
-  s.model_head = false;
-  return s;
-}
-
-SearchSpace full_space(const SearchSpace& s) {
-  SearchSpace f;
-  f.n_layer = s.n_layer;
-  f.n_head = s.n_head;
-  return f;
-}
-
-// The leaves that are low in the run a candidate stands for, over the FULL model (so things
-// outside the searched space are low in kPromote runs and FP32 in kKeepLow runs).
-LowSet low_leaves(const Candidate& c, const SearchSpace& space) {
-  LowSet chosen, low;
-  for (const auto& e : c.elements)
-    for (const auto& l : space.leaves(e)) chosen.insert(to_string(l));
-  if (c.mode == Mode::kKeepLow) return chosen;
-  SearchSpace full = full_space(space);
-  for (const auto& e : full.top_level())
-    for (const auto& l : full.leaves(e))
-      if (!chosen.count(to_string(l))) low.insert(to_string(l));
-  return low;
-}
-
-// Wraps a rule over low leaves as a batch oracle and counts batch sizes.
-struct SyntheticOracle {
-  SearchSpace space;
-  std::function<bool(const LowSet&)> rule;
-  int max_seen_batch = 0;
-  Oracle oracle() {
-    return [this](const std::vector<Candidate>& cands) {
-      max_seen_batch = std::max(max_seen_batch, static_cast<int>(cands.size()));
-      std::vector<bool> out;
-      for (const auto& c : cands) out.push_back(rule(low_leaves(c, space)));
-      return out;
-    };
-  }
-};
-
 SearchResult run(const SearchSpace& space, std::function<bool(const LowSet&)> rule,
-                 int max_batch) {
+                 int max_batch, bool group_testing = true) {
   SyntheticOracle o{space, std::move(rule)};
-  SearchResult r = search(space, o.oracle(), SearchOptions{max_batch});
+  SearchOptions so;
+  so.max_batch = max_batch;
+  so.group_testing = group_testing;
+  SearchResult r = search(space, o.oracle(), so);
   EXPECT_LE(o.max_seen_batch, max_batch);
   // Every probe is logged with the verdict the oracle gave, and no run is probed twice.
   std::set<LowSet> seen;
@@ -121,12 +77,12 @@ TEST(Search, TwoIndependentCulpritsNeedBothPromoted) {
   SearchSpace space = paper_space();
   const std::string a = "L3.H5.pv", b = "L9.mlp";
   for (int batch : {1, 4}) {
-    SearchResult r = run(space, [&](const LowSet& low) { return low.count(a) || low.count(b); },
-                         batch);
+    SearchResult r = run(space, any_low({a, b}), batch);
     EXPECT_EQ(r.status, Status::kSeparateFix) << r.summary;
     Names f = names(r.failing_set);
     EXPECT_TRUE(f == Names{a} || f == Names{b}) << r.summary;
     EXPECT_EQ(names(r.fixing_set), (Names{a, b}));
+    EXPECT_LE(r.probes.size(), 40u) << "batch " << batch;
     std::printf("two independent culprits, batch %d: %zu probes (naive %d)\n", batch,
                 r.probes.size(), space.sweep_size());
   }
@@ -146,23 +102,80 @@ TEST(Search, AndInteractionNeedsBothLow) {
 
 TEST(Search, PaperCaseSixHeadsMustAllBePromoted) {
   // Any of six heads of L2 kept low (their P-bar V op) makes the run fail, as in the paper
-  // where all six heads had to be fixed together.
+  // where all six heads had to be fixed together. Issue 25: at most 80 probes (ddmin alone
+  // took 201-268).
   SearchSpace space = paper_space();
   Names six;
   for (int h : {1, 3, 4, 7, 8, 10}) six.push_back("L2.H" + std::to_string(h) + ".pv");
-  auto rule = [&](const LowSet& low) {
-    for (const auto& s : six) if (low.count(s)) return true;
-    return false;
-  };
   for (int batch : {1, 8}) {
-    SearchResult r = run(space, rule, batch);
+    SearchResult r = run(space, any_low(six), batch);
     EXPECT_EQ(r.status, Status::kSeparateFix) << r.summary;
     ASSERT_EQ(r.failing_set.size(), 1u);
     EXPECT_NE(std::find(six.begin(), six.end(), names(r.failing_set)[0]), six.end());
     EXPECT_EQ(names(r.fixing_set), six);
-    std::printf("paper case (6 heads), batch %d: %zu probes (naive %d)\n", batch,
-                r.probes.size(), space.sweep_size());
+    EXPECT_LE(r.probes.size(), 80u) << "batch " << batch;
+    std::printf("paper case (6 heads), batch %d: %zu probes in %d oracle calls (naive %d)\n", batch,
+                r.probes.size(), r.batches, space.sweep_size());
     for (const auto& ph : r.phases) std::printf("  %-16s %d\n", ph.phase.c_str(), ph.probes);
+  }
+}
+
+TEST(Search, SixCulpritsAnywhereWithinEightyProbes) {
+  // Six culprits acting alone at random places (layers, heads, ops, MLPs): every one must be
+  // in the fixing set, the failing set is one of them.
+  SearchSpace space = paper_space();
+  std::mt19937 rng(25);
+  for (int trial = 0; trial < 8; ++trial) {
+    std::set<std::string> pick;
+    const int layer = static_cast<int>(rng() % 12);
+    while (pick.size() < 6) {
+      // Half the trials keep the culprits in one layer (the paper's shape).
+      const int l = trial % 2 ? static_cast<int>(rng() % 12) : layer;
+      if (rng() % 8 == 0) pick.insert("L" + std::to_string(l) + ".mlp");
+      else pick.insert("L" + std::to_string(l) + ".H" + std::to_string(rng() % 12) + "." + space.ops[rng() % 5]);
+    }
+    SearchResult r = run(space, any_low({pick.begin(), pick.end()}), 1);
+    EXPECT_EQ(r.status, Status::kSeparateFix) << r.summary;
+    std::set<std::string> fixing;
+    for (const auto& n : names(r.fixing_set)) fixing.insert(n);
+    EXPECT_EQ(fixing, pick) << r.summary;
+    ASSERT_EQ(r.failing_set.size(), 1u);
+    EXPECT_TRUE(pick.count(names(r.failing_set)[0]));
+    EXPECT_LE(r.probes.size(), 80u) << r.summary;
+    std::printf("six culprits (trial %d): %zu probes\n", trial, r.probes.size());
+  }
+}
+
+TEST(Search, GroupTestingBeatsDdminOnSeveralCulprits) {
+  // The same oracle through ddmin alone (the engine before issue 25) and through group testing:
+  // same sets, far fewer probes.
+  SearchSpace space = paper_space();
+  Names six;
+  for (int h : {0, 2, 5, 6, 9, 11}) six.push_back("L7.H" + std::to_string(h) + ".o");
+  SearchResult before = run(space, any_low(six), 1, false);
+  SearchResult after = run(space, any_low(six), 1, true);
+  EXPECT_EQ(names(before.fixing_set), names(after.fixing_set));
+  EXPECT_EQ(names(after.fixing_set), six);
+  EXPECT_LT(2 * after.probes.size(), before.probes.size());
+  std::printf("six culprits: ddmin %zu probes, group testing %zu\n", before.probes.size(), after.probes.size());
+}
+
+TEST(Search, InteractingPairBesideALoneCulprit) {
+  // An o/delta pair that only fails together (as a fault in O does through delta) and a lone
+  // culprit in another layer: the fixing set is the lone culprit plus one member of the pair.
+  SearchSpace space = paper_space();
+  const std::string a = "L4.H6.o", b = "L4.H6.delta", c = "L9.H0.pv";
+  auto rule = [&](const LowSet& low) { return (low.count(a) && low.count(b)) || low.count(c); };
+  for (int batch : {1, 4}) {
+    SearchResult r = run(space, rule, batch);
+    EXPECT_EQ(r.status, Status::kSeparateFix) << r.summary;
+    Names f = names(r.failing_set);
+    EXPECT_TRUE(f == (Names{a, b}) || f == Names{c}) << r.summary;
+    Names fix = names(r.fixing_set);
+    ASSERT_EQ(fix.size(), 2u) << r.summary;
+    EXPECT_TRUE(fix[0] == a || fix[0] == b) << r.summary;
+    EXPECT_EQ(fix[1], c);
+    EXPECT_LE(r.probes.size(), 60u) << r.summary;
   }
 }
 
@@ -196,7 +209,7 @@ TEST(Search, CauseOutsideTheSpaceIsReported) {
 }
 
 TEST(Search, FullSpaceFindsModulesAndTheModelHead) {
-  SearchSpace space = full_space(paper_space());
+  SearchSpace space;
   space.n_layer = 4;
   space.n_head = 4;
   ASSERT_TRUE(space.covers_everything());

@@ -1,5 +1,6 @@
 // Search-space hierarchy and the candidate -> precision-plan mapping used by the bisect driver.
 #include "bisect/space.h"
+#include "bisect/synthetic.h"
 
 #include <gtest/gtest.h>
 
@@ -11,15 +12,7 @@ namespace {
 using kernels::Op;
 using kernels::Prec;
 
-SearchSpace small_space() {
-  SearchSpace s;
-  s.n_layer = 3;
-  s.n_head = 2;
-  s.ops = {"qk", "softmax", "pv", "o", "delta"};
-  s.modules = {"mlp"};
-  s.model_head = false;
-  return s;
-}
+SearchSpace small_space() { return paper_space(3, 2); }
 
 TEST(Space, ElementsPrintAsPlanTargets) {
   EXPECT_EQ(to_string(Element{2, -1, "attn"}), "L2.attn");

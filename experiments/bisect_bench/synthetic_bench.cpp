@@ -1,0 +1,96 @@
+// Probes the bisect search engine spends on 1, 2 and 6 planted culprits acting alone in the
+// synthetic 12 x 12 x 5 (+ MLP) space: ddmin alone (the engine before issue 25) against
+// adaptive group testing, same placements, same run; prints the ratio.
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bisect/synthetic.h"
+
+namespace {
+
+using rwd::bisect::SearchSpace;
+
+// `d` culprits: in one layer (the paper's shape, as in the first placement) or anywhere.
+std::vector<std::string> place(const SearchSpace& s, int d, bool one_layer, std::mt19937& rng) {
+  std::set<std::string> pick;
+  const int layer = static_cast<int>(rng() % s.n_layer);
+  while (static_cast<int>(pick.size()) < d) {
+    const int l = one_layer ? layer : static_cast<int>(rng() % s.n_layer);
+    if (rng() % 8 == 0) pick.insert("L" + std::to_string(l) + ".mlp");
+    else pick.insert("L" + std::to_string(l) + ".H" + std::to_string(rng() % s.n_head) + "." + s.ops[rng() % s.ops.size()]);
+  }
+  return {pick.begin(), pick.end()};
+}
+
+struct Stats {
+  int min = 1 << 30, max = 0;
+  double sum = 0;
+  int n = 0;
+  void add(int x) {
+    min = std::min(min, x);
+    max = std::max(max, x);
+    sum += x;
+    ++n;
+  }
+  double mean() const { return n ? sum / n : 0; }
+};
+
+// Probes of one search, checking that the fixing set is exactly the planted culprits.
+int probes(const SearchSpace& space, const std::vector<std::string>& culprits, bool group_testing) {
+  rwd::bisect::SyntheticOracle o{space, rwd::bisect::any_low(culprits)};
+  rwd::bisect::SearchOptions so;
+  so.group_testing = group_testing;
+  rwd::bisect::SearchResult r = rwd::bisect::search(space, o.oracle(), so);
+  std::set<std::string> found, want(culprits.begin(), culprits.end());
+  for (const auto& e : r.fixing_set) found.insert(rwd::bisect::to_string(e));
+  if (found != want) {
+    std::fprintf(stderr, "bisect_synthetic_bench: wrong fixing set: %s\n", r.summary.c_str());
+    std::exit(1);
+  }
+  return static_cast<int>(r.probes.size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int placements = argc > 1 ? std::atoi(argv[1]) : 40;
+  const SearchSpace space = rwd::bisect::paper_space();
+  std::printf("synthetic oracle, %d x %d heads x %zu ops + MLP per layer (naive sweep %d), "
+              "%d placements per row, sequential probes\n",
+              space.n_layer, space.n_head, space.ops.size(), space.sweep_size(), placements);
+  std::printf("%-34s %-22s %-22s %s\n", "culprits (acting alone)", "ddmin min/mean/max",
+              "group testing", "mean ratio");
+  struct Row {
+    const char* name;
+    int d;
+    bool one_layer;
+  };
+  for (const Row& row : {Row{"1", 1, false}, Row{"2, anywhere", 2, false}, Row{"2, one layer", 2, true},
+                         Row{"6, anywhere", 6, false}, Row{"6, one layer", 6, true},
+                         Row{"6 heads' pv in one layer (paper)", 6, true}}) {
+    std::mt19937 rng(1000 + row.d * 10 + row.one_layer);
+    Stats before, after;
+    for (int i = 0; i < placements; ++i) {
+      std::vector<std::string> c;
+      if (std::string(row.name).find("paper") != std::string::npos) {
+        std::set<int> heads;
+        while (heads.size() < 6) heads.insert(static_cast<int>(rng() % space.n_head));
+        const int l = static_cast<int>(rng() % space.n_layer);
+        for (int h : heads) c.push_back("L" + std::to_string(l) + ".H" + std::to_string(h) + ".pv");
+      } else {
+        c = place(space, row.d, row.one_layer, rng);
+      }
+      before.add(probes(space, c, false));
+      after.add(probes(space, c, true));
+    }
+    char b[64], a[64];
+    std::snprintf(b, sizeof b, "%d / %.1f / %d", before.min, before.mean(), before.max);
+    std::snprintf(a, sizeof a, "%d / %.1f / %d", after.min, after.mean(), after.max);
+    std::printf("%-34s %-22s %-22s %.2f\n", row.name, b, a, after.mean() / before.mean());
+  }
+  return 0;
+}
