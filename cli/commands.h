@@ -9,5 +9,7 @@ int run_train(int argc, char** argv);   // cli/cmd_train.cpp
 int run_replay(int argc, char** argv);  // cli/cmd_replay.cpp
 int run_step(int argc, char** argv);    // cli/cmd_step.cpp
 int run_bisect(int argc, char** argv);  // cli/cmd_bisect.cpp
+int run_import(int argc, char** argv);  // cli/cmd_import.cpp
+int run_export(int argc, char** argv);  // cli/cmd_export.cpp
 
 }  // namespace rwd::cli

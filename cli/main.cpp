@@ -23,6 +23,8 @@ const Command kCommands[] = {
     {"step", rwd::cli::run_step, "one recorded step, low precision vs FP32-substituted ops"},
     {"bisect", rwd::cli::run_bisect, "localize a failure: layer/head/op (--window) or time (--find-window)"},
     {"store", rwd::cli::run_store, "inspect a store: info | ls | verify | export"},
+    {"import", rwd::cli::run_import, "a nanoGPT checkpoint into a new store: `import nanogpt --ckpt`"},
+    {"export", rwd::cli::run_export, "a recorded step as a nanoGPT checkpoint: `export nanogpt -o`"},
 };
 
 void print_help() {

@@ -34,20 +34,22 @@ void add_config_options(cxxopts::Options& opts) {
 
 train::Config config_from(const cxxopts::ParseResult& r) {
   train::Config c = train::Config::preset(r["preset"].as<std::string>());
-  if (r.count("config")) {
-    const std::string path = r["config"].as<std::string>();
-    std::ifstream in(path);
-    if (!in) throw UsageError("cannot read config file '" + path + "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    c = train::Config::from_json(ss.str(), c);  // the file overrides the keys it names
-  }
+  if (r.count("config"))  // the file overrides the keys it names
+    c = train::Config::from_json(read_text_file(r["config"].as<std::string>()), c);
   for (int i = 0; i < train::kNumConfigKeys; ++i) {
     const std::string key = dashed(train::kConfigKeys[i]);
     if (r.count(key)) train::set_config_value(c, key, r[key].as<std::string>());
   }
   c.validate();
   return c;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("cannot read file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 void set_threads(int n) {

@@ -12,6 +12,8 @@ namespace rwd::cli {
 void add_config_options(cxxopts::Options& opts);
 // Preset, then config file, then per-key overrides, validated.
 train::Config config_from(const cxxopts::ParseResult& r);
+// The whole text of a file named on the command line; UsageError when unreadable.
+std::string read_text_file(const std::string& path);
 // Sets LibTorch's (and OpenMP's) thread count: replay determinism needs the recorded count.
 void set_threads(int n);
 // Prints `opts.help()` and returns true when --help was given.

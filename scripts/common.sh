@@ -9,6 +9,7 @@ DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libtorch-dev libsqlit
               nlohmann-json3-dev python3-numpy)
 DEB_PACKAGES+=(git)          # scripts/check_tree.sh and its ctest case read the git index
 DEB_PACKAGES+=(libgloo-dev)  # c10d's Gloo process group: multi-rank training on CPUs
+DEB_PACKAGES+=(python3-torch python3-dev pybind11-dev)  # the Python package and the nanoGPT tests
 
 install_deps() {
   local missing=()

@@ -13,7 +13,7 @@ const char* const kConfigKeys[] = {
     "n_layer",      "n_head",        "n_embd",  "block_size",     "vocab_size",
     "batch_size",   "gradient_accumulation_steps", "learning_rate", "min_lr",
     "warmup_iters", "lr_decay_iters", "max_iters", "weight_decay", "beta1", "beta2",
-    "grad_clip",    "seed"};
+    "grad_clip",    "seed",          "bias"};
 const int kNumConfigKeys = sizeof(kConfigKeys) / sizeof(kConfigKeys[0]);
 
 namespace {
@@ -39,6 +39,12 @@ T parse_number(const std::string& key, const std::string& text) {
   }
 }
 
+bool parse_bool(const std::string& key, const std::string& text) {
+  if (text == "true" || text == "1") return true;
+  if (text == "false" || text == "0") return false;
+  throw UsageError("config: " + key + ": expected true or false, got '" + text + "'");
+}
+
 }  // namespace
 
 void set_config_value(Config& c, const std::string& raw_key, const std::string& v) {
@@ -60,6 +66,7 @@ void set_config_value(Config& c, const std::string& raw_key, const std::string& 
   else if (key == "beta2") c.beta2 = parse_number<double>(key, v);
   else if (key == "grad_clip") c.grad_clip = parse_number<double>(key, v);
   else if (key == "seed") c.seed = parse_number<uint64_t>(key, v);
+  else if (key == "bias") c.bias = parse_bool(key, v);
   else throw UsageError("config: unknown key '" + raw_key + "'");
 }
 
@@ -82,6 +89,7 @@ std::string Config::to_json() const {
   j["beta2"] = beta2;
   j["grad_clip"] = grad_clip;
   j["seed"] = seed;
+  if (bias) j["bias"] = true;  // absent when false: runs without biases keep their config text
   return j.dump();
 }
 
@@ -167,7 +175,7 @@ void Config::validate_for_device(const std::string& device, bool rewind_attentio
 
 bool Config::same_model(const Config& o) const {
   return n_layer == o.n_layer && n_head == o.n_head && n_embd == o.n_embd &&
-         block_size == o.block_size && vocab_size == o.vocab_size;
+         block_size == o.block_size && vocab_size == o.vocab_size && bias == o.bias;
 }
 
 double lr_at(const Config& c, int64_t it) {

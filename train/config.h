@@ -14,6 +14,7 @@ struct Config {
   int n_embd = 64;
   int block_size = 64;
   int vocab_size = 256;
+  bool bias = false;  // nanoGPT's bias: LayerNorm and Linear biases (imported checkpoints)
   // optimisation (nanoGPT defaults where the paper does not say otherwise)
   int batch_size = 4;
   int gradient_accumulation_steps = 1;

@@ -34,9 +34,21 @@ bool module_low(const plan::LayerPlan& lp, plan::Module m) {
   return !lp.module_fp32[static_cast<int>(m)];
 }
 
-torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, bool low) {
-  auto y = F::layer_norm(x, F::LayerNormFuncOptions({x.size(-1)}).weight(w).eps(1e-5));
+// b: the bias, or undefined (no bias).
+torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                         bool low) {
+  auto y = F::layer_norm(x, F::LayerNormFuncOptions({x.size(-1)}).weight(w).bias(b).eps(1e-5));
   return low ? round_bf16(y) : y;
+}
+
+// linear() plus a bias (undefined: none, the same op as before biases existed). Low: the
+// bias is rounded to BF16 (autocast's cast) and added to the FP32 accumulator before the
+// output is rounded, as a BF16 GEMM with a bias epilogue does.
+torch::Tensor linear_bias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                          bool low, bool round_out, bool x_bf16) {
+  if (!b.defined()) return linear(x, w, low, round_out, x_bf16);
+  torch::Tensor y = linear(x, w, low, /*round_out=*/false, x_bf16) + (low ? round_bf16(b) : b);
+  return (low && round_out) ? round_bf16(y) : y;
 }
 
 // Whether the attention output holds BF16 values: SDPA's always does, ours unless a head
@@ -60,6 +72,14 @@ BlockImpl::BlockImpl(const Config& c, int layer)
   ln_2 = register_parameter("ln_2", torch::ones({C}));
   c_fc = register_parameter("c_fc", torch::zeros({4 * C, C}));
   mlp_proj = register_parameter("mlp_proj", torch::zeros({C, 4 * C}));
+  if (c.bias) {
+    ln_1_bias = register_parameter("ln_1_bias", torch::zeros({C}));
+    c_attn_bias = register_parameter("c_attn_bias", torch::zeros({3 * C}));
+    c_proj_bias = register_parameter("c_proj_bias", torch::zeros({C}));
+    ln_2_bias = register_parameter("ln_2_bias", torch::zeros({C}));
+    c_fc_bias = register_parameter("c_fc_bias", torch::zeros({4 * C}));
+    mlp_proj_bias = register_parameter("mlp_proj_bias", torch::zeros({C}));
+  }
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
@@ -69,10 +89,10 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
 
   // Attention: (B,T,C) -> qkv (B,T,3C) -> q,k,v (B,H,T,D).
   const bool ln_low = module_low(lp, plan::Module::kLn);
-  torch::Tensor a = layer_norm(x, ln_1, ln_low);
+  torch::Tensor a = layer_norm(x, ln_1, ln_1_bias, ln_low);
   if (capture && capture->keep_tensors) capture->x = a.detach().clone();
-  torch::Tensor qkv = linear(a, c_attn, module_low(lp, plan::Module::kQkv), /*round_out=*/false,
-                             /*x_bf16=*/ln_low);
+  torch::Tensor qkv = linear_bias(a, c_attn, c_attn_bias, module_low(lp, plan::Module::kQkv),
+                                  /*round_out=*/false, /*x_bf16=*/ln_low);
   auto parts = qkv.split(C, /*dim=*/2);
   auto heads = [&](const torch::Tensor& t) {
     return t.view({B, T, H, D}).transpose(1, 2);  // (B,H,T,D) view; attention copies as it needs
@@ -93,15 +113,15 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
   }
   o = o.transpose(1, 2).contiguous().view({B, T, C});
   const bool proj_low = module_low(lp, plan::Module::kProj);
-  torch::Tensor y = x + linear(o, c_proj, proj_low, proj_low, o_is_bf16(impl, lp));
+  torch::Tensor y = x + linear_bias(o, c_proj, c_proj_bias, proj_low, proj_low, o_is_bf16(impl, lp));
 
   // MLP: (B,T,C) -> (B,T,4C) -> GELU -> (B,T,C).
   const bool mlp_low = module_low(lp, plan::Module::kMlp);
-  torch::Tensor m = layer_norm(y, ln_2, ln_low);
-  m = linear(m, c_fc, mlp_low, mlp_low, /*x_bf16=*/ln_low);
+  torch::Tensor m = layer_norm(y, ln_2, ln_2_bias, ln_low);
+  m = linear_bias(m, c_fc, c_fc_bias, mlp_low, mlp_low, /*x_bf16=*/ln_low);
   m = F::gelu(m);
   if (mlp_low) m = round_bf16(m);
-  return y + linear(m, mlp_proj, mlp_low, mlp_low, /*x_bf16=*/mlp_low);
+  return y + linear_bias(m, mlp_proj, mlp_proj_bias, mlp_low, mlp_low, /*x_bf16=*/mlp_low);
 }
 
 GPTImpl::GPTImpl(const Config& c) : config_(c) {
@@ -109,6 +129,7 @@ GPTImpl::GPTImpl(const Config& c) : config_(c) {
   wte = register_parameter("wte", torch::zeros({c.vocab_size, c.n_embd}));
   wpe = register_parameter("wpe", torch::zeros({c.block_size, c.n_embd}));
   ln_f = register_parameter("ln_f", torch::ones({c.n_embd}));
+  if (c.bias) ln_f_bias = register_parameter("ln_f_bias", torch::zeros({c.n_embd}));
   h = register_module("h", torch::nn::ModuleList());
   for (int i = 0; i < c.n_layer; ++i) {
     blocks_.emplace_back(Block(c, i));
@@ -155,7 +176,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx, const plan::Plan& plan,
     x = blocks_[i]->forward(x, plan, cap);
   }
   const bool head_low = !plan.head_fp32;
-  x = layer_norm(x, ln_f, head_low);
+  x = layer_norm(x, ln_f, ln_f_bias, head_low);
   return linear(x, wte, head_low, head_low, /*x_bf16=*/head_low);  // (B,T,V)
 }
 

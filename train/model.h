@@ -1,5 +1,5 @@
-// GPT-2 in LibTorch (nanoGPT layout: pre-LayerNorm blocks, GELU MLP 4x, no biases, tied
-// head) whose attention and BF16 rounding points follow a per-layer/head/op precision plan.
+// GPT-2 in LibTorch (nanoGPT layout: pre-LayerNorm blocks, GELU MLP 4x, tied head, biases
+// only with Config::bias) whose attention and BF16 rounding points follow a per-layer/head/op precision plan.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -36,6 +36,8 @@ class BlockImpl : public torch::nn::Module {
 
   AttentionImpl impl = AttentionImpl::kRewind;
   torch::Tensor ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj;  // weights, nanoGPT order
+  // Biases ("<weight>_bias"), registered only when Config::bias; undefined otherwise.
+  torch::Tensor ln_1_bias, c_attn_bias, c_proj_bias, ln_2_bias, c_fc_bias, mlp_proj_bias;
 
  private:
   int layer_, n_head_, n_embd_;
@@ -60,6 +62,7 @@ class GPTImpl : public torch::nn::Module {
   const Config& config() const { return config_; }
   void set_attention_impl(AttentionImpl impl);
   torch::Tensor wte, wpe, ln_f;
+  torch::Tensor ln_f_bias;  // only when Config::bias
   torch::nn::ModuleList h;
 
  private:

@@ -1,0 +1,72 @@
+// `rewind export nanogpt`: the training state at a step of a recording written as nanoGPT's
+// ckpt.pt (loadable by its GPT with strict=True, resumable by train.py).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cxxopts.hpp>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "common/error.h"
+#include "interop/nanogpt.h"
+#include "replay/replayer.h"
+#include "train/run_spec.h"
+#include "train/tensor_io.h"
+
+namespace rwd::cli {
+
+int run_export(int argc, char** argv) {
+  cxxopts::Options opts("rewind export",
+                        "write a recorded step as a nanoGPT checkpoint\n\n"
+                        "  rewind export nanogpt --store run.db --step 400 -o out/ckpt.pt\n\n"
+                        "A step with a checkpoint is written as stored; any other recorded step is\n"
+                        "replayed from the nearest checkpoint before it (needs the token file).\n");
+  opts.add_options()
+      ("format", "nanogpt", cxxopts::value<std::string>())
+      ("store", "the store", cxxopts::value<std::string>())
+      ("step", "the step (iter_num of the checkpoint)", cxxopts::value<int64_t>())
+      ("run", "run id (default: the last run)", cxxopts::value<int64_t>()->default_value("0"))
+      ("data", "token file when replaying (default: the recorded path)", cxxopts::value<std::string>()->default_value(""))
+      ("o,output", "the checkpoint file to write (never overwritten)", cxxopts::value<std::string>())
+      ("h,help", "show help");
+  opts.parse_positional({"format"});
+  auto r = opts.parse(argc, argv);
+  if (wants_help(opts, r)) return 0;
+  if (!r.count("format") || r["format"].as<std::string>() != "nanogpt")
+    throw UsageError("export: the only format is nanogpt (rewind export nanogpt --store ...)");
+  for (const char* k : {"store", "step", "output"})
+    if (!r.count(k)) throw UsageError(std::string("export: --") + k + " is required");
+  const std::string out = r["output"].as<std::string>();
+  if (access(out.c_str(), F_OK) == 0) throw UsageError("export: " + out + " already exists; refusing to overwrite it");
+  const int64_t step = r["step"].as<int64_t>();
+
+  store::Store s = store::Store::open(r["store"].as<std::string>(), store::Mode::kReadOnly);
+  const train::RunSpec spec = train::RunSpec::load(s, r["run"].as<int64_t>());
+  const auto ckpts = s.checkpoint_steps(spec.run_id);
+  train::NamedTensors state;
+  if (std::find(ckpts.begin(), ckpts.end(), step) != ckpts.end()) {
+    state = train::read_checkpoint(s, spec.run_id, step);
+  } else {
+    set_threads(spec.threads);
+    replay::Restored rs = replay::restore_before(s, spec.run_id, step, r["data"].as<std::string>(), false, {});
+    state = rs.trainer->state();
+  }
+  const std::string tmp = out + ".partial";
+  try {
+    interop::write_nanogpt(tmp, spec.config, state, step, interop::imported_extra(s, spec.run_id));
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(ExitCode::kData, "export: cannot write " + out);
+  }
+  std::printf("wrote run %lld step %lld as a nanoGPT checkpoint to %s\n",
+              static_cast<long long>(spec.run_id), static_cast<long long>(step), out.c_str());
+  return 0;
+}
+
+}  // namespace rwd::cli

@@ -1,0 +1,33 @@
+"""`pip install --no-build-isolation ./python` (from the repository root): builds the rewind._C
+extension with the project's own CMake (target rewind_python, against the LibTorch of the
+python3 running pip) and installs the `rewind` package."""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        build = os.path.join(os.path.abspath(self.build_temp), "cmake")
+        subprocess.check_call(["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+                               "-DREWIND_TESTS=OFF", f"-DREWIND_PYTHON3={sys.executable}"])
+        subprocess.check_call(["cmake", "--build", build, "--target", "rewind_python",
+                               "-j", str(os.cpu_count() or 2)])
+        built = glob.glob(os.path.join(build, "python", "rewind", "_C*.so"))
+        if not built:
+            raise RuntimeError("CMake did not build rewind._C (see its messages above)")
+        dest = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copy(built[0], dest)
+
+
+setup(name="rewind", version="0.3.0", description="rewind: attention op and store reader",
+      packages=["rewind"], ext_modules=[Extension("rewind._C", sources=[])],
+      cmdclass={"build_ext": CMakeBuild}, install_requires=["torch", "numpy"])

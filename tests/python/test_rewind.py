@@ -1,0 +1,151 @@
+"""The `rewind` Python package under Debian's python3 + torch: rewind.attention against a
+float64 reference (forward and backward, per-head and per-layer flags, determinism) and
+rewind.open on a store recorded by the rewind binary (REWIND_BIN)."""
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+import rewind
+
+
+def reference(q, k, v, causal=True):
+    q, k, v = (x.double() for x in (q, k, v))
+    s = (q @ k.transpose(-2, -1)) / q.size(-1) ** 0.5
+    if causal:
+        t = s.size(-1)
+        s = s.masked_fill(~torch.tril(torch.ones(t, t, dtype=torch.bool)), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+class Attention(unittest.TestCase):
+    def setUp(self):
+        g = torch.Generator().manual_seed(0)
+        self.q, self.k, self.v = (torch.randn(2, 3, 70, 16, generator=g) for _ in range(3))
+        self.do = torch.randn(2, 3, 70, 16, generator=g)
+
+    def run_op(self, plan="", layer=0):
+        q, k, v = (x.clone().requires_grad_() for x in (self.q, self.k, self.v))
+        o = rewind.attention(q, k, v, plan=plan, layer=layer)
+        o.backward(self.do)
+        return o.detach(), q.grad, k.grad, v.grad
+
+    def test_fp32_plan_matches_reference_forward_and_backward(self):
+        o, dq, dk, dv = self.run_op("L0.attn=fp32")
+        q, k, v = (x.double().requires_grad_() for x in (self.q, self.k, self.v))
+        ref = reference(q, k, v)
+        ref.backward(self.do.double())
+        torch.testing.assert_close(o.double(), ref.detach(), rtol=1e-5, atol=1e-5)
+        for got, want in ((dq, q.grad), (dk, k.grad), (dv, v.grad)):
+            torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+
+    def test_default_plan_rounds_like_bf16(self):
+        o = self.run_op()[0]
+        self.assertTrue(torch.equal(o, o.bfloat16().float()))  # O is BF16-valued
+        torch.testing.assert_close(o.double(), reference(self.q, self.k, self.v), rtol=0, atol=3e-2)
+        self.assertFalse(torch.equal(o, self.run_op("L0.attn=fp32")[0]))
+
+    def test_flags_apply_per_head_and_per_layer(self):
+        base = self.run_op()[0]
+        head1 = self.run_op("L0.H1.o=fp32")[0]
+        self.assertTrue(torch.equal(head1[:, [0, 2]], base[:, [0, 2]]))
+        self.assertFalse(torch.equal(head1[:, 1], base[:, 1]))
+        self.assertTrue(torch.equal(self.run_op("L1.H1.o=fp32", layer=0)[0], base))
+        self.assertTrue(torch.equal(self.run_op("L1.H1.o=fp32", layer=1)[0], head1))
+
+    def test_deterministic(self):
+        a, b = self.run_op("L*.H*.softmax=stable(beta=2)"), self.run_op("L*.H*.softmax=stable(beta=2)")
+        for x, y in zip(a, b):
+            self.assertTrue(torch.equal(x, y))
+
+    def test_dtype_and_errors(self):
+        o = rewind.attention(self.q.bfloat16(), self.k.bfloat16(), self.v.bfloat16())
+        self.assertEqual(o.dtype, torch.bfloat16)
+        with self.assertRaises(ValueError):
+            rewind.attention(self.q, self.k, self.v, plan="L0.H9.pv=fp32")
+        with self.assertRaises(RuntimeError):
+            rewind.attention(self.q[0], self.k[0], self.v[0])
+
+
+class StoreRead(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="rewind_py_")
+        cls.db = os.path.join(cls.dir, "run.db")
+        data = os.path.join(cls.dir, "train.bin")
+        binary = os.environ["REWIND_BIN"]
+        subprocess.run([binary, "data", "synth", "-o", data, "--tokens", "20000", "--vocab", "64"],
+                       check=True, capture_output=True)
+        out = subprocess.run([binary, "train", "--data", data, "--steps", "6", "--vocab-size", "64",
+                              "--record", cls.db, "--checkpoint-every", "3",
+                              "--capture", "steps=2:2;L0.H1"], check=True, capture_output=True, text=True)
+        cls.printed = [float(x) for x in re.findall(r"\| loss ([0-9.]+) \|", out.stdout)]
+        bis = subprocess.run([binary, "bisect", "--store", cls.db, "--window", "1:4", "--fail", "nan", "--quiet"],
+                             capture_output=True, text=True)
+        assert bis.returncode == 0, bis.stdout + bis.stderr
+        cls.store = rewind.open(cls.db)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir)
+
+    def test_runs_and_config(self):
+        self.assertEqual(len(self.store.runs), 1)
+        run = self.store.run()
+        self.assertEqual(run.config["vocab_size"], 64)
+        self.assertEqual(run.meta["threads"], 1)
+
+    def test_steps_are_the_recorded_values(self):
+        s = self.store.run().steps()
+        np.testing.assert_array_equal(s["step"], np.arange(6))
+        self.assertEqual(s["loss"].dtype, np.float32)
+        np.testing.assert_allclose(s["loss"], self.printed, atol=1e-6)
+        self.assertTrue(all(d.startswith("d2:") for d in s["param_digest"]))
+
+    def test_metrics(self):
+        m = self.store.run().metrics(prefix="L1.H3.")
+        self.assertIn("L1.H3.max_logit", m)
+        self.assertEqual(len(m["L1.H3.max_logit"]), len(m["step"]))
+
+    def test_checkpoints_and_tensors(self):
+        run = self.store.run()
+        self.assertEqual(run.checkpoint_steps(), [0, 3, 6])
+        ck = run.checkpoint(3)
+        self.assertEqual(tuple(ck["param/wte"].shape), (64, 64))
+        self.assertEqual(ck["param/wte"].dtype, torch.float32)
+        self.assertEqual(int(ck["step"]), 3)
+        names = {(t["name"], t["layer"], t["head"]) for t in run.tensors() if t["step"] == 2}
+        self.assertIn(("q", 0, 1), names)
+        q = run.tensor("q", 2, layer=0, head=1)
+        self.assertEqual(q.dim(), 3)
+
+    def test_bisect_reports(self):
+        reports = self.store.run().bisect_reports()
+        self.assertEqual(len(reports), 1)
+        job = next(iter(reports.values()))
+        self.assertIn("verdict", job)
+        self.assertIsInstance(job["log"], list)
+        self.assertTrue(self.store.probes())
+
+    def test_frames_when_pandas_is_present(self):
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            self.skipTest("pandas not installed")
+        self.assertEqual(len(self.store.run().steps(as_frame=True)), 6)
+
+    def test_not_a_store(self):
+        path = os.path.join(self.dir, "junk")
+        with open(path, "w") as f:
+            f.write("junk")
+        with self.assertRaises(ValueError):
+            rewind.open(path)
+
+
+if __name__ == "__main__":
+    unittest.main()
