@@ -6,7 +6,7 @@ REWIND_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$REWIND_ROOT/build}"
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libtorch-dev libsqlite3-dev
               libzstd-dev libcxxopts-dev googletest libgtest-dev libopenblas0-pthread
-              nlohmann-json3-dev python3-numpy)
+              nlohmann-json3-dev python3-numpy clang-14 libclang-rt-14-dev)
 
 install_deps() {
   local missing=()

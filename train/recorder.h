@@ -8,22 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "train/capture_spec.h"
 #include "train/checkpoint_schedule.h"
 #include "train/trainer.h"
 #include "store/store.h"
 #include "store/store_worker.h"
 
 namespace rwd::train {
-
-// `steps=6600:6620;L2.H*` (or `steps=5;L0,L1.H{1,3}`): which steps, layers and heads keep
-// their attention tensors Q, K, V, O, LSE, dO, delta, and the layer input X (head -1).
-struct CaptureSpec {
-  int64_t from = -1, to = -1;               // inclusive; -1: nothing
-  std::vector<int> layers;                  // layers to keep
-  std::vector<std::vector<int>> heads;      // per entry of `layers`: heads to keep
-  static CaptureSpec parse(const std::string& spec, int n_layer, int n_head);
-  bool active(int64_t step) const { return step >= from && step <= to; }
-};
 
 struct RecordOptions {
   int checkpoint_every = 20;  // K: checkpoints at steps 0, K, 2K, ...
