@@ -21,7 +21,9 @@ std::string PlanSchedule::to_json() const {
   j["base"] = base;
   j["changes"] = nlohmann::json::array();
   for (const auto& [s, spec] : changes) j["changes"].push_back({s, spec});
-  return j.dump();
+  // Text that is not UTF-8 is no plan (parse rejects it); writing it must not throw a JSON
+  // library error all the same (found by fuzz/fuzz_plan_schedule.cpp).
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 PlanSchedule PlanSchedule::from_json(const std::string& text) {
