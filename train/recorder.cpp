@@ -30,6 +30,7 @@ namespace {
 // chose a count: a gpt2-small checkpoint is 1.5 GB and one thread needs seconds for it,
 // longer than the steps between checkpoints on a GPU.
 store::StoreOptions writer_options(store::StoreOptions so) {
+  so.wal_autocheckpoint = 0;  // the WAL is checkpointed on the writers' schedule (below)
   if (so.zstd_workers == 0) {
     const int idle = static_cast<int>(std::thread::hardware_concurrency()) - at::get_num_threads();
     so.zstd_workers = std::clamp(idle, 0, 8);
@@ -69,17 +70,64 @@ std::function<void()> copy_from_device(const std::vector<std::pair<torch::Tensor
 
 namespace {
 constexpr size_t kMaxQueuedSteps = 256;
+// The step writer copies the WAL into the main file every this many steps, so the WAL stays
+// small when checkpoints are rare; the checkpoint writer does after each checkpoint.
+constexpr int64_t kWalCheckpointSteps = 1024;
+
+store::StoreOptions step_writer_options(store::StoreOptions so) {
+  so.wal_autocheckpoint = 0;
+  return so;
+}
 }  // namespace
 
 Recorder::Recorder(const std::string& store_path, int64_t run, const RecordOptions& o,
                    const store::StoreOptions& so)
-    : run_(run),
+    : path_(store_path),
+      run_(run),
       opt_(o),
       schedule_(o.checkpoint_every, o.wait_for_writer),
-      steps_(store_path, so, kMaxQueuedSteps, "step writer"),
+      steps_(store_path, step_writer_options(so), kMaxQueuedSteps, "step writer"),
       checkpoints_(store_path, writer_options(so), 1, "checkpoint writer") {}
 
 Recorder::~Recorder() = default;
+
+template <class F>
+void Recorder::guard(F&& body) {
+  try {
+    body();
+  } catch (const store::StoreError& e) {
+    explain(e);
+  }
+}
+
+void Recorder::explain(const store::StoreError& e) {
+  const store::WriteFailure why = store::write_failure(e.lib_code());
+  if (why == store::WriteFailure::kOther) throw e;
+  std::string line = "store: ";
+  line += why == store::WriteFailure::kDiskFull   ? "disk full"
+          : why == store::WriteFailure::kReadOnly ? "the store became read-only"
+                                                  : "the store file was deleted or moved";
+  if (failed_step_ >= 0) {
+    line += " while writing step " + std::to_string(failed_step_);
+  } else if (failed_checkpoint_ >= 0) {
+    line += " while writing the checkpoint at step " + std::to_string(failed_checkpoint_);
+  }
+  // What a resume would start from: the store read back on a connection of its own.
+  try {
+    store::Store s = store::Store::open(path_, store::Mode::kReadOnly);
+    const auto range = s.step_range(run_);
+    line += range ? "; the store holds steps " + std::to_string(range->first) + ".." +
+                        std::to_string(range->second)
+                  : "; the store holds no step";
+    const std::vector<int64_t> ckpts = s.checkpoint_steps(run_);
+    if (!ckpts.empty()) line += " (last checkpoint at step " + std::to_string(ckpts.back()) + ")";
+    const std::vector<store::BadItem> bad = s.verify();
+    line += bad.empty() ? " and verifies" : " and does not verify: " + bad.front().problem;
+  } catch (const store::StoreError& read_back) {
+    line += "; cannot read it back: " + std::string(read_back.what());
+  }
+  throw store::StoreError(ExitCode::kData, line, e.lib_code());
+}
 
 bool Recorder::checkpoint_due(int64_t step, bool at_end) {
   return schedule_.due(step, checkpoints_.has_room(), at_end);
@@ -91,7 +139,7 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   // unless asked to, and any wait shows in the step's wall time.
   using Clock = std::chrono::steady_clock;
   schedule_.taken(step);
-  checkpoints_.wait_for_room(&costs_.checkpoint_waited_seconds);
+  guard([&] { checkpoints_.wait_for_room(&costs_.checkpoint_waited_seconds); });
   const auto t1 = Clock::now();
   const NamedTensors state = trainer.state();
   NamedTensors host_state;
@@ -125,13 +173,23 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   }
   const uint64_t steps_before = steps_.pushed();
   const auto t2 = Clock::now();
-  checkpoints_.push(
-      [this, steps_before, step, run = run_, state = std::move(host_state),
-       wait_ready = std::move(wait_ready)](store::Store& s) {
-        steps_.wait_done(steps_before);
-        if (wait_ready) wait_ready();
+  guard([&] {
+    checkpoints_.push([this, steps_before, step, run = run_, state = std::move(host_state),
+                       wait_ready = std::move(wait_ready)](store::Store& s) {
+      steps_.wait_done(steps_before);
+      if (wait_ready) wait_ready();
+      try {
+        s.check_in_place();
         write_checkpoint(s, run, step, state);
-      });  // no wait: there was room above, and only this thread queues checkpoints
+        // Its blobs were committed to the WAL without auto-checkpoints (one per blob commit
+        // made the writer stop scaling); one pass now moves them into the main file.
+        s.checkpoint_wal();
+      } catch (const store::StoreError&) {
+        failed_checkpoint_ = step;
+        throw;
+      }
+    });
+  });  // no wait: there was room above, and only this thread queues checkpoints
   ++costs_.checkpoints;
   costs_.snapshot_seconds += std::chrono::duration<double>(t2 - t1).count();
 }
@@ -147,8 +205,10 @@ Recorder::Costs Recorder::costs() {
 }
 
 void Recorder::flush() {
-  steps_.flush();
-  checkpoints_.flush();
+  guard([&] {
+    steps_.flush();
+    checkpoints_.flush();
+  });
 }
 
 void Recorder::record_step(const StepResult& r, const std::string& digest, const TokenFile& data,
@@ -201,21 +261,31 @@ void Recorder::record_step(const StepResult& r, const std::string& digest, const
       }
     }
   }
-  steps_.push(
-      [rec = std::move(rec), tokens = std::move(tokens), metrics = std::move(metrics),
-       tensors = std::move(tensors)](store::Store& s) mutable {
-        auto tx = s.begin_step();
-        if (!tokens.empty()) rec.batch_ref = s.put_blob(tokens.data(), tokens.size() * 2);
-        s.put_step(rec);
-        s.put_metrics(rec.run, rec.step, metrics);
-        for (const auto& [key, t] : tensors) {
-          // Captures are tensors of this step's forward and backward, which nothing writes
-          // afterwards: host ones are shared with the StepResult, not copied.
-          s.put_tensor(key, store_dtype(t), shape_of(t), t.data_ptr(), t.numel() * t.element_size());
-        }
-        tx.commit();
-      },
-      &costs_.step_waited_seconds);
+  guard([&] {
+    steps_.push(
+        [this, rec = std::move(rec), tokens = std::move(tokens), metrics = std::move(metrics),
+         tensors = std::move(tensors)](store::Store& s) mutable {
+          try {
+            auto tx = s.begin_step();
+            if (!tokens.empty()) rec.batch_ref = s.put_blob(tokens.data(), tokens.size() * 2);
+            s.put_step(rec);
+            s.put_metrics(rec.run, rec.step, metrics);
+            for (const auto& [key, t] : tensors) {
+              // Captures are tensors of this step's forward and backward, which nothing writes
+              // afterwards: host ones are shared with the StepResult, not copied.
+              s.put_tensor(key, store_dtype(t), shape_of(t), t.data_ptr(),
+                           t.numel() * t.element_size());
+            }
+            s.check_in_place();  // else a deleted store would take the step without an error
+            tx.commit();
+            if ((rec.step + 1) % kWalCheckpointSteps == 0) s.checkpoint_wal();
+          } catch (const store::StoreError&) {
+            failed_step_ = rec.step;
+            throw;
+          }
+        },
+        &costs_.step_waited_seconds);
+  });
 }
 
 }  // namespace rwd::train
