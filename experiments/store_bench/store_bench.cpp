@@ -301,12 +301,12 @@ double plain_checkpoint_once(const Checkpoint& c, const std::string& path) {
 // with SQLite's auto-checkpoint in every blob commit (the recorder before issue 24) and with
 // it off and one WAL checkpoint after the checkpoint (the recorder now), on 0 (the calling
 // thread), 1, 2, 4 .. max_threads preparation threads; the last at 64 KiB pages.
-void bench_checkpoint_write(const std::string& dir, int reps, int max_threads) {
+void bench_checkpoint_write(const std::string& dir, int reps, int max_threads, int level) {
   const Checkpoint c = gpt2_small_state();
   std::printf(
-      "\ncheckpoint write: %zu FP32 tensors, %.0f MB (gpt2-small params + exp_avg), zstd 3+s, "
+      "\ncheckpoint write: %zu FP32 tensors, %.0f MB (gpt2-small params + exp_avg), zstd %d+s, "
       "best of %d, %u hardware threads; until fsync'd in the main file\n%-46s %8s %8s %6s %8s %8s\n",
-      c.tensors.size(), c.bytes / 1e6, reps, std::thread::hardware_concurrency(), "path",
+      c.tensors.size(), c.bytes / 1e6, level, reps, std::thread::hardware_concurrency(), "path",
       "seconds", "MB/s", "ratio", "plain", "x plain");
   const std::string plain_path = dir + "/store_bench.bin";
   // Each row's plain baseline is measured in its own reps, interleaved with the store writes,
@@ -316,6 +316,7 @@ void bench_checkpoint_write(const std::string& dir, int reps, int max_threads) {
     opt.zstd_workers = threads;
     opt.wal_autocheckpoint = autockpt;
     opt.page_size = page;
+    opt.zstd_level = level;
     double best = 1e30, plain = 1e30, ratio = 0;
     for (int i = 0; i < reps; ++i) {
       plain = std::min(plain, plain_checkpoint_once(c, plain_path));
@@ -468,10 +469,11 @@ void bench_items(const std::string& dir, int reps) {
 
 }  // namespace
 
-// store_bench DIR [reps] [max_threads] [checkpoint|recording]: max_threads (default: the
-// hardware threads) is the largest preparation thread count of the checkpoint rows (the
+// store_bench DIR [reps] [max_threads] [checkpoint|recording] [level]: max_threads (default:
+// the hardware threads) is the largest preparation thread count of the checkpoint rows (the
 // recording rows use at most 8, as the recorder does); `checkpoint` or `recording` runs only
-// that table.
+// that table; level (default 3) is the zstd level of the checkpoint rows (a negative one, zstd's
+// fast mode, leaves mostly SQLite and the disk to time).
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : ".";
   const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
@@ -479,8 +481,9 @@ int main(int argc, char** argv) {
       argc > 3 ? std::atoi(argv[3])
                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const std::string only = argc > 4 ? argv[4] : "";
+  const int level = argc > 5 ? std::atoi(argv[5]) : 3;
   if (only.empty()) bench_items(dir, reps);
-  if (only.empty() || only == "checkpoint") bench_checkpoint_write(dir, reps, max_threads);
+  if (only.empty() || only == "checkpoint") bench_checkpoint_write(dir, reps, max_threads, level);
   if (only.empty() || only == "recording") bench_recording(dir, reps, std::min(max_threads, 8), 5.0);
   std::remove((dir + "/store_bench.db").c_str());
   std::remove((dir + "/store_bench.bin").c_str());
