@@ -14,7 +14,9 @@ namespace rwd::store {
 class Db {
  public:
   Db() = default;
-  // flags: SQLITE_OPEN_READONLY or SQLITE_OPEN_READWRITE [| SQLITE_OPEN_CREATE].
+  // flags: SQLITE_OPEN_READONLY or SQLITE_OPEN_READWRITE [| SQLITE_OPEN_CREATE]. A read-only
+  // open of a file on a read-only file system with no -wal beside it is made `immutable=1`:
+  // SQLite could not read a WAL database there otherwise (it cannot create the -shm).
   Db(const std::string& path, int flags);
   ~Db();
   Db(Db&& other) noexcept;
