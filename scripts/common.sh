@@ -10,6 +10,7 @@ DEB_PACKAGES=(build-essential cmake ninja-build pkg-config libtorch-dev libsqlit
 DEB_PACKAGES+=(git)          # scripts/check_tree.sh and its ctest case read the git index
 DEB_PACKAGES+=(libgloo-dev)  # c10d's Gloo process group: multi-rank training on CPUs
 DEB_PACKAGES+=(python3-torch python3-dev pybind11-dev)  # the Python package and the nanoGPT tests
+DEB_PACKAGES+=(clang-14 libclang-rt-14-dev)             # scripts/fuzz.sh: libFuzzer, ASan, UBSan
 
 install_deps() {
   local missing=()

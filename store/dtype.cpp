@@ -104,7 +104,13 @@ std::vector<int64_t> shape_from_json(const std::string& text) {
 
 int64_t shape_numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    // A shape read from a damaged store can claim more elements than int64 holds; wrapping
+    // around could make it (or its bytes, numel x 8 at most) match a blob's size.
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > INT64_MAX / 8) {
+      throw data_error("shape " + shape_to_json(shape) + " has no valid element count");
+    }
+  }
   return n;
 }
 

@@ -31,6 +31,8 @@ uint16_t f32_to_bf16(float value);
 // Shapes are stored as JSON arrays of non-negative integers: "[4,1024]"; "[]" is a scalar.
 std::string shape_to_json(const std::vector<int64_t>& shape);
 std::vector<int64_t> shape_from_json(const std::string& text);  // throws StoreError(kData)
-int64_t shape_numel(const std::vector<int64_t>& shape);         // 1 for a scalar
+// Elements of `shape` (1 for a scalar); StoreError(kData) when that count, or its bytes at 8
+// per element, would not fit in int64 (a damaged row).
+int64_t shape_numel(const std::vector<int64_t>& shape);
 
 }  // namespace rwd::store

@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -151,11 +152,18 @@ void precheck_store_file(const std::string& path) {
   }
 }
 
-void configure_connection(Db& db, Mode mode, int busy_timeout_ms) {
-  int rc = sqlite3_busy_timeout(db.get(), busy_timeout_ms);
+void configure_connection(Db& db, Mode mode, const StoreOptions& options) {
+  int rc = sqlite3_busy_timeout(db.get(), options.busy_timeout_ms);
   if (rc != SQLITE_OK) db.fail(rc, "setting busy timeout");
   db.exec("PRAGMA foreign_keys=ON", "enabling foreign keys");
-  if (mode == Mode::kReadWrite) db.exec("PRAGMA synchronous=NORMAL", "setting synchronous");
+  if (mode == Mode::kReadWrite) {
+    db.exec("PRAGMA synchronous=NORMAL", "setting synchronous");
+    rc = sqlite3_wal_autocheckpoint(db.get(), std::max(0, options.wal_autocheckpoint));
+    if (rc != SQLITE_OK) db.fail(rc, "setting the WAL auto-checkpoint");
+    // Once checkpointed, a WAL that grew to hold a whole checkpoint's blobs is cut back to
+    // 64 MiB instead of keeping its peak size on disk until the store is closed.
+    db.exec("PRAGMA journal_size_limit=67108864", "limiting the WAL size");
+  }
 }
 
 void create_schema(Db& db, const StoreOptions& options) {

@@ -15,9 +15,10 @@ enum class Mode;
 // never opened for writing: exists, regular file, SQLite header, whole pages.
 void precheck_store_file(const std::string& path);
 
-// Per-connection settings: foreign keys, busy timeout, and synchronous=NORMAL for writers
-// (in WAL mode a commit then survives a process crash; only power loss may drop the last ones).
-void configure_connection(Db& db, Mode mode, int busy_timeout_ms);
+// Per-connection settings: foreign keys, busy timeout, and for writers synchronous=NORMAL (in
+// WAL mode a commit then survives a process crash; only power loss may drop the last ones) and
+// StoreOptions::wal_autocheckpoint.
+void configure_connection(Db& db, Mode mode, const StoreOptions& options);
 
 // Creates every table in a fresh, empty database and stamps application_id and user_version.
 void create_schema(Db& db, const StoreOptions& options);

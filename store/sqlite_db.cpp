@@ -1,6 +1,14 @@
 // SQLite RAII wrappers; every call is checked and failures become one-line StoreErrors.
 #include "store/sqlite_db.h"
 
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <utility>
 
 #include "store/store_error.h"
@@ -21,10 +29,71 @@ ExitCode exit_code_for(int rc) {
   }
 }
 
+// Whether a write to the store at `path` (or its -wal) can fail for lack of room: its file
+// system has under 1 MiB free (a failed write fills it to the last block first), or the store
+// or its WAL is within 1 MiB of the process's file size limit (`ulimit -f`).
+bool no_room_for(const std::string& path) {
+  constexpr uint64_t kSlack = uint64_t(1) << 20;
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
+  struct statvfs fs;
+  if (::statvfs(dir.c_str(), &fs) == 0 &&
+      std::min(fs.f_bavail, fs.f_bfree) * uint64_t(fs.f_frsize) < kSlack) {
+    return true;
+  }
+  struct rlimit lim;
+  if (::getrlimit(RLIMIT_FSIZE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return false;
+  for (const std::string& f : {path, path + "-wal"}) {
+    struct stat st;
+    if (::stat(f.c_str(), &st) == 0 && uint64_t(st.st_size) + kSlack > lim.rlim_cur) return true;
+  }
+  return false;
+}
+
+// "file:PATH?immutable=1" with the characters a URI gives a meaning escaped.
+std::string immutable_uri(const std::string& path) {
+  std::string uri = "file:";
+  for (char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", static_cast<unsigned char>(c));
+      uri += hex;
+    } else {
+      uri += c;
+    }
+  }
+  return uri + "?immutable=1";
+}
+
+bool on_read_only_file_system(const std::string& path) {
+  struct statvfs fs;
+  return ::statvfs(path.c_str(), &fs) == 0 && (fs.f_flag & ST_RDONLY) != 0;
+}
+
 }  // namespace
 
+WriteFailure write_failure(int lib_code) {
+  if (lib_code == SQLITE_READONLY_DBMOVED) return WriteFailure::kMoved;
+  switch (lib_code & 0xFF) {
+    case SQLITE_FULL:
+      return WriteFailure::kDiskFull;
+    case SQLITE_READONLY:
+      return WriteFailure::kReadOnly;
+    default:
+      return WriteFailure::kOther;
+  }
+}
+
 Db::Db(const std::string& path, int flags) : path_(path) {
-  int rc = sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
+  // A reader of a store on a read-only file system: nothing can change the file there, and
+  // without its -shm SQLite could not read a WAL database at all, so it is opened immutable.
+  // A -wal left there (by a writer that died) keeps the plain open and its clear error.
+  struct stat wal;
+  const bool immutable = (flags & SQLITE_OPEN_READONLY) != 0 && on_read_only_file_system(path) &&
+                         ::stat((path + "-wal").c_str(), &wal) != 0;
+  const std::string name = immutable ? immutable_uri(path) : path;
+  if (immutable) flags |= SQLITE_OPEN_URI;
+  int rc = sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close_v2(db_);
@@ -56,10 +125,30 @@ Db& Db::operator=(Db&& other) noexcept {
 
 void Db::fail(int rc, const std::string& doing) const {
   std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+  // SQLite reports a write cut short by a full disk as SQLITE_FULL, but one refused outright
+  // (ENOSPC on an empty write, EFBIG past `ulimit -f`, EROFS) as a generic I/O error, and the
+  // errno it keeps is often that of a later call; so the file system is asked as well.
+  if ((rc & 0xFF) == SQLITE_IOERR || (rc & 0xFF) == SQLITE_FULL) {
+    const int sys = db_ ? sqlite3_system_errno(db_) : 0;
+    if (sys == EROFS || on_read_only_file_system(path_)) {
+      rc = SQLITE_READONLY;
+      msg += " (read-only file system)";
+    } else if ((rc & 0xFF) == SQLITE_FULL || sys == ENOSPC || sys == EDQUOT || sys == EFBIG ||
+               no_room_for(path_)) {
+      rc = SQLITE_FULL;
+      msg += " (disk full)";
+    }
+  }
   throw StoreError(
       exit_code_for(rc),
       "store " + path_ + ": " + doing + ": " + msg + " (sqlite code " + std::to_string(rc) + ")",
       rc);
+}
+
+bool Db::file_moved() const {
+  int moved = 0;
+  return sqlite3_file_control(db_, "main", SQLITE_FCNTL_HAS_MOVED, &moved) == SQLITE_OK &&
+         moved != 0;
 }
 
 void Db::exec(const std::string& sql, const char* doing) {

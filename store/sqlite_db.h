@@ -14,7 +14,9 @@ namespace rwd::store {
 class Db {
  public:
   Db() = default;
-  // flags: SQLITE_OPEN_READONLY or SQLITE_OPEN_READWRITE [| SQLITE_OPEN_CREATE].
+  // flags: SQLITE_OPEN_READONLY or SQLITE_OPEN_READWRITE [| SQLITE_OPEN_CREATE]. A read-only
+  // open of a file on a read-only file system with no -wal beside it is made `immutable=1`:
+  // SQLite could not read a WAL database there otherwise (it cannot create the -shm).
   Db(const std::string& path, int flags);
   ~Db();
   Db(Db&& other) noexcept;
@@ -29,12 +31,22 @@ class Db {
   // Returns the integer in the first column of the first row of a query (e.g. a PRAGMA).
   int64_t query_int(const std::string& sql, const char* doing);
   // Throws StoreError (kData for corrupt/not-a-db/busy/io, kInternal for misuse) naming `doing`.
+  // A write that failed for lack of room (SQLITE_FULL, errno ENOSPC, EDQUOT or EFBIG, or an
+  // I/O error with under 1 MiB left on the file system or below `ulimit -f`) carries lib_code
+  // SQLITE_FULL, one on a read-only file system SQLITE_READONLY.
   [[noreturn]] void fail(int rc, const std::string& doing) const;
+  // Whether the file was deleted or renamed since it was opened: SQLite then keeps writing to
+  // the unlinked inode (or the WAL) without an error, so writers ask before each commit.
+  bool file_moved() const;
 
  private:
   sqlite3* db_ = nullptr;
   std::string path_;
 };
+
+// Why a write failed, from a StoreError's lib_code: what `rewind train --record` tells the user.
+enum class WriteFailure { kOther, kDiskFull, kReadOnly, kMoved };
+WriteFailure write_failure(int lib_code);
 
 class Statement {
  public:

@@ -85,7 +85,7 @@ Store Store::create(const std::string& path, const StoreOptions& options) {
     throw data_error("store " + path + ": already exists; refusing to overwrite it");
   }
   Db db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  configure_connection(db, Mode::kReadWrite, options.busy_timeout_ms);
+  configure_connection(db, Mode::kReadWrite, options);
   create_schema(db, options);
   return Store(std::move(db), Mode::kReadWrite, options, kSchemaVersion);
 }
@@ -93,7 +93,11 @@ Store Store::create(const std::string& path, const StoreOptions& options) {
 Store Store::open(const std::string& path, Mode mode, const StoreOptions& options) {
   precheck_store_file(path);
   Db db(path, mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE);
-  configure_connection(db, mode, options.busy_timeout_ms);
+  if (mode == Mode::kReadWrite && sqlite3_db_readonly(db.get(), "main") == 1) {
+    throw data_error("store " + path + ": is read-only (file permissions or file system); "
+                     "cannot write to it", SQLITE_READONLY);
+  }
+  configure_connection(db, mode, options);
   int version = check_schema(db, mode);
   return Store(std::move(db), mode, options, version);
 }
@@ -113,6 +117,20 @@ void Store::require_writable(const char* doing) const {
 Transaction Store::begin_step() {
   require_writable("beginning a step");
   return Transaction(db_);
+}
+
+void Store::checkpoint_wal() {
+  if (mode_ == Mode::kReadOnly) return;
+  int rc = sqlite3_wal_checkpoint_v2(db_.get(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  // BUSY: another connection is checkpointing right now; what is left waits for the next call.
+  if (rc != SQLITE_OK && rc != SQLITE_BUSY) db_.fail(rc, "checkpointing the WAL");
+}
+
+void Store::check_in_place() {
+  if (db_.file_moved()) {
+    throw data_error("store " + path() + ": the file was deleted or moved while open",
+                     SQLITE_READONLY_DBMOVED);
+  }
 }
 
 std::string Store::put_blob(const void* data, size_t size, int shuffle_elem) {

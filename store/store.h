@@ -43,6 +43,12 @@ struct StoreOptions {
   int zstd_workers = 0;
   int busy_timeout_ms = 10000;  // how long a connection waits for another's lock
   int page_size = 16384;        // SQLite page size of a new file (bigger pages suit big blobs)
+  // WAL pages after which a commit copies the WAL into the main file and fsyncs it (SQLite's
+  // auto-checkpoint; 1000 is its default). 0: commits never do; the owner calls checkpoint_wal()
+  // on its own schedule. The recorder turns it off on both of its connections: a checkpoint's
+  // blob commits each ran a WAL checkpoint (store_bench: the writer stopped scaling at 2-4
+  // threads), and a step commit landing on one waited for it.
+  int wal_autocheckpoint = 1000;
   // Byte-shuffle tensor blobs by element size before zstd. store_bench (H100 host, level 3):
   // ratio 1.08 -> 1.17 on FP32 weights, 1.29 -> 1.41 on BF16 activations, at the cost of
   // write speed (165 -> 128 and 201 -> 110 MB/s). The content hash is of the raw bytes.
@@ -57,6 +63,8 @@ class Store {
   // bytes, truncated, other SQLite database, newer schema) fails with one-line StoreError(kData)
   // before a single byte of the file is written. kReadOnly never writes the store; like any
   // SQLite WAL reader it may leave empty `-wal`/`-shm` side files, removed by the next writer.
+  // kReadWrite on a file SQLite can only open read-only (permissions, read-only file system)
+  // fails with StoreError(kData, lib_code SQLITE_READONLY) instead of at the first write.
   static Store open(const std::string& path, Mode mode, const StoreOptions& options = {});
   // Opens read-write when `path` holds a store; creates it when missing or empty.
   static Store open_or_create(const std::string& path, const StoreOptions& options = {});
@@ -74,6 +82,10 @@ class Store {
   // Methods called outside such a transaction each run in their own. The Transaction points
   // into this Store: do not move the Store while one is open.
   Transaction begin_step();
+  // Throws StoreError(kData, lib_code SQLITE_READONLY_DBMOVED) if the file was deleted or
+  // renamed since it was opened: SQLite would go on writing into the unlinked file unharmed,
+  // so a recorder asks before each commit rather than record into nothing.
+  void check_in_place();
 
   // Blobs: content-addressed by content_hash() of the raw bytes; putting an existing blob is a
   // no-op. get_blob decompresses, checks every frame and the hash, throws kData on mismatch.
@@ -150,6 +162,11 @@ class Store {
   void put_kv(int64_t run, const std::string& key, const std::string& value);
   std::optional<std::string> get_kv(int64_t run, const std::string& key);
   std::vector<std::string> kv_keys(int64_t run, const std::string& prefix = "");
+
+  // Copies what the WAL holds into the main file and fsyncs it, without waiting for (or
+  // blocking) other connections: PRAGMA wal_checkpoint(PASSIVE). Frames a reader still needs
+  // stay in the WAL for a later call. A no-op outside WAL mode or on a read-only store.
+  void checkpoint_wal();
 
   StoreInfo info();
   // Decompresses every blob, checks every hash and frame, and that every referenced blob

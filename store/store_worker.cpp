@@ -35,10 +35,14 @@ void StoreWorker::loop() {
     }
     cv_.notify_all();  // a push waiting for room may go on
     std::string err;
+    int code = 0;
     const auto t0 = std::chrono::steady_clock::now();
     if (run) {
       try {
         job.second(store_);
+      } catch (const StoreError& e) {
+        err = e.what();
+        code = e.lib_code();
       } catch (const std::exception& e) {
         err = e.what();
       }
@@ -47,7 +51,10 @@ void StoreWorker::loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (!err.empty() && error_.empty()) error_ = err;
+      if (!err.empty() && error_.empty()) {
+        error_ = err;
+        error_code_ = code;
+      }
       done_ = job.first;
     }
     cv_.notify_all();
@@ -55,7 +62,7 @@ void StoreWorker::loop() {
 }
 
 void StoreWorker::fail_locked() {
-  throw StoreError(ExitCode::kData, name_ + " failed: " + error_);
+  throw StoreError(ExitCode::kData, name_ + " failed: " + error_, error_code_);
 }
 
 void StoreWorker::wait_for_room_locked(std::unique_lock<std::mutex>& lock, double* waited_seconds) {

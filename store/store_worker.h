@@ -32,6 +32,7 @@ class StoreWorker {
   // later jobs are dropped and push and the waits below throw StoreError(kData) naming it.
   uint64_t push(Job job, double* waited_seconds = nullptr);
   bool has_room();             // push would not wait
+  // The errors thrown keep the failed job's StoreError::lib_code (store::write_failure).
   // Waits until push would not wait (adding the wait to *waited_seconds); throws as push.
   void wait_for_room(double* waited_seconds = nullptr);
   uint64_t pushed();           // the last ticket handed out (0: none)
@@ -53,6 +54,7 @@ class StoreWorker {
   uint64_t pushed_ = 0, done_ = 0;  // tickets handed out; tickets finished (run or dropped)
   bool stop_ = false;
   std::string error_;
+  int error_code_ = 0;  // the failed job's StoreError::lib_code (0: another exception)
   double busy_seconds_ = 0;
   std::thread thread_;  // last: starts once the members above exist
 };

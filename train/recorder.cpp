@@ -25,43 +25,12 @@ namespace rwd::train {
 
 namespace {
 
-// Parses `L2`, `L*`, `L{1,3}`, with optional `.H..` of the same forms, comma separated.
-std::vector<int> parse_index_set(const std::string& text, char prefix, int n, const std::string& spec) {
-  auto bad = [&](const std::string& why) {
-    return UsageError("--capture: " + why + " in '" + spec + "'");
-  };
-  if (text.empty() || text[0] != prefix) throw bad(std::string("expected ") + prefix + "<n>");
-  std::string body = text.substr(1);
-  std::vector<int> out;
-  if (body == "*") {
-    for (int i = 0; i < n; ++i) out.push_back(i);
-    return out;
-  }
-  if (body.size() >= 2 && body.front() == '{' && body.back() == '}') body = body.substr(1, body.size() - 2);
-  size_t pos = 0;
-  while (pos <= body.size()) {
-    size_t comma = body.find(',', pos);
-    std::string item = body.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    try {
-      size_t used = 0;
-      int v = std::stoi(item, &used);
-      if (used != item.size()) throw std::invalid_argument(item);
-      if (v < 0 || v >= n) throw bad(std::string(1, prefix) + item + " out of range (0.." + std::to_string(n - 1) + ")");
-      out.push_back(v);
-    } catch (const std::logic_error&) {
-      throw bad("bad index '" + item + "'");
-    }
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
 // The background checkpoint writer hashes, shuffles and compresses blobs on threads of its
 // own (Store::put_blobs) on the cores training leaves idle (at most 8), unless the caller
 // chose a count: a gpt2-small checkpoint is 1.5 GB and one thread needs seconds for it,
 // longer than the steps between checkpoints on a GPU.
 store::StoreOptions writer_options(store::StoreOptions so) {
+  so.wal_autocheckpoint = 0;  // the WAL is checkpointed on the writers' schedule (below)
   if (so.zstd_workers == 0) {
     const int idle = static_cast<int>(std::thread::hardware_concurrency()) - at::get_num_threads();
     so.zstd_workers = std::clamp(idle, 0, 8);
@@ -99,54 +68,66 @@ std::function<void()> copy_from_device(const std::vector<std::pair<torch::Tensor
 
 }  // namespace
 
-CaptureSpec CaptureSpec::parse(const std::string& spec, int n_layer, int n_head) {
-  CaptureSpec c;
-  if (spec.empty()) return c;
-  size_t semi = spec.find(';');
-  std::string steps = spec.substr(0, semi);
-  if (steps.rfind("steps=", 0) != 0) throw UsageError("--capture: expected 'steps=A:B;L..' in '" + spec + "'");
-  steps = steps.substr(6);
-  try {
-    size_t colon = steps.find(':');
-    c.from = std::stoll(steps.substr(0, colon));
-    c.to = colon == std::string::npos ? c.from : std::stoll(steps.substr(colon + 1));
-  } catch (const std::logic_error&) {
-    throw UsageError("--capture: bad step range in '" + spec + "'");
-  }
-  if (c.to < c.from) throw UsageError("--capture: empty step range in '" + spec + "'");
-  std::string targets = semi == std::string::npos ? "L*" : spec.substr(semi + 1);
-  size_t pos = 0;
-  while (pos < targets.size()) {
-    size_t end = targets.find(';', pos);
-    std::string t = targets.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    size_t dot = t.find('.');
-    std::vector<int> layers = parse_index_set(t.substr(0, dot), 'L', n_layer, spec);
-    std::vector<int> heads = dot == std::string::npos
-                                 ? parse_index_set("H*", 'H', n_head, spec)
-                                 : parse_index_set(t.substr(dot + 1), 'H', n_head, spec);
-    for (int l : layers) {
-      c.layers.push_back(l);
-      c.heads.push_back(heads);
-    }
-    if (end == std::string::npos) break;
-    pos = end + 1;
-  }
-  return c;
-}
-
 namespace {
 constexpr size_t kMaxQueuedSteps = 256;
+// The step writer copies the WAL into the main file every this many steps, so the WAL stays
+// small when checkpoints are rare; the checkpoint writer does after each checkpoint.
+constexpr int64_t kWalCheckpointSteps = 1024;
+
+store::StoreOptions step_writer_options(store::StoreOptions so) {
+  so.wal_autocheckpoint = 0;
+  return so;
+}
 }  // namespace
 
 Recorder::Recorder(const std::string& store_path, int64_t run, const RecordOptions& o,
                    const store::StoreOptions& so)
-    : run_(run),
+    : path_(store_path),
+      run_(run),
       opt_(o),
       schedule_(o.checkpoint_every, o.wait_for_writer),
-      steps_(store_path, so, kMaxQueuedSteps, "step writer"),
+      steps_(store_path, step_writer_options(so), kMaxQueuedSteps, "step writer"),
       checkpoints_(store_path, writer_options(so), 1, "checkpoint writer") {}
 
 Recorder::~Recorder() = default;
+
+template <class F>
+void Recorder::guard(F&& body) {
+  try {
+    body();
+  } catch (const store::StoreError& e) {
+    explain(e);
+  }
+}
+
+void Recorder::explain(const store::StoreError& e) {
+  const store::WriteFailure why = store::write_failure(e.lib_code());
+  if (why == store::WriteFailure::kOther) throw e;
+  std::string line = "store: ";
+  line += why == store::WriteFailure::kDiskFull   ? "disk full"
+          : why == store::WriteFailure::kReadOnly ? "the store became read-only"
+                                                  : "the store file was deleted or moved";
+  if (failed_step_ >= 0) {
+    line += " while writing step " + std::to_string(failed_step_);
+  } else if (failed_checkpoint_ >= 0) {
+    line += " while writing the checkpoint at step " + std::to_string(failed_checkpoint_);
+  }
+  // What a resume would start from: the store read back on a connection of its own.
+  try {
+    store::Store s = store::Store::open(path_, store::Mode::kReadOnly);
+    const auto range = s.step_range(run_);
+    line += range ? "; the store holds steps " + std::to_string(range->first) + ".." +
+                        std::to_string(range->second)
+                  : "; the store holds no step";
+    const std::vector<int64_t> ckpts = s.checkpoint_steps(run_);
+    if (!ckpts.empty()) line += " (last checkpoint at step " + std::to_string(ckpts.back()) + ")";
+    const std::vector<store::BadItem> bad = s.verify();
+    line += bad.empty() ? " and verifies" : " and does not verify: " + bad.front().problem;
+  } catch (const store::StoreError& read_back) {
+    line += "; cannot read it back: " + std::string(read_back.what());
+  }
+  throw store::StoreError(ExitCode::kData, line, e.lib_code());
+}
 
 bool Recorder::checkpoint_due(int64_t step, bool at_end) {
   return schedule_.due(step, checkpoints_.has_room(), at_end);
@@ -158,7 +139,7 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   // unless asked to, and any wait shows in the step's wall time.
   using Clock = std::chrono::steady_clock;
   schedule_.taken(step);
-  checkpoints_.wait_for_room(&costs_.checkpoint_waited_seconds);
+  guard([&] { checkpoints_.wait_for_room(&costs_.checkpoint_waited_seconds); });
   const auto t1 = Clock::now();
   const NamedTensors state = trainer.state();
   NamedTensors host_state;
@@ -192,13 +173,23 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   }
   const uint64_t steps_before = steps_.pushed();
   const auto t2 = Clock::now();
-  checkpoints_.push(
-      [this, steps_before, step, run = run_, state = std::move(host_state),
-       wait_ready = std::move(wait_ready)](store::Store& s) {
-        steps_.wait_done(steps_before);
-        if (wait_ready) wait_ready();
+  guard([&] {
+    checkpoints_.push([this, steps_before, step, run = run_, state = std::move(host_state),
+                       wait_ready = std::move(wait_ready)](store::Store& s) {
+      steps_.wait_done(steps_before);
+      if (wait_ready) wait_ready();
+      try {
+        s.check_in_place();
         write_checkpoint(s, run, step, state);
-      });  // no wait: there was room above, and only this thread queues checkpoints
+        // Its blobs were committed to the WAL without auto-checkpoints (one per blob commit
+        // made the writer stop scaling); one pass now moves them into the main file.
+        s.checkpoint_wal();
+      } catch (const store::StoreError&) {
+        failed_checkpoint_ = step;
+        throw;
+      }
+    });
+  });  // no wait: there was room above, and only this thread queues checkpoints
   ++costs_.checkpoints;
   costs_.snapshot_seconds += std::chrono::duration<double>(t2 - t1).count();
 }
@@ -214,8 +205,10 @@ Recorder::Costs Recorder::costs() {
 }
 
 void Recorder::flush() {
-  steps_.flush();
-  checkpoints_.flush();
+  guard([&] {
+    steps_.flush();
+    checkpoints_.flush();
+  });
 }
 
 void Recorder::record_step(const StepResult& r, const std::string& digest, const TokenFile& data,
@@ -268,21 +261,31 @@ void Recorder::record_step(const StepResult& r, const std::string& digest, const
       }
     }
   }
-  steps_.push(
-      [rec = std::move(rec), tokens = std::move(tokens), metrics = std::move(metrics),
-       tensors = std::move(tensors)](store::Store& s) mutable {
-        auto tx = s.begin_step();
-        if (!tokens.empty()) rec.batch_ref = s.put_blob(tokens.data(), tokens.size() * 2);
-        s.put_step(rec);
-        s.put_metrics(rec.run, rec.step, metrics);
-        for (const auto& [key, t] : tensors) {
-          // Captures are tensors of this step's forward and backward, which nothing writes
-          // afterwards: host ones are shared with the StepResult, not copied.
-          s.put_tensor(key, store_dtype(t), shape_of(t), t.data_ptr(), t.numel() * t.element_size());
-        }
-        tx.commit();
-      },
-      &costs_.step_waited_seconds);
+  guard([&] {
+    steps_.push(
+        [this, rec = std::move(rec), tokens = std::move(tokens), metrics = std::move(metrics),
+         tensors = std::move(tensors)](store::Store& s) mutable {
+          try {
+            auto tx = s.begin_step();
+            if (!tokens.empty()) rec.batch_ref = s.put_blob(tokens.data(), tokens.size() * 2);
+            s.put_step(rec);
+            s.put_metrics(rec.run, rec.step, metrics);
+            for (const auto& [key, t] : tensors) {
+              // Captures are tensors of this step's forward and backward, which nothing writes
+              // afterwards: host ones are shared with the StepResult, not copied.
+              s.put_tensor(key, store_dtype(t), shape_of(t), t.data_ptr(),
+                           t.numel() * t.element_size());
+            }
+            s.check_in_place();  // else a deleted store would take the step without an error
+            tx.commit();
+            if ((rec.step + 1) % kWalCheckpointSteps == 0) s.checkpoint_wal();
+          } catch (const store::StoreError&) {
+            failed_step_ = rec.step;
+            throw;
+          }
+        },
+        &costs_.step_waited_seconds);
+  });
 }
 
 }  // namespace rwd::train

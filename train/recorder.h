@@ -4,26 +4,18 @@
 // waits neither for compression nor for SQLite's write lock.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "train/capture_spec.h"
 #include "train/checkpoint_schedule.h"
 #include "train/trainer.h"
 #include "store/store.h"
 #include "store/store_worker.h"
 
 namespace rwd::train {
-
-// `steps=6600:6620;L2.H*` (or `steps=5;L0,L1.H{1,3}`): which steps, layers and heads keep
-// their attention tensors Q, K, V, O, LSE, dO, delta, and the layer input X (head -1).
-struct CaptureSpec {
-  int64_t from = -1, to = -1;               // inclusive; -1: nothing
-  std::vector<int> layers;                  // layers to keep
-  std::vector<std::vector<int>> heads;      // per entry of `layers`: heads to keep
-  static CaptureSpec parse(const std::string& spec, int n_layer, int n_head);
-  bool active(int64_t step) const { return step >= from && step <= to; }
-};
 
 struct RecordOptions {
   int checkpoint_every = 20;  // K: checkpoints at steps 0, K, 2K, ...
@@ -62,6 +54,10 @@ class Recorder {
   // follows steps < s (what resuming a killed recording relies on).
   void checkpoint(int64_t step, Trainer& trainer);
   void flush();  // blocks until every queued step and checkpoint is committed; rethrows an error
+  // record_step, checkpoint and flush rethrow a write that failed because the disk is full,
+  // the store became read-only, or its file was deleted or moved as one line saying what the
+  // store holds, after reading it back and verifying it, e.g. `store: disk full while writing
+  // step 7; the store holds steps 0..6 (checkpoints 0, 5) and verifies` (StoreError kData).
 
   bool wants_digest(int64_t step) const {
     return opt_.digest_every > 0 && (step + 1) % opt_.digest_every == 0;
@@ -80,8 +76,16 @@ class Recorder {
   Costs costs();
 
  private:
+  // Runs `body`; rethrows a write failure as described above (explain).
+  template <class F>
+  void guard(F&& body);
+  [[noreturn]] void explain(const store::StoreError& e);
+
+  std::string path_;
   int64_t run_;
   RecordOptions opt_;
+  // The step (or checkpoint step) whose write failed, -1 while none has; set by the writers.
+  std::atomic<int64_t> failed_step_{-1}, failed_checkpoint_{-1};
   Costs costs_;                    // training thread's part
   CheckpointSchedule schedule_;
   // Page-locked host buffers for device tensors, two sets used in turn: a device-to-host copy

@@ -10,6 +10,7 @@
 #include <torch/types.h>
 
 #include "train/config.h"
+#include "train/plan_schedule.h"
 #include "train/model.h"
 #include "plan/plan.h"
 
@@ -18,19 +19,6 @@ class Store;
 }
 
 namespace rwd::train {
-
-// A plan that changes at given steps: `base` from step 0, then each (step, spec) applied on
-// top of the base from that step on (the last one whose step <= s wins).
-struct PlanSchedule {
-  std::string base;
-  std::vector<std::pair<int64_t, std::string>> changes;  // sorted by step
-
-  plan::Plan at(int64_t step, int n_layer, int n_head) const;
-  std::string to_json() const;
-  static PlanSchedule from_json(const std::string& text);
-  // "STEP:SPEC" as given to --plan-from; throws UsageError.
-  void add_change(const std::string& step_colon_spec);
-};
 
 struct RunSpec {
   int64_t run_id = 0;

@@ -265,44 +265,78 @@ void store_checkpoint(Store& s, int64_t run, const Checkpoint& c, bool parallel)
   txn.commit();
 }
 
-// Seconds to write `c` as one checkpoint into a new store (store_checkpoint). Excludes create
-// and close: the recorder's writer keeps its store open.
+// Seconds to write `c` as one checkpoint into a new store (store_checkpoint) until it is in
+// the main file and fsync'd (a final WAL checkpoint), as durable as the plain write + fsync it
+// is compared with. Excludes create and close: the recorder's writer keeps its store open.
 double checkpoint_once(const Checkpoint& c, const StoreOptions& opt, bool parallel,
                        const std::string& path, double& ratio) {
-  std::remove(path.c_str());
+  for (const char* side : {"", "-wal", "-shm"}) std::remove((path + side).c_str());
   Store s = Store::create(path, opt);
   const int64_t run = s.add_run("{}", "", "{}");
+  s.checkpoint_wal();
   const auto t0 = Clock::now();
   store_checkpoint(s, run, c, parallel);
+  s.checkpoint_wal();
   const double secs = seconds_since(t0);
   const auto info = s.info();
   ratio = double(info.raw_bytes) / double(info.stored_bytes);
   return secs;
 }
 
-// Rows: the write path before put_blobs with the recorder's zstd workers (as many as cores
-// are idle, at most 8), then put_blobs on 0 (the calling thread), 1, 2, 4 .. max_threads
-// preparation threads.
-void bench_checkpoint_write(const std::string& dir, int reps, int max_threads) {
+// The same bytes as one plain file: write + fsync (the baseline of the checkpoint rows).
+double plain_checkpoint_once(const Checkpoint& c, const std::string& path) {
+  const auto t0 = Clock::now();
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  check(fd >= 0, "cannot create the plain file");
+  for (size_t i = 0; i < c.tensors.size(); ++i) {
+    const size_t n = static_cast<size_t>(rwd::store::shape_numel(c.tensors[i].second)) * 4;
+    check(::write(fd, c.pool.data() + c.offsets[i], n) == static_cast<ssize_t>(n), "write");
+  }
+  check(::fsync(fd) == 0 && ::close(fd) == 0, "fsync");
+  return seconds_since(t0);
+}
+
+// Rows: a plain write + fsync of the same bytes (the baseline, best of reps interleaved with
+// the store rows); the write path before put_blobs with the recorder's zstd workers; put_blobs
+// with SQLite's auto-checkpoint in every blob commit (the recorder before issue 24) and with
+// it off and one WAL checkpoint after the checkpoint (the recorder now), on 0 (the calling
+// thread), 1, 2, 4 .. max_threads preparation threads; the last at 64 KiB pages.
+void bench_checkpoint_write(const std::string& dir, int reps, int max_threads, int level) {
   const Checkpoint c = gpt2_small_state();
   std::printf(
-      "\ncheckpoint write: %zu FP32 tensors, %.0f MB (gpt2-small params + exp_avg), zstd 3+s, "
-      "best of %d, %u hardware threads\n%-40s %8s %8s %6s\n",
-      c.tensors.size(), c.bytes / 1e6, reps, std::thread::hardware_concurrency(), "path",
-      "seconds", "MB/s", "ratio");
-  auto row = [&](const char* what, int threads, bool parallel) {
+      "\ncheckpoint write: %zu FP32 tensors, %.0f MB (gpt2-small params + exp_avg), zstd %d+s, "
+      "best of %d, %u hardware threads; until fsync'd in the main file\n%-46s %8s %8s %6s %8s %8s\n",
+      c.tensors.size(), c.bytes / 1e6, level, reps, std::thread::hardware_concurrency(), "path",
+      "seconds", "MB/s", "ratio", "plain", "x plain");
+  const std::string plain_path = dir + "/store_bench.bin";
+  // Each row's plain baseline is measured in its own reps, interleaved with the store writes,
+  // so a row's ratio compares two writes made under the same load.
+  auto row = [&](const std::string& what, int threads, bool parallel, int autockpt, int page) {
     StoreOptions opt;
     opt.zstd_workers = threads;
-    double best = 1e30, ratio = 0;
+    opt.wal_autocheckpoint = autockpt;
+    opt.page_size = page;
+    opt.zstd_level = level;
+    double best = 1e30, plain = 1e30, ratio = 0;
     for (int i = 0; i < reps; ++i) {
+      plain = std::min(plain, plain_checkpoint_once(c, plain_path));
       best = std::min(best, checkpoint_once(c, opt, parallel, dir + "/store_bench.db", ratio));
     }
-    const std::string label = std::string(what) + ", " + std::to_string(threads) + " threads";
-    std::printf("%-40s %8.2f %8.0f %6.3f\n", label.c_str(), best, c.bytes / 1e6 / best, ratio);
+    const std::string label = what + ", " + std::to_string(threads) + " thr";
+    std::printf("%-46s %8.2f %8.0f %6.3f %8.0f %8.2f\n", label.c_str(), best, c.bytes / 1e6 / best,
+                ratio, c.bytes / 1e6 / plain, plain / best);
+    std::fflush(stdout);
   };
-  row("before: put_blob, zstd workers", std::min(max_threads, 8), false);
-  for (int t = 0; t <= max_threads; t = t == 0 ? 1 : t * 2) row("put_blobs", t, true);
-  if ((max_threads & (max_threads - 1)) != 0) row("put_blobs", max_threads, true);
+  const int top = std::min(max_threads, 8);
+  row("before: put_blob, zstd workers, auto-ckpt", top, false, 1000, 16384);
+  std::vector<int> counts;
+  for (int t = 0; t <= max_threads; t = t == 0 ? 1 : t * 2) counts.push_back(t);
+  if ((max_threads & (max_threads - 1)) != 0) counts.push_back(max_threads);
+  for (int t : counts) {
+    row("put_blobs, auto-ckpt per commit (before)", t, true, 1000, 16384);
+    row("put_blobs, one WAL ckpt at the end (now)", t, true, 0, 16384);
+  }
+  row("put_blobs, one WAL ckpt, 64 KiB pages", top, true, 0, 65536);
 }
 
 // One recorded step's transaction: its row and gpt2-small's 576 per-head monitors.
@@ -332,10 +366,12 @@ double commit_step_ms(Store& s, int64_t run, int64_t step,
 // `step_ms` on its own connection while a writer stores checkpoint `c` on another, as the
 // recorder's two connections do. Returns the writer's seconds and each step commit's ms.
 std::pair<double, std::vector<double>> recording_once(const Checkpoint& c, int threads,
-                                                      double step_ms, const std::string& path) {
-  std::remove(path.c_str());
+                                                      double step_ms, int autockpt,
+                                                      const std::string& path) {
+  for (const char* side : {"", "-wal", "-shm"}) std::remove((path + side).c_str());
   StoreOptions opt;
   opt.zstd_workers = threads;
+  opt.wal_autocheckpoint = autockpt;
   int64_t run = 0;
   { run = Store::create(path, opt).add_run("{}", "", "{}"); }
   Store steps = Store::open(path, Mode::kReadWrite, opt);
@@ -346,6 +382,7 @@ std::pair<double, std::vector<double>> recording_once(const Checkpoint& c, int t
   std::thread w([&] {
     const auto t0 = Clock::now();
     store_checkpoint(writer, run, c, /*parallel=*/true);
+    writer.checkpoint_wal();  // the recorder's writer does this after each checkpoint
     writer_s = seconds_since(t0);
     done = true;
   });
@@ -386,8 +423,10 @@ void bench_recording(const std::string& dir, int reps, int threads, double step_
   };
   const double base = row("alone (no writer)", 0, alone, *std::max_element(alone.begin(), alone.end()));
   for (int i = 0; i < reps; ++i) {
-    auto r = recording_once(c, threads, step_ms, dir + "/store_bench.db");
-    row("beside the writer", r.first, r.second, base);
+    auto r = recording_once(c, threads, step_ms, 1000, dir + "/store_bench.db");
+    row("beside writer, auto-ckpt", r.first, r.second, base);
+    r = recording_once(c, threads, step_ms, 0, dir + "/store_bench.db");
+    row("beside writer, one WAL ckpt", r.first, r.second, base);
   }
 }
 
@@ -430,10 +469,11 @@ void bench_items(const std::string& dir, int reps) {
 
 }  // namespace
 
-// store_bench DIR [reps] [max_threads] [checkpoint|recording]: max_threads (default: the
-// hardware threads) is the largest preparation thread count of the checkpoint rows (the
+// store_bench DIR [reps] [max_threads] [checkpoint|recording] [level]: max_threads (default:
+// the hardware threads) is the largest preparation thread count of the checkpoint rows (the
 // recording rows use at most 8, as the recorder does); `checkpoint` or `recording` runs only
-// that table.
+// that table; level (default 3) is the zstd level of the checkpoint rows (a negative one, zstd's
+// fast mode, leaves mostly SQLite and the disk to time).
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : ".";
   const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
@@ -441,8 +481,9 @@ int main(int argc, char** argv) {
       argc > 3 ? std::atoi(argv[3])
                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const std::string only = argc > 4 ? argv[4] : "";
+  const int level = argc > 5 ? std::atoi(argv[5]) : 3;
   if (only.empty()) bench_items(dir, reps);
-  if (only.empty() || only == "checkpoint") bench_checkpoint_write(dir, reps, max_threads);
+  if (only.empty() || only == "checkpoint") bench_checkpoint_write(dir, reps, max_threads, level);
   if (only.empty() || only == "recording") bench_recording(dir, reps, std::min(max_threads, 8), 5.0);
   std::remove((dir + "/store_bench.db").c_str());
   std::remove((dir + "/store_bench.bin").c_str());

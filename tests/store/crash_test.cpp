@@ -37,9 +37,12 @@ StepRecord expected_step(int64_t run, int64_t step) {
 }
 
 // The child's loop: never returns; exits via _exit so no gtest state is touched.
-[[noreturn]] void record_forever(const std::string& path, int64_t run) {
+// wal_every > 0: the WAL is copied into the main file every wal_every steps by the writer
+// (with options.wal_autocheckpoint 0, as the recorder does), so a kill can land in one.
+[[noreturn]] void record_forever(const std::string& path, int64_t run, const StoreOptions& options,
+                                 int wal_every) {
   try {
-    Store s = Store::open(path, Mode::kReadWrite);
+    Store s = Store::open(path, Mode::kReadWrite, options);
     const auto range = s.step_range(run);
     for (int64_t step = range ? range->second + 1 : 0;; ++step) {
       Transaction txn = s.begin_step();
@@ -57,6 +60,7 @@ StepRecord expected_step(int64_t run, int64_t step) {
       s.put_metric(run, step, "loss", static_cast<double>(step) * 0.5);
       s.put_metric(run, step, "gnorm", -static_cast<double>(step));
       txn.commit();
+      if (wal_every > 0 && step % wal_every == 0) s.checkpoint_wal();
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "child: %s\n", e.what());
@@ -92,7 +96,7 @@ void check_intact(Store& s, int64_t run, int64_t n) {
   EXPECT_TRUE(s.metrics(run, n, INT64_MAX).empty());
 }
 
-TEST(CrashSafety, SigkillDuringRecordingLosesAtMostTheStepInFlight) {
+void kill_while_recording(const StoreOptions& options, int wal_every) {
   test::TempDir dir;
   const std::string path = dir.file("crash.db");
   int64_t run;
@@ -105,7 +109,7 @@ TEST(CrashSafety, SigkillDuringRecordingLosesAtMostTheStepInFlight) {
   for (int rep = 0; rep < 5; ++rep) {
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) record_forever(path, run);
+    if (pid == 0) record_forever(path, run, options, wal_every);
     const int ms = std::uniform_int_distribution<int>(50, 400)(rng);
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     ASSERT_EQ(kill(pid, SIGKILL), 0);
@@ -131,6 +135,18 @@ TEST(CrashSafety, SigkillDuringRecordingLosesAtMostTheStepInFlight) {
                 static_cast<long long>(n));
   }
   EXPECT_GT(prev, 0) << "the child never committed a step";
+}
+
+TEST(CrashSafety, SigkillDuringRecordingLosesAtMostTheStepInFlight) {
+  kill_while_recording(StoreOptions{}, 0);
+}
+
+// The recorder's setting: no auto-checkpoint in commits, WAL checkpoints on the writer's
+// schedule (here every 5 steps, so kills land before, in and after them).
+TEST(CrashSafety, SigkillWithWriterScheduledWalCheckpoints) {
+  StoreOptions options;
+  options.wal_autocheckpoint = 0;
+  kill_while_recording(options, 5);
 }
 
 }  // namespace
