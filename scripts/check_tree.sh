@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
+# Fails when the git tree tracks something that is not source: a compiled file (recognised by its
 # magic bytes, not its name) or any file over 1 MB; small SQLite stores under fuzz/ are the store
 # fuzzer's seeds and allowed. scripts/test.sh runs it before the build.
-# magic bytes, not its name) or any file over 1 MB. scripts/test.sh runs it before the build.
 # Usage: bash scripts/check_tree.sh [REPO_DIR]   (default: this repository)
 set -euo pipefail
 REPO=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
