@@ -4,6 +4,7 @@
 
 #include <torch/types.h>
 
+#include <cmath>
 #include <map>
 #include <sstream>
 
@@ -33,7 +34,8 @@ c10::impl::GenericDict as_dict(const c10::IValue& v, const std::string& where) {
 
 int64_t as_int(const c10::IValue& v, const std::string& where) {
   if (v.isInt()) return v.toInt();
-  if (v.isDouble() && v.toDouble() == static_cast<double>(static_cast<int64_t>(v.toDouble())))
+  // A whole double within int64's range (casting one outside it would be undefined).
+  if (v.isDouble() && std::abs(v.toDouble()) < 9.2e18 && v.toDouble() == std::trunc(v.toDouble()))
     return static_cast<int64_t>(v.toDouble());
   if (v.isTensor() && v.toTensor().numel() == 1) return static_cast<int64_t>(v.toTensor().item<double>());
   throw InteropError(where + ": expected an integer, found " + v.tagKind());
