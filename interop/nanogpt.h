@@ -38,6 +38,9 @@ struct NanoGptCheckpoint {
 // `config_json`: nanoGPT keys overriding the checkpoint's hyperparameters (its model keys must
 // agree with the checkpoint's model).
 NanoGptCheckpoint read_nanogpt(const std::string& path, const std::string& config_json = "");
+// The same for a checkpoint already read (read_pickle / load_torch_file); `name` for messages.
+NanoGptCheckpoint nanogpt_checkpoint(const c10::IValue& root, const std::string& name,
+                                     const std::string& config_json = "");
 
 // Writes rewind's state at iteration `iter_num` as a nanoGPT ckpt.pt: GPT.load_state_dict(
 // strict=True) accepts its model, train.py resumes from it. `extra`: what read_nanogpt kept

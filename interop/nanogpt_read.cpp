@@ -34,17 +34,24 @@ c10::impl::GenericDict as_dict(const c10::IValue& v, const std::string& where) {
 
 int64_t as_int(const c10::IValue& v, const std::string& where) {
   if (v.isInt()) return v.toInt();
-  // A whole double within int64's range (casting one outside it would be undefined).
-  if (v.isDouble() && std::abs(v.toDouble()) < 9.2e18 && v.toDouble() == std::trunc(v.toDouble()))
-    return static_cast<int64_t>(v.toDouble());
-  if (v.isTensor() && v.toTensor().numel() == 1) return static_cast<int64_t>(v.toTensor().item<double>());
-  throw InteropError(where + ": expected an integer, found " + v.tagKind());
+  // A whole double (or one-element tensor) within int64's range: casting one outside it, or a
+  // NaN, would be undefined.
+  const bool scalar_tensor = v.isTensor() && v.toTensor().numel() == 1;
+  if (v.isDouble() || scalar_tensor) {
+    const double d = v.isDouble() ? v.toDouble() : v.toTensor().item<double>();
+    if (std::abs(d) < 9.2e18 && d == std::trunc(d)) return static_cast<int64_t>(d);
+  }
+  throw InteropError(where + ": expected an integer, found " +
+                     (scalar_tensor || v.isDouble() ? "a non-integral number" : v.tagKind()));
 }
 
 torch::Tensor as_tensor(const c10::IValue& v, const std::string& where, c10::IntArrayRef shape) {
   if (!v.isTensor()) throw InteropError(where + ": expected a tensor, found " + v.tagKind());
   torch::Tensor t = v.toTensor();
   if (!t.is_floating_point()) throw InteropError(where + ": not a floating-point tensor");
+  // torch.save writes a parameter's own storage; a view whose elements overlap (stride 0) could
+  // stand for far more elements than the file holds.
+  if (!t.is_non_overlapping_and_dense()) throw InteropError(where + ": not a dense tensor (overlapping strides)");
   if (t.sizes() != shape)
     throw InteropError(where + ": shape " + shape_str(t.sizes()) + ", expected " + shape_str(shape) +
                        " for the model in model_args");
@@ -55,7 +62,12 @@ torch::Tensor as_tensor(const c10::IValue& v, const std::string& where, c10::Int
 train::Config model_shape(const c10::impl::GenericDict& args, bool has_bias_keys,
                           NanoGptCheckpoint& out) {
   train::Config c;
-  auto get = [&](const char* k) { return static_cast<int>(as_int(need(args, k, "model_args"), std::string("model_args.") + k)); };
+  auto get = [&](const char* k) {
+    const std::string where = std::string("model_args.") + k;
+    const int64_t v = as_int(need(args, k, "model_args"), where);
+    if (v < 1 || v > (int64_t{1} << 24)) throw InteropError(where + ": " + std::to_string(v) + " is outside 1..2^24");
+    return static_cast<int>(v);
+  };
   c.n_layer = get("n_layer");
   c.n_head = get("n_head");
   c.n_embd = get("n_embd");
@@ -117,13 +129,11 @@ std::map<std::string, torch::Tensor> model_tensors(const c10::impl::GenericDict&
   return m;
 }
 
-}  // namespace
-
-NanoGptCheckpoint read_nanogpt(const std::string& path, const std::string& config_json) {
+NanoGptCheckpoint map_checkpoint(const c10::IValue& root, const std::string& path,
+                                 const std::string& config_json) {
   NanoGptCheckpoint out;
-  const c10::IValue root = load_torch_file(path);
   if (!root.isGenericDict())
-    throw InteropError("'" + path + "' holds a " + root.tagKind() +
+    throw InteropError(path + " holds a " + root.tagKind() +
                        ", not a nanoGPT checkpoint (a dict with model, optimizer, model_args, iter_num)");
   const c10::impl::GenericDict top = root.toGenericDict();
   const std::string where = "checkpoint";
@@ -269,6 +279,21 @@ NanoGptCheckpoint read_nanogpt(const std::string& path, const std::string& confi
     }
   }
   return out;
+}
+
+}  // namespace
+
+NanoGptCheckpoint read_nanogpt(const std::string& path, const std::string& config_json) {
+  return nanogpt_checkpoint(load_torch_file(path), "'" + path + "'", config_json);
+}
+
+NanoGptCheckpoint nanogpt_checkpoint(const c10::IValue& root, const std::string& name,
+                                     const std::string& config_json) {
+  try {
+    return map_checkpoint(root, name, config_json);
+  } catch (const c10::Error& e) {  // a value of an unexpected kind deep inside a LibTorch call
+    throw InteropError(name + ": not a nanoGPT checkpoint: " + e.what_without_backtrace());
+  }
 }
 
 }  // namespace rwd::interop

@@ -5,7 +5,10 @@
 #include <ATen/core/ivalue.h>
 
 #include <nlohmann/json.hpp>
+#include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 
@@ -23,6 +26,15 @@ class InteropError : public Error {
 // saved from. Throws InteropError for a missing file, the legacy (pre-1.6) format or pickle
 // content LibTorch cannot rebuild.
 c10::IValue load_torch_file(const std::string& path);
+// Where a pickle's tensor storages come from: the bytes of record `name` ("data/0"), or
+// nullopt when the file has none by that name.
+using RecordReader =
+    std::function<std::optional<std::pair<at::DataPtr, size_t>>(const std::string& name)>;
+// The pickle program of a torch.save file (its data.pkl) run by our reader: dicts, lists,
+// tuples, numbers, strings and tensors whose storages `records` supplies. Throws InteropError
+// for anything malformed or unsupported (and for containers nested deeper than 64 or changed
+// after they were stored, which torch.save never writes).
+c10::IValue read_pickle(const std::string& pickle, const RecordReader& records);
 // Writes `value` in torch.save's zip format (torch.load reads it). Throws InteropError on I/O.
 void save_torch_file(const std::string& path, const c10::IValue& value);
 

@@ -9,6 +9,9 @@
 #include <fstream>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
+#include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "interop/pickle_io.h"
@@ -31,7 +34,7 @@ c10::ScalarType storage_dtype(const std::string& cls) {
 
 class Reader {
  public:
-  Reader(const std::string& bytes, caffe2::serialize::PyTorchStreamReader& zip) : p_(bytes), zip_(zip) {}
+  Reader(const std::string& bytes, const RecordReader& records) : p_(bytes), records_(records) {}
 
   c10::IValue run() {
     for (;;) {
@@ -65,8 +68,8 @@ class Reader {
         }
         case 'l': push(list_of(pop_mark())); break;
         case 'd': push(dict_of(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get()), pop_mark())); break;
-        case 'a': { Item x = pop(); top().v.toList().push_back(value(x)); break; }
-        case 'e': { auto xs = pop_mark(); auto l = top().v.toList(); for (auto& x : xs) l.push_back(value(x)); break; }
+        case 'a': append({pop()}); break;
+        case 'e': append(pop_mark()); break;
         case 's': { Item v = pop(), k = pop(); set_items({k, v}); break; }
         case 'u': set_items(pop_mark()); break;
         case 'q': memo_[u8()] = top(); break;                     // BINPUT
@@ -99,7 +102,7 @@ class Reader {
     return {d[b >> 4], d[b & 15]};
   }
   const char* n(size_t k) {
-    if (pos_ + k > p_.size()) throw InteropError("checkpoint: the pickle ends early");
+    if (k > p_.size() - pos_) throw InteropError("checkpoint: the pickle ends early");
     const char* at = p_.data() + pos_;
     pos_ += k;
     return at;
@@ -151,6 +154,7 @@ class Reader {
     if (marks_.empty()) throw InteropError("checkpoint: malformed pickle (no mark)");
     const size_t m = marks_.back();
     marks_.pop_back();
+    if (m > stack_.size()) throw InteropError("checkpoint: malformed pickle (a mark below the stack)");
     std::vector<Item> items(std::make_move_iterator(stack_.begin() + m), std::make_move_iterator(stack_.end()));
     stack_.resize(m);
     return items;
@@ -162,22 +166,73 @@ class Reader {
   }
   // An item as a container element: a bare global (a storage class) becomes its name.
   static c10::IValue value(const Item& i) { return i.global.empty() ? i.v : c10::IValue(i.global); }
-  static c10::IValue tuple(const std::vector<Item>& items) {
+  // Containers: a list or dict is filled while it is on the stack, then stored in its parent,
+  // after which it is sealed (a pickle that changes it then is refused). So no container can
+  // hold itself, and the nesting depth (which LibTorch's destructors and to_json recurse over)
+  // is known exactly and bounded.
+  static constexpr int kMaxDepth = 64;
+  static const void* container(const c10::IValue& v) {
+    return v.isList() || v.isGenericDict() || v.isTuple() ? v.internalToPointer() : nullptr;
+  }
+  // `child` goes into `parent` (a new container or one being filled).
+  void contain(const c10::IValue& parent, const c10::IValue& child) {
+    const void* c = container(child);
+    if (!c) return;
+    const void* p = container(parent);
+    if (c == p) throw InteropError("checkpoint: malformed pickle (a container inside itself)");
+    sealed_.insert(c);
+    int& d = depth_[p];
+    d = std::max(d, depth_[c] + 1);
+    if (d > kMaxDepth)
+      throw InteropError("checkpoint: containers nested deeper than " + std::to_string(kMaxDepth));
+  }
+  void fill(const c10::IValue& target) {
+    if (sealed_.count(container(target)))
+      throw InteropError("checkpoint: malformed pickle (a container changed after it was stored)");
+  }
+  c10::IValue tuple(const std::vector<Item>& items) {
     std::vector<c10::IValue> v;
     for (const Item& i : items) v.push_back(value(i));
-    return c10::ivalue::Tuple::create(std::move(v));
+    c10::IValue t = c10::ivalue::Tuple::create(std::move(v));
+    for (const c10::IValue& e : t.toTupleRef().elements()) contain(t, e);
+    return t;
   }
-  static c10::IValue list_of(const std::vector<Item>& items) {
+  c10::IValue list_of(const std::vector<Item>& items) {
     c10::impl::GenericList l(c10::AnyType::get());
-    for (const Item& i : items) l.push_back(value(i));
-    return l;
+    const c10::IValue lv(l);
+    for (const Item& i : items) {
+      contain(lv, value(i));
+      l.push_back(value(i));
+    }
+    return lv;
   }
-  static c10::IValue dict_of(c10::impl::GenericDict d, const std::vector<Item>& kv) {
-    for (size_t i = 0; i + 1 < kv.size(); i += 2) d.insert_or_assign(value(kv[i]), value(kv[i + 1]));
-    return d;
+  void append(const std::vector<Item>& items) {
+    Item& target = top();
+    if (!target.v.isList()) throw InteropError("checkpoint: malformed pickle (APPEND to a non-list)");
+    fill(target.v);
+    c10::impl::GenericList l = target.v.toList();
+    for (const Item& i : items) {
+      contain(target.v, value(i));
+      l.push_back(value(i));
+    }
+  }
+  c10::IValue dict_of(c10::impl::GenericDict d, const std::vector<Item>& kv) {
+    const c10::IValue dv(d);
+    for (size_t i = 0; i + 1 < kv.size(); i += 2) {
+      // LibTorch's dict hashes only these (and throws from a noexcept path for others).
+      const c10::IValue key = value(kv[i]);
+      if (!key.isString() && !key.isInt() && !key.isDouble() && !key.isBool())
+        throw InteropError(std::string("checkpoint: a dict key of kind ") + key.tagKind() +
+                           " (torch.save checkpoints key by strings and integers)");
+      contain(dv, value(kv[i]));
+      contain(dv, value(kv[i + 1]));
+      d.insert_or_assign(value(kv[i]), value(kv[i + 1]));
+    }
+    return dv;
   }
   void set_items(const std::vector<Item>& kv) {
     if (!top().v.isGenericDict()) throw InteropError("checkpoint: malformed pickle (SETITEMS on a non-dict)");
+    fill(top().v);
     dict_of(top().v.toGenericDict(), kv);
   }
 
@@ -215,31 +270,37 @@ class Reader {
     if (it != storages_.end()) return it->second;
     const c10::ScalarType dtype = storage_dtype(e[1].toStringRef());
     const int64_t numel = e[4].toInt();
-    torch::Tensor t = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
-    at::DataPtr data;
-    size_t size = 0;
-    try {
-      std::tie(data, size) = zip_.getRecord("data/" + key);
-    } catch (const c10::Error&) {
-      throw InteropError("checkpoint: tensor data 'data/" + key + "' is missing from the zip file");
-    }
-    if (size < static_cast<size_t>(t.numel() * t.element_size()))
+    std::optional<std::pair<at::DataPtr, size_t>> rec = records_("data/" + key);
+    if (!rec) throw InteropError("checkpoint: tensor data 'data/" + key + "' is missing from the zip file");
+    const size_t item = c10::elementSize(dtype);
+    if (numel < 0 || static_cast<uint64_t>(numel) > rec->second / item)
       throw InteropError("checkpoint: tensor data 'data/" + key + "' is shorter than its storage");
-    if (numel > 0) std::memcpy(t.data_ptr(), data.get(), t.numel() * t.element_size());
+    torch::Tensor t = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
+    if (numel > 0) std::memcpy(t.data_ptr(), rec->first.get(), static_cast<size_t>(numel) * item);
     storages_[key] = t;
     return t;
   }
 
   const std::string& p_;
-  caffe2::serialize::PyTorchStreamReader& zip_;
+  const RecordReader& records_;
   size_t pos_ = 0;
   std::vector<Item> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, Item> memo_;
   std::unordered_map<std::string, torch::Tensor> storages_;
+  std::unordered_map<const void*, int> depth_;  // nesting depth of each container made so far
+  std::unordered_set<const void*> sealed_;      // containers stored in another one
 };
 
 }  // namespace
+
+c10::IValue read_pickle(const std::string& pickle, const RecordReader& records) {
+  try {
+    return Reader(pickle, records).run();
+  } catch (const c10::Error& e) {
+    throw InteropError(std::string("checkpoint: not a readable torch.save pickle: ") + e.what_without_backtrace());
+  }
+}
 
 c10::IValue load_torch_file(const std::string& path) {
   std::ifstream probe(path, std::ios::binary);
@@ -254,7 +315,11 @@ c10::IValue load_torch_file(const std::string& path) {
     if (!zip.hasRecord("data.pkl")) throw InteropError("'" + path + "' has no data.pkl (not a torch.save file)");
     auto [data, size] = zip.getRecord("data.pkl");
     const std::string bytes(static_cast<const char*>(data.get()), size);
-    return Reader(bytes, zip).run();
+    return read_pickle(bytes, [&](const std::string& name) -> std::optional<std::pair<at::DataPtr, size_t>> {
+      if (!zip.hasRecord(name)) return std::nullopt;
+      auto [record, n] = zip.getRecord(name);
+      return std::make_pair(std::move(record), n);
+    });
   } catch (const c10::Error& e) {
     throw InteropError("'" + path + "': not a readable torch.save file: " + e.what_without_backtrace());
   }

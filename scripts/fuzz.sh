@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 SECONDS_EACH="${1:-60}"
 shift || true
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(plan predicate capture config plan_schedule store blob)
+((${#TARGETS[@]})) || TARGETS=(plan predicate capture config plan_schedule run_meta store blob nanogpt)
 FUZZ_DIR="${FUZZ_BUILD_DIR:-$REWIND_ROOT/build-fuzz}"
 
 install_deps
@@ -34,10 +34,10 @@ for t in "${TARGETS[@]}"; do
   "$FUZZ_DIR/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
     -max_len=65536 -print_final_stats=1 -artifact_prefix="$art/" \
     "$work" "$seeds" "$regress" >"$log" 2>&1 || rc=$?
-  execs=$(grep -oP 'stat::number_of_executed_units:\s*\K\d+' "$log" || echo 0)
-  speed=$(grep -oP 'stat::average_exec_per_sec:\s*\K\d+' "$log" || echo 0)
+  execs=$(grep -oP 'stat::number_of_executed_units:\s*\K\d+' "$log" | tail -1 || true)
+  speed=$(grep -oP 'stat::average_exec_per_sec:\s*\K\d+' "$log" | tail -1 || true)
   cov=$(grep -oP '(?<=cov: )\d+' "$log" | tail -1 || echo 0)
-  printf '%-10s %8s %10s %8s %8s %8s\n' "$t" "$SECONDS_EACH" "$execs" "$speed" "${cov:-0}" \
+  printf '%-10s %8s %10s %8s %8s %8s\n' "$t" "$SECONDS_EACH" "${execs:-0}" "${speed:-0}" "${cov:-0}" \
     "$(find "$work" -type f | wc -l)"
   if [[ $rc != 0 ]]; then
     failed+=("$t")

@@ -2,6 +2,7 @@
 #include "train/config.h"
 
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -30,8 +31,14 @@ T parse_number(const std::string& key, const std::string& text) {
     size_t used = 0;
     double v = std::stod(text, &used);
     if (used != text.size()) throw std::invalid_argument(text);
+    if (!std::isfinite(v)) throw std::invalid_argument(text);
     if constexpr (std::is_integral_v<T>) {
+      // A whole number inside T's range; the cast of one outside it is undefined behaviour.
+      // 2^digits is exact in a double, and every double below it converts without overflow.
       if (v != std::floor(v)) throw std::invalid_argument(text);
+      const double top = std::ldexp(1.0, std::numeric_limits<T>::digits);
+      if (v >= top || v < static_cast<double>(std::numeric_limits<T>::min()))
+        throw std::out_of_range(text);
     }
     return static_cast<T>(v);
   } catch (const std::logic_error&) {
@@ -179,7 +186,7 @@ bool Config::same_model(const Config& o) const {
 }
 
 double lr_at(const Config& c, int64_t it) {
-  if (it < c.warmup_iters) return c.learning_rate * static_cast<double>(it + 1) / (c.warmup_iters + 1);
+  if (it < c.warmup_iters) return c.learning_rate * static_cast<double>(it + 1) / (c.warmup_iters + 1.0);
   if (it > c.lr_decay_iters) return c.min_lr;
   double denom = std::max(1, c.lr_decay_iters - c.warmup_iters);
   double ratio = static_cast<double>(it - c.warmup_iters) / denom;

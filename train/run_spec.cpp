@@ -122,27 +122,10 @@ RunSpec RunSpec::load(store::Store& s, int64_t run_id) {
     if (!info) throw UsageError("store '" + s.path() + "' has no run " + std::to_string(run_id));
   }
   RunSpec r;
+  static_cast<RunMeta&>(r) = RunMeta::parse(info->meta);
   r.run_id = info->id;
   r.config = Config::from_json(info->config);
   r.plan = PlanSchedule::from_json(info->plan);
-  try {
-    auto j = nlohmann::json::parse(info->meta);
-    r.data_path = j.value("data_path", "");
-    r.data_fingerprint = j.value("data_fingerprint", "");
-    r.threads = j.value("threads", 1);
-    r.device = j.value("device", "cpu");
-    r.device_name = j.value("device_name", "");
-    r.attention = j.value("attention", "rewind");
-    r.checkpoint_every = j.value("checkpoint_every", 0);
-    r.digest_every = j.value("digest_every", 1);
-    r.full_batches = j.value("full_batches", false);
-    r.world_size = j.value("world_size", 1);
-    r.recorded_rewind = j.value("rewind_version", "?");
-    r.recorded_torch = j.value("torch_version", "?");
-    r.recorded_numerics = j.value("numerics", 1);  // runs before the field existed: version 1
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ExitCode::kData, std::string("run metadata is not valid: ") + e.what());
-  }
   return r;
 }
 

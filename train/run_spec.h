@@ -11,6 +11,7 @@
 
 #include "train/config.h"
 #include "train/plan_schedule.h"
+#include "train/run_meta.h"
 #include "train/model.h"
 #include "plan/plan.h"
 
@@ -20,23 +21,11 @@ class Store;
 
 namespace rwd::train {
 
-struct RunSpec {
+// A recorded run: its config and plan schedule plus the metadata (RunMeta) beside them.
+struct RunSpec : RunMeta {
   int64_t run_id = 0;
   Config config;
   PlanSchedule plan;
-  std::string data_path;
-  std::string data_fingerprint;
-  int threads = 1;
-  std::string device = "cpu";        // "cpu" or "cuda" (LibTorch deterministic mode)
-  std::string device_name;           // the processor: CPU model or GPU name and sm_XY ("" if unknown)
-  // What recorded the run (filled by load(); meta_json() writes this build's own values).
-  std::string recorded_rewind, recorded_torch;
-  int recorded_numerics = 0;
-  std::string attention = "rewind";  // "rewind" (our kernels, plan) or "sdpa" (baseline)
-  int checkpoint_every = 0;
-  int digest_every = 1;
-  bool full_batches = false;
-  int world_size = 1;                // data-parallel ranks (--nproc-per-node / torchrun)
 
   std::string meta_json() const;  // everything but config and plan, plus versions
   static RunSpec load(store::Store& s, int64_t run_id);  // run_id 0 = the last run
