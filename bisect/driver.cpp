@@ -194,8 +194,9 @@ std::string verdict_text(const BisectReport& rep) {
       v += "  fixing set (promoted to FP32, the rest as recorded, passes): " + to_string(r.fixing_set) + "\n";
     for (const auto& f : rep.fixes) v += "  fix check: " + f.name + ": " + (f.fixes ? "FIXES the window" : "does not fix") + "\n";
   }
-  std::snprintf(buf, sizeof buf, "probes: %zu (%d run, %d cached; jobs %d), wall %.1f s\n", rep.probes.size(),
-                rep.executed, rep.cached, rep.jobs, rep.wall_s);
+  const std::string ranks = rep.ranks > 1 ? ", " + std::to_string(rep.ranks) + " ranks per probe" : "";
+  std::snprintf(buf, sizeof buf, "probes: %zu (%d run, %d cached; jobs %d%s), wall %.1f s\n", rep.probes.size(),
+                rep.executed, rep.cached, rep.jobs, ranks.c_str(), rep.wall_s);
   v += buf;
   return v;
 }
@@ -268,6 +269,7 @@ BisectReport run_bisect(const BisectOptions& o) {
   rep.n_layer = run.config.n_layer;
   rep.n_head = run.config.n_head;
   rep.jobs = o.pool.jobs;
+  rep.ranks = o.pool.comm ? o.pool.comm->world() : 1;
   rep.gpus = o.pool.gpus;
   st.put_kv(run.run_id, "bisect/log/" + ctx.job, "[]");
   st.put_kv(run.run_id, "bisect/job/" + ctx.job, job_text);
@@ -295,6 +297,7 @@ BisectReport run_bisect(const BisectOptions& o) {
     if (!o.find_window || rep.search.status != Status::kNotReproducible) break;
     window = widen(ctx, *window, *range);
   }
+  ctx.pool.release_ranks();  // no probe follows (with ranks: they may end)
   rep.executed = ctx.pool.executed();
   rep.cached = ctx.pool.cached();
   rep.wall_s = now_s() - t0;

@@ -21,7 +21,7 @@ struct BisectOptions {
   int64_t run = 0;                             // 0 = the last run
   std::optional<std::pair<int64_t, int64_t>> window;  // --window A:B
   std::string fail;                            // failure predicate text
-  PoolOptions pool;                            // --jobs, --gpus, --fresh
+  PoolOptions pool;                            // --jobs, --gpus, --fresh, the ranks
   bool find_window = false;                    // --find-window
   std::optional<int64_t> until;                // --until F
   bool window_only = false;                    // --window-only
@@ -82,6 +82,7 @@ struct BisectReport {
   std::vector<double> recorded_loss;  // over the window (or over [c0, F] for a time search)
   int64_t recorded_from = 0;
   int executed = 0, cached = 0, jobs = 1;
+  int ranks = 1;                      // data-parallel ranks each probe ran on
   std::vector<std::string> gpus;
   double wall_s = 0;
   std::string verdict;                // human text, several lines

@@ -142,7 +142,7 @@ plan::Plan probe_plan(const ProbeSpec& p, const train::RunSpec& run, int64_t ste
   return plan::apply(recorded, p.spec);
 }
 
-std::string probe_key(const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred) {
+std::string probe_key(const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred, int world) {
   const train::Config& c = run.config;
   std::string recorded, probe;
   for (int64_t s : plan_points(p, run)) {
@@ -153,6 +153,9 @@ std::string probe_key(const ProbeSpec& p, const train::RunSpec& run, const Predi
   const std::string text = "rewind-probe-v2\nrun " + std::to_string(run.run_id) + "\nwindow " +
                            std::to_string(p.from) + ":" + std::to_string(p.to) + "\nrecorded\n" +
                            recorded + "probe " + hex64(fnv1a64(probe)) + "\npredicate " + pred.text();
+  // On the recorded number of ranks the key is what it was before probes could run on several:
+  // another count sums gradients in another order, so its replays are other probes.
+  if (world != run.world_size) return hex64(fnv1a64(text + "\nranks " + std::to_string(world)));
   return hex64(fnv1a64(text));
 }
 
@@ -187,16 +190,20 @@ Series recorded_series(store::Store& s, int64_t run, int64_t from, int64_t to,
 }
 
 ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,
-                           const Predicate& pred) {
+                           const Predicate& pred, train::Comm* comm) {
   auto t0 = std::chrono::steady_clock::now();
   ProbeOutcome out;
-  out.key = probe_key(p, run, pred);
+  const int world = comm ? comm->world() : 1;
+  out.key = probe_key(p, run, pred, world);
   out.plan = probe_plan(p, run, p.from).canonical();
   if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES"))
     out.device = run.device + " (CUDA_VISIBLE_DEVICES=" + cvd + ")";
   else
     out.device = run.device;
-  replay::Restored st = replay::restore_before(s, run.run_id, p.from, "", false, {});
+  if (world > 1) out.device += " x " + std::to_string(world) + " ranks";
+  // Every rank replays the window in lockstep; the loss is summed in rank order on all of
+  // them, so each rank stops at the same non-finite step and judges the same series.
+  replay::Restored st = replay::restore_before(s, run.run_id, p.from, "", false, {}, comm);
   std::vector<replay::ReplayedStep> window;
   for (int64_t step = p.from; step <= p.to; ++step) {
     st.trainer->set_plan(probe_plan(p, run, step));

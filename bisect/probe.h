@@ -10,6 +10,7 @@
 #include "bisect/predicate.h"
 #include "bisect/space.h"
 #include "common/error.h"
+#include "train/dist.h"
 #include "train/run_spec.h"
 #include "store/store.h"
 
@@ -63,9 +64,10 @@ SearchSpace space_for(const train::Config& c);
 plan::Plan probe_plan(const ProbeSpec& p, const train::RunSpec& run, int64_t step);
 
 // Cache key: hash of (run, window, recorded plan of the window, probe plan of the window,
-// normalized predicate). Plans are described at `from` and at every schedule change inside
-// the window, so equal keys mean identical replays judged identically.
-std::string probe_key(const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred);
+// normalized predicate, and the number of ranks when it is not the recording's). Plans are
+// described at `from` and at every schedule change inside the window, so equal keys mean
+// identical replays judged identically.
+std::string probe_key(const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred, int world = 1);
 
 // Every series key a window of this run provides (to validate a predicate before probing).
 std::vector<std::string> series_keys(const train::Config& c);
@@ -76,9 +78,10 @@ Series recorded_series(store::Store& s, int64_t run, int64_t from, int64_t to,
                        const std::vector<std::string>* keys = nullptr);
 
 // Runs the probe in this process (restore, replay the window, stop at a non-finite loss,
-// evaluate the predicate). The caller sets the thread count of the recording.
+// evaluate the predicate). The caller sets the thread count of the recording. comm: the job's
+// ranks, every one of which runs the same probe (nullptr: this process alone).
 ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,
-                           const Predicate& pred);
+                           const Predicate& pred, train::Comm* comm = nullptr);
 
 // The probes table row of an outcome, and back (nullopt: not a bisect probe or unreadable).
 store::ProbeRecord to_record(const ProbeSpec& p, const ProbeOutcome& o);

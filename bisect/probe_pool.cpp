@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -41,6 +42,26 @@ ProbePool::ProbePool(store::Store& s, const train::RunSpec& run, const Predicate
                      PoolOptions options)
     : store_(s), run_(run), pred_(pred), options_(std::move(options)) {
   if (options_.jobs < 1) throw UsageError("bisect: --jobs must be >= 1");
+  if (options_.comm) {
+    world_ = options_.comm->world();
+    if (options_.jobs != 1 || !options_.gpus.empty())
+      throw UsageError("bisect: probes on several ranks run one at a time (jobs 1, no GPU list)");
+  }
+}
+
+ProbePool::~ProbePool() {
+  if (!options_.comm || released_ || in_probe_) return;
+  try {
+    release_ranks();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "warning: bisect: cannot release the other ranks: %s\n", e.what());
+  }
+}
+
+void ProbePool::release_ranks() {
+  if (!options_.comm || released_) return;
+  released_ = true;
+  options_.comm->broadcast_text("");
 }
 
 std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch) {
@@ -50,7 +71,7 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch) {
   std::map<std::string, size_t> first;  // key -> index of its first occurrence in batch
   std::vector<ProbeSpec> todo;
   for (size_t i = 0; i < batch.size(); ++i) {
-    keys.push_back(probe_key(batch[i], run_, pred_));
+    keys.push_back(probe_key(batch[i], run_, pred_, world_));
     if (first.count(keys[i])) continue;
     first[keys[i]] = i;
     if (!options_.fresh) {
@@ -68,7 +89,13 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch) {
   std::vector<ProbeOutcome> fresh;
   if (options_.jobs == 1 || (todo.size() == 1 && options_.gpus.empty())) {
     for (const auto& p : todo) {
-      ProbeOutcome o = execute_probe(store_, p, run_, pred_);
+      if (options_.comm) {
+        if (released_) throw BisectError(ExitCode::kInternal, "probe asked for after the ranks were released");
+        in_probe_ = true;
+        options_.comm->broadcast_text(p.to_json());  // the other ranks run it with us
+      }
+      ProbeOutcome o = execute_probe(store_, p, run_, pred_, options_.comm);
+      in_probe_ = false;
       store_.put_probe(to_record(p, o));
       fresh.push_back(o);
     }
@@ -160,6 +187,18 @@ int probe_worker(const std::string& store_path, const std::string& probe_json) {
   ProbeOutcome o = execute_probe(s, p, run, pred);
   s.put_probe(to_record(p, o));
   return 0;
+}
+
+int follow_probes(const std::string& store_path, train::Comm& comm) {
+  store::Store s = store::Store::open(store_path, store::Mode::kReadOnly);
+  for (;;) {
+    const std::string text = comm.broadcast_text("");
+    if (text.empty()) return 0;
+    // The same spec, store and predicate as rank 0: the same replay, collective for collective.
+    const ProbeSpec p = ProbeSpec::from_json(text);
+    const train::RunSpec run = train::RunSpec::load(s, p.run);
+    execute_probe(s, p, run, Predicate::parse(p.predicate), &comm);
+  }
 }
 
 }  // namespace rwd::bisect

@@ -1,5 +1,6 @@
 // Runs batches of bisect probes: answers from the store's probe cache first, then runs the rest
-// in this process (--jobs 1) or in worker processes, one probe each (--jobs N, --gpus LIST).
+// in this process (--jobs 1), on the job's ranks (--nproc-per-node N: rank 0 hands each probe to
+// the others, which follow), or in worker processes, one probe each (--jobs N, --gpus LIST).
 #pragma once
 
 #include <functional>
@@ -17,15 +18,26 @@ struct PoolOptions {
   // Worker executable and the arguments before the probe: `<exe> bisect __probe`. Workers are
   // started with posix_spawn (fork+exec): LibTorch and OpenMP are not fork-safe without exec.
   std::string exe = "/proc/self/exe";
+  // The job's ranks (not owned; nullptr: one process). Set on rank 0, whose pool runs every
+  // probe on all ranks (jobs must be 1); the other ranks run follow_probes.
+  train::Comm* comm = nullptr;
 };
 
 class ProbePool {
  public:
   ProbePool(store::Store& s, const train::RunSpec& run, const Predicate& pred,
             PoolOptions options);
+  // With ranks: tells them that no probe follows (release_ranks), unless a probe was cut short
+  // by an error (the ranks are then inside its collectives and end with the job).
+  ~ProbePool();
+  ProbePool(const ProbePool&) = delete;
+  ProbePool& operator=(const ProbePool&) = delete;
 
   // Outcomes in the order of `batch`; duplicate keys inside a batch run once.
   std::vector<ProbeOutcome> run(const std::vector<ProbeSpec>& batch);
+
+  // With ranks: the followers' end (an empty message); later probes are refused.
+  void release_ranks();
 
   int executed() const { return executed_; }
   int cached() const { return cached_; }
@@ -39,11 +51,19 @@ class ProbePool {
   const train::RunSpec& run_;
   const Predicate& pred_;
   PoolOptions options_;
+  int world_ = 1;           // ranks each probe runs on
+  bool in_probe_ = false;   // a probe on the ranks has started and not finished
+  bool released_ = false;
   int executed_ = 0, cached_ = 0;
 };
 
 // The hidden worker: `rewind bisect __probe --store S --probe JSON`. Runs one probe and writes
 // it into the store's probe cache. Returns the exit code.
 int probe_worker(const std::string& store_path, const std::string& probe_json);
+
+// Ranks 1..N-1 of a bisect job: run every probe rank 0's pool hands out, in lockstep with it,
+// until it releases them. The store is opened read-only: rank 0 alone writes probes, the log
+// and the report. Returns the exit code (0).
+int follow_probes(const std::string& store_path, train::Comm& comm);
 
 }  // namespace rwd::bisect

@@ -125,6 +125,7 @@ std::string report_json(const BisectReport& r) {
   j["probes_run"] = r.executed;
   j["probes_cached"] = r.cached;
   j["jobs"] = r.jobs;
+  j["ranks"] = r.ranks;
   j["gpus"] = r.gpus;
   j["wall_s"] = r.wall_s;
   return j.dump(2);

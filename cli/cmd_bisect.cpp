@@ -9,6 +9,7 @@
 #include "bisect/driver.h"
 #include "bisect/report.h"
 #include "cli/commands.h"
+#include "cli/launch.h"
 #include "cli/options.h"
 #include "common/error.h"
 
@@ -88,6 +89,10 @@ int run_bisect(int argc, char** argv) {
       "true after having been false: a loss that starts high is no failure at step 0. If the\n"
       "recorded plan passes in the window [c*, F] found in time, the window is widened to the\n"
       "recorded failure step or the next checkpoint, and the widening is reported.\n"
+      "A run recorded on N data-parallel ranks is probed on N ranks (--nproc-per-node, default the\n"
+      "recording's count), so a probe of the recorded plan reproduces the recording bit for bit; on\n"
+      "another count the probes sum gradients in another order (a warning says so). Several ranks\n"
+      "run one probe at a time (--jobs 1): rank 0 hands each probe to the others and alone writes.\n"
       "Exit codes: 4 a failure was localized (or a window found with --window-only), 0 not\n"
       "reproducible / not a precision failure (the reason is printed), 2 usage, 3 data.\n");
   opts.add_options()
@@ -95,7 +100,8 @@ int run_bisect(int argc, char** argv) {
       ("run", "run id (default: the last run)", cxxopts::value<int64_t>()->default_value("0"))
       ("window", "A:B, the window of steps to narrow (inclusive)", cxxopts::value<std::string>())
       ("fail", "failure predicate, e.g. 'nan || max(loss) > 1.5 * loss[A]'", cxxopts::value<std::string>())
-      ("jobs", "probes run in parallel, one worker process each", cxxopts::value<int>()->default_value("1"))
+      ("jobs", "probes run in parallel, one worker process each (1 with several ranks)",
+       cxxopts::value<int>()->default_value("1"))
       ("gpus", "GPU ids, one per worker (sets CUDA_VISIBLE_DEVICES), e.g. 0,1", cxxopts::value<std::string>())
       ("report", "write report.json, report.md, report.html into this folder", cxxopts::value<std::string>())
       ("fresh", "ignore cached probes (and overwrite them)")
@@ -105,6 +111,8 @@ int run_bisect(int argc, char** argv) {
       ("fix", "plan of the time probes", cxxopts::value<std::string>()->default_value("all=fp32"))
       ("search", "narrowing engine: groups (group testing, default) or ddmin (the engine before "
                  "issue 25, kept as a benchmark baseline)", cxxopts::value<std::string>()->default_value("groups"))
+      ("nproc-per-node", "data-parallel ranks every probe runs on (default: the recording's; Gloo on "
+       "CPU, NCCL on CUDA)", cxxopts::value<int>())
       ("quiet", "no progress line")
       ("h,help", "show help");
   auto r = opts.parse(argc, argv);
@@ -133,11 +141,26 @@ int run_bisect(int argc, char** argv) {
   if (engine != "groups" && engine != "ddmin")
     throw UsageError("bisect: --search must be groups or ddmin, got '" + engine + "'");
   o.group_testing = engine == "groups";
+  train::RunSpec spec;
   {
-    // Replay is bitwise only at the recorded thread count (in-process probes and workers).
     store::Store st = store::Store::open(o.store_path, store::Mode::kReadOnly);
-    set_threads(train::RunSpec::load(st, o.run).threads);
+    spec = train::RunSpec::load(st, o.run);
   }
+  // Ranks: as many as recorded unless asked otherwise (replay's rule: another count warns).
+  const int nproc = r.count("nproc-per-node") ? r["nproc-per-node"].as<int>() : spec.world_size;
+  if (nproc < 1) throw UsageError("bisect: --nproc-per-node must be at least 1");
+  const train::DistEnv env = train::DistEnv::from_env();
+  const int world = inside_job() ? env.world : nproc;
+  if (world > 1 && (o.pool.jobs != 1 || !o.pool.gpus.empty()))
+    throw UsageError("bisect: on " + std::to_string(world) + " ranks every probe runs on all of them, one at a "
+                     "time: --jobs and --gpus are not supported (use --jobs 1)");
+  if (!inside_job() && nproc != 1) return launch_local_ranks(nproc, argc, argv);
+  quiet_unless_rank0(env.rank);
+  // Replay is bitwise only at the recorded thread count (in-process probes and workers).
+  set_threads(spec.threads);
+  std::unique_ptr<train::Comm> comm = train::connect_ranks(env, spec.device);
+  if (comm && env.rank != 0) return bisect::follow_probes(o.store_path, *comm);
+  o.pool.comm = comm.get();
 
   bisect::BisectReport rep = bisect::run_bisect(o);
   std::printf("%s", rep.verdict.c_str());

@@ -154,4 +154,13 @@ std::vector<int64_t> Comm::allgather_int64(int64_t v) {
   return out;
 }
 
+std::string Comm::broadcast_text(const std::string& text) {
+  // Allgather moves equal shapes only: every rank sends rank 0's length worth of bytes.
+  const int64_t n = allgather_int64(rank() == 0 ? static_cast<int64_t>(text.size()) : 0)[0];
+  torch::Tensor mine = torch::zeros({std::max<int64_t>(n, 1)}, torch::kUInt8);
+  if (rank() == 0) std::copy(text.begin(), text.end(), mine.data_ptr<uint8_t>());
+  const torch::Tensor first = allgather(mine)[0].to(torch::kCPU).contiguous();
+  return std::string(reinterpret_cast<const char*>(first.data_ptr<uint8_t>()), static_cast<size_t>(n));
+}
+
 }  // namespace rwd::train

@@ -49,6 +49,9 @@ class Comm {
   torch::Tensor sum_in_rank_order(const torch::Tensor& t);
   // Every rank's 64-bit value, in rank order (on the host).
   std::vector<int64_t> allgather_int64(int64_t v);
+  // Rank 0's `text` on every rank (the others' argument is ignored): how rank 0 tells the
+  // others what to run next (bisect probes).
+  std::string broadcast_text(const std::string& text);
 };
 
 // The device a rank computes on: "cuda" or "cuda:N" becomes "cuda:<LOCAL_RANK>" in a job of
