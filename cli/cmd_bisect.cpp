@@ -103,8 +103,10 @@ int run_bisect(int argc, char** argv) {
       ("until", "failure step F for --find-window (default: where --fail first turns true)", cxxopts::value<int64_t>())
       ("window-only", "with --find-window: stop after the time bisection")
       ("fix", "plan of the time probes", cxxopts::value<std::string>()->default_value("all=fp32"))
-      ("search", "narrowing engine: groups (group testing, default) or ddmin (the engine before "
-                 "issue 25, kept as a benchmark baseline)", cxxopts::value<std::string>()->default_value("groups"))
+      ("search", "narrowing engine: cheap (default: a single culprit first sought with the cheaper "
+                 "probes, then group testing), groups (group testing alone, the engine of issue 25) or "
+                 "ddmin (the engine before issue 25); groups and ddmin are kept as benchmark baselines",
+       cxxopts::value<std::string>()->default_value("cheap"))
       ("quiet", "no progress line")
       ("h,help", "show help");
   auto r = opts.parse(argc, argv);
@@ -130,9 +132,10 @@ int run_bisect(int argc, char** argv) {
   o.fix = r["fix"].as<std::string>();
   o.progress = r.count("quiet") == 0;
   const std::string engine = r["search"].as<std::string>();
-  if (engine != "groups" && engine != "ddmin")
-    throw UsageError("bisect: --search must be groups or ddmin, got '" + engine + "'");
-  o.group_testing = engine == "groups";
+  if (engine != "cheap" && engine != "groups" && engine != "ddmin")
+    throw UsageError("bisect: --search must be cheap, groups or ddmin, got '" + engine + "'");
+  o.group_testing = engine != "ddmin";
+  o.cheap_direction = engine == "cheap";
   {
     // Replay is bitwise only at the recorded thread count (in-process probes and workers).
     store::Store st = store::Store::open(o.store_path, store::Mode::kReadOnly);
