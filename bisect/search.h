@@ -53,8 +53,9 @@ struct SearchOptions {
   // alone, the engine before issue 25 (kept as the baseline of bisect_bench).
   bool group_testing = true;
   // Issue 26 (with group_testing): before group testing, look for a single culprit asking each
-  // halving in the cheaper of two forms that agree while there is one culprit acting alone:
-  // "keeping A low (the rest FP32) fails" or "promoting A (the rest as recorded) passes".
+  // halving in one of two forms that agree while there is one culprit acting alone: "keeping A
+  // low (the rest FP32) fails", or "promoting A (the rest as recorded) passes" where `cost`
+  // predicts that at least 3x cheaper.
   // The leaf found is accepted only if promoting it passes and keeping it low alone fails;
   // otherwise (several culprits, or culprits that only fail together, where the two forms
   // disagree) group testing runs as without it. false: the engine of issue 25.
