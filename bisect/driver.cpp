@@ -84,6 +84,8 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   SearchOptions so;
   so.max_batch = o.pool.jobs;
   so.group_testing = o.group_testing;
+  so.cheap_direction = o.cheap_direction;
+  so.cost = CostModel::named(rep.cost_model);
   so.before_batch = [&](const std::string& phase) { ctx.phase = phase; };
   Oracle oracle = [&](const std::vector<Candidate>& cands) {
     std::vector<ProbeSpec> batch;
@@ -165,6 +167,35 @@ std::optional<std::pair<int64_t, int64_t>> widen(detail::Context& ctx, std::pair
   return std::make_pair(w.first, to);
 }
 
+// Issue 26: each probe's cost in recorded steps, predicted (probes of a candidate set, by the
+// cost model) and measured (its step time over the recorded plan's, both timed in this bisect
+// or read with a cached probe), and the totals.
+void account_costs(BisectReport& rep, const SearchSpace& space) {
+  const CostModel model = CostModel::named(rep.cost_model);
+  rep.recorded_step_s = 0;
+  for (const auto& p : rep.probes)
+    if (p.spec.kind == "window" && p.spec.candidate && p.spec.candidate->mode == Mode::kPromote &&
+        p.spec.candidate->elements.empty() && p.outcome.steps > 0 && p.outcome.step_s > 0) {
+      rep.recorded_step_s = p.outcome.step_s / p.outcome.steps;
+      break;
+    }
+  rep.predicted_cost = rep.measured_cost = 0;
+  rep.predicted_probes = rep.measured_probes = 0;
+  for (auto& p : rep.probes) {
+    p.predicted_cost = p.measured_cost = NAN;
+    if (p.spec.candidate) {
+      p.predicted_cost = model.step_cost(*p.spec.candidate, space) * static_cast<double>(p.spec.to - p.spec.from + 1);
+      rep.predicted_cost += p.predicted_cost;
+      ++rep.predicted_probes;
+    }
+    if (rep.recorded_step_s > 0 && p.outcome.steps > 0) {
+      p.measured_cost = p.outcome.step_s / rep.recorded_step_s;
+      rep.measured_cost += p.measured_cost;
+      ++rep.measured_probes;
+    }
+  }
+}
+
 std::string verdict_text(const BisectReport& rep) {
   std::string v;
   char buf[256];
@@ -198,6 +229,17 @@ std::string verdict_text(const BisectReport& rep) {
   std::snprintf(buf, sizeof buf, "probes: %zu (%d run, %d cached; jobs %d%s), wall %.1f s\n", rep.probes.size(),
                 rep.executed, rep.cached, rep.jobs, ranks.c_str(), rep.wall_s);
   v += buf;
+  if (rep.predicted_probes > 0 || rep.measured_probes > 0) {
+    std::snprintf(buf, sizeof buf, "cost: predicted %.1f recorded steps (%s model, %d probes)", rep.predicted_cost,
+                  rep.cost_model.c_str(), rep.predicted_probes);
+    v += buf;
+    if (rep.measured_probes > 0) {
+      std::snprintf(buf, sizeof buf, ", measured %.1f recorded steps (%d probes; recorded step %.3f s here)",
+                    rep.measured_cost, rep.measured_probes, rep.recorded_step_s);
+      v += buf;
+    }
+    v += "\n";
+  }
   return v;
 }
 
@@ -221,7 +263,7 @@ std::vector<ProbeOutcome> Context::probe(const std::vector<ProbeSpec>& batch) {
   nlohmann::json log = nlohmann::json::array();
   if (auto old = store.get_kv(run.run_id, "bisect/log/" + job)) log = nlohmann::json::parse(*old);
   for (size_t i = 0; i < batch.size(); ++i) {
-    ProbeEntry e{static_cast<int>(report.probes.size()), phase, batch[i], outs[i]};
+    ProbeEntry e{static_cast<int>(report.probes.size()), phase, batch[i], outs[i], NAN, NAN};
     report.probes.push_back(e);
     log.push_back({{"index", e.index}, {"phase", phase}, {"kind", batch[i].kind}, {"label", batch[i].label()},
                    {"window", std::to_string(batch[i].from) + ":" + std::to_string(batch[i].to)},
@@ -260,7 +302,8 @@ BisectReport run_bisect(const BisectOptions& o) {
                                                std::to_string(o.window->second)
                                          : "find-window until " + (o.until ? std::to_string(*o.until) : std::string("auto")) +
                                                " fix " + o.fix) +
-                               " fail " + pred.text() + (o.group_testing ? "" : " search ddmin");
+                               " fail " + pred.text() +
+                               (!o.group_testing ? " search ddmin" : o.cheap_direction ? " search cheap" : "");
   detail::Context ctx{st, run, pred, ProbePool(st, run, pred, o.pool), rep, hex64(fnv1a64(job_text)).substr(0, 12),
                       o.progress, 0, t0, ""};
   rep.run = run.run_id;
@@ -301,6 +344,7 @@ BisectReport run_bisect(const BisectOptions& o) {
   rep.executed = ctx.pool.executed();
   rep.cached = ctx.pool.cached();
   rep.wall_s = now_s() - t0;
+  account_costs(rep, space_for(run.config));
   if (rep.narrowed) {
     const Status s = rep.search.status;
     rep.exit_code = (s == Status::kLocalized || s == Status::kSeparateFix || s == Status::kNoFixInSpace) ? 4 : 0;

@@ -26,7 +26,8 @@ struct BisectOptions {
   std::optional<int64_t> until;                // --until F
   bool window_only = false;                    // --window-only
   std::string fix = "all=fp32";                // --fix PLAN of the time probes
-  bool group_testing = true;                   // --search groups (default) | ddmin (baseline)
+  bool group_testing = true;                   // --search cheap (default) | groups | ddmin
+  bool cheap_direction = false;                // --search cheap (issue 26)
   bool progress = true;                        // progress line on stderr
 };
 
@@ -36,6 +37,10 @@ struct ProbeEntry {
   std::string phase;  // "time", "check", "failing/layers", ..., "fix"
   ProbeSpec spec;
   ProbeOutcome outcome;
+  // Cost in recorded steps (issue 26), NaN where unknown: predicted by the cost model (probes
+  // of a candidate set), and measured: its training-step time over the recorded plan's
+  // per-step time measured in this bisect (BisectReport::recorded_step_s).
+  double predicted_cost = 0, measured_cost = 0;
 };
 
 // Time bisection over checkpoints (issue 9).
@@ -85,6 +90,11 @@ struct BisectReport {
   int ranks = 1;                      // data-parallel ranks each probe ran on
   std::vector<std::string> gpus;
   double wall_s = 0;
+  // Issue 26: probe costs in recorded steps, summed over the probes that have one.
+  std::string cost_model = "h100";
+  double recorded_step_s = 0;          // per-step time of the recorded plan's probe (0: none)
+  double predicted_cost = 0, measured_cost = 0;
+  int predicted_probes = 0, measured_probes = 0;
   std::string verdict;                // human text, several lines
   int exit_code = 0;
 };

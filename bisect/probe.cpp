@@ -208,7 +208,10 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   for (int64_t step = p.from; step <= p.to; ++step) {
     st.trainer->set_plan(probe_plan(p, run, step));
     replay::ReplayedStep rs;
+    const auto s0 = std::chrono::steady_clock::now();
     rs.replayed = st.trainer->train_step();
+    out.step_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    ++out.steps;
     rs.recorded = s.get_step(run.run_id, step);
     const bool finite = std::isfinite(rs.replayed.loss);
     window.push_back(std::move(rs));
@@ -250,6 +253,8 @@ store::ProbeRecord to_record(const ProbeSpec& p, const ProbeOutcome& o) {
   m["device"] = o.device;
   m["loss"] = curve(o.loss);
   m["grad_norm"] = curve(o.grad_norm);
+  m["step_s"] = o.step_s;
+  m["steps"] = o.steps;
   r.metrics = m.dump();
   r.wall_s = o.wall_s;
   return r;
@@ -265,6 +270,8 @@ std::optional<ProbeOutcome> from_record(const store::ProbeRecord& r) {
     o.loss = uncurve(m.at("loss"));
     o.grad_norm = uncurve(m.at("grad_norm"));
     o.wall_s = r.wall_s;
+    o.step_s = m.value("step_s", 0.0);  // 0: stored before issue 26 (no step timing)
+    o.steps = m.value("steps", 0);
     o.cached = true;
     o.device = m.value("device", "cpu");
     o.plan = r.plan;

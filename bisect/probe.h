@@ -47,6 +47,8 @@ struct ProbeOutcome {
   std::vector<double> loss;       // steps from, from+1, ... (shorter when stopped at NaN/Inf)
   std::vector<double> grad_norm;
   double wall_s = 0;
+  double step_s = 0;              // of wall_s, the time in the window's training steps
+  int steps = 0;                  // steps run (fewer than the window when stopped at NaN/Inf)
   bool cached = false;            // read from the store, not run by this invocation
   std::string device = "cpu";     // "cpu" or "cpu (CUDA_VISIBLE_DEVICES=1)"
   std::string plan;               // canonical plan at `from`

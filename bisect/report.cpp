@@ -48,7 +48,11 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
+nlohmann::json cost_json(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+
 }  // namespace
+
+std::string cost_text(double x) { return std::isfinite(x) ? fmt("%.2f", x) : "-"; }
 
 std::string report_json(const BisectReport& r) {
   nlohmann::ordered_json j;
@@ -114,6 +118,10 @@ std::string report_json(const BisectReport& r) {
     pj["verdict"] = p.outcome.fails ? "fail" : "pass";
     pj["cached"] = p.outcome.cached;
     pj["wall_s"] = p.outcome.wall_s;
+    pj["step_s"] = p.outcome.step_s;
+    pj["steps"] = p.outcome.steps;
+    pj["predicted_cost"] = cost_json(p.predicted_cost);
+    pj["measured_cost"] = cost_json(p.measured_cost);
     pj["device"] = p.outcome.device;
     pj["key"] = p.outcome.key;
     pj["plan"] = p.outcome.plan;
@@ -128,6 +136,13 @@ std::string report_json(const BisectReport& r) {
   j["ranks"] = r.ranks;
   j["gpus"] = r.gpus;
   j["wall_s"] = r.wall_s;
+  // Issue 26: costs in recorded steps (one step of the recorded plan = 1).
+  j["cost"] = {{"model", r.cost_model},
+               {"recorded_step_s", r.recorded_step_s},
+               {"predicted_total", r.predicted_cost},
+               {"predicted_probes", r.predicted_probes},
+               {"measured_total", r.measured_cost},
+               {"measured_probes", r.measured_probes}};
   return j.dump(2);
 }
 
@@ -157,12 +172,16 @@ std::string report_markdown(const BisectReport& r) {
     }
     m += "\n";
   }
-  m += "## Every probe\n\n| # | phase | candidate / plan | window | verdict | cached | wall s | last loss |\n|---|---|---|---|---|---|---|---|\n";
+  m += "## Every probe\n\nCosts in recorded steps (predicted: " + r.cost_model +
+       " model; measured: step time over the recorded plan's in this bisect).\n\n"
+       "| # | phase | candidate / plan | window | verdict | cached | wall s | predicted cost | measured cost | last loss |\n"
+       "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& p : r.probes) {
     const double last = p.outcome.loss.empty() ? NAN : p.outcome.loss.back();
     m += "| " + std::to_string(p.index) + " | " + p.phase + " | `" + p.spec.label() + "` | " + std::to_string(p.spec.from) +
          ":" + std::to_string(p.spec.to) + " | " + (p.outcome.fails ? "fail" : "pass") + " | " +
-         (p.outcome.cached ? "yes" : "no") + " | " + fmt("%.2f", p.outcome.wall_s) + " | " + fmt("%.4g", last) + " |\n";
+         (p.outcome.cached ? "yes" : "no") + " | " + fmt("%.2f", p.outcome.wall_s) + " | " + cost_text(p.predicted_cost) +
+         " | " + cost_text(p.measured_cost) + " | " + fmt("%.4g", last) + " |\n";
   }
   return m;
 }

@@ -11,6 +11,8 @@ namespace rwd::bisect {
 std::string report_json(const BisectReport& r);
 std::string report_markdown(const BisectReport& r);
 std::string report_html(const BisectReport& r);
+// A probe's cost for the report tables: "%.2f", or "-" where unknown (NaN).
+std::string cost_text(double x);
 
 // Writes the three files into `dir` (created if missing); throws Error(kData) on I/O failure.
 void write_report(const BisectReport& r, const std::string& dir);

@@ -183,13 +183,15 @@ std::string report_html(const BisectReport& r) {
   }
   h += "<h2>Narrowing tree (red: fails, green: passes)</h2>\n<div style='overflow-x:auto'>" + tree(r) + "</div>\n";
   h += "<h2>Every probe</h2>\n<table><tr><th>#</th><th>phase</th><th>candidate / plan</th><th>window</th>"
-       "<th>verdict</th><th>cached</th><th>wall s</th><th>device</th></tr>\n";
+       "<th>verdict</th><th>cached</th><th>wall s</th><th>predicted cost</th><th>measured cost</th>"
+       "<th>device</th></tr>\n";
   for (const auto& p : r.probes) {
     const char* v = p.outcome.fails ? "fail" : "pass";
     h += "<tr class='" + std::string(v) + "'><td>" + std::to_string(p.index) + "</td><td>" + esc(p.phase) +
          "</td><td><code>" + esc(p.spec.label()) + "</code></td><td>" + std::to_string(p.spec.from) + ":" +
          std::to_string(p.spec.to) + "</td><td>" + v + "</td><td>" + (p.outcome.cached ? "yes" : "no") + "</td><td>" +
-         g4(p.outcome.wall_s) + "</td><td>" + esc(p.outcome.device) + "</td></tr>\n";
+         g4(p.outcome.wall_s) + "</td><td>" + cost_text(p.predicted_cost) + "</td><td>" + cost_text(p.measured_cost) +
+         "</td><td>" + esc(p.outcome.device) + "</td></tr>\n";
   }
   return h + "</table>\n</body></html>\n";
 }

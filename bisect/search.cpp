@@ -3,6 +3,7 @@
 #include "bisect/search.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "common/error.h"
@@ -27,8 +28,8 @@ class Engine {
  public:
   Engine(const SearchSpace& space, const Oracle& oracle, const SearchOptions& options)
       : space_(space), oracle_(oracle), max_batch_(std::max(1, options.max_batch)),
-        group_testing_(options.group_testing),
-        before_batch_(options.before_batch) {}
+        group_testing_(options.group_testing), cheap_(options.cheap_direction),
+        cost_(options.cost), before_batch_(options.before_batch) {}
 
   SearchResult run() {
     // 1. The two anchors (one batch when parallel): baseline must fail, all-FP32 must pass.
@@ -41,7 +42,9 @@ class Engine {
     if (!fails({Mode::kKeepLow, top}))
       return finish(Status::kOutsideSpace, "keeping the whole search space low passes");
 
-    // 2. Culprits acting alone: adaptive group testing finds them all, every one a failing set.
+    // 2. One culprit acting alone, by the cheaper probes (issue 26); else, culprits acting alone:
+    // adaptive group testing finds them all, every one a failing set.
+    if (group_testing_ && cheap_ && cheap_search(top)) return res_;
     if (group_testing_ && group_search(top)) return res_;
     if (!res_.failing_set.empty()) return separate_fix(top);
 
@@ -66,6 +69,72 @@ class Engine {
       return finish(Status::kNoFixInSpace, "promoting the whole search space does not fix it");
     res_.fixing_set = narrow(Mode::kPromote, false, top, "fixing");
     return finish(Status::kSeparateFix, "promoting the failing set alone does not fix the run");
+  }
+
+  // Issue 26: the descent of group testing's pass 0 (one culprit), each halving asked in the
+  // cheaper form. With one culprit acting alone (failure monotone in the low leaves), keeping A
+  // low with everything else FP32 fails exactly when promoting A with the rest as recorded
+  // passes: both say the culprit lies in A. Deep in the descent A is a few heads or ops, so
+  // promoting it costs little and keeping only it low pays for the FP32 of the whole model.
+  // The two forms differ when that hypothesis is wrong: with several culprits promoting A
+  // passes only when A holds them all, and with culprits that only fail together it passes
+  // when A holds any one of them. Hence the leaf found is accepted only when promoting it
+  // passes (it fixes the run: nothing else is needed) and keeping it alone low fails (it is a
+  // failing set on its own): then it is the unique 1-minimal failing and fixing set, the
+  // answer group testing gives. Otherwise returns false with nothing decided; group testing
+  // reuses the keep-low probes asked here.
+  bool cheap_search(const std::vector<Element>& top) {
+    static const char* kLevel[] = {"cheap/layers", "cheap/heads", "cheap/ops"};
+    std::vector<Element> items = top;
+    Element found;
+    for (int level = 0;; ++level) {
+      phase_ = kLevel[std::min(level, 2)];
+      std::vector<Element> g = items;
+      bool checked = false;
+      while (g.size() > 1) {
+        std::vector<Element> a(g.begin(), g.begin() + static_cast<long>(g.size() / 2));
+        std::vector<Element> b(g.begin() + static_cast<long>(g.size() / 2), g.end());
+        const bool promote = prefer_promote(a);
+        // One culprit means promoting the group it lies in fixes the run: checked (cheaply)
+        // before the first halving of a level that relies on it, so that several culprits
+        // stop the descent there rather than at the leaf.
+        if (promote && !checked && fails({Mode::kPromote, g})) return false;
+        checked = checked || promote;
+        const int in = which_half(a, b, promote);
+        if (in < 0) return false;
+        g = in == 0 ? a : b;
+      }
+      found = g.front();
+      items = space_.children(found);
+      if (items.empty()) break;
+    }
+    phase_ = "verify";
+    if (fails({Mode::kPromote, {found}}) || !fails({Mode::kKeepLow, {found}})) return false;
+    res_.failing_set = res_.fixing_set = {found};
+    finish(Status::kLocalized, "promoting the failing set fixes the run");
+    return true;
+  }
+
+  // Whether to ask "promoting A passes" rather than "keeping A low fails". A keep-low probe is
+  // never wasted: group testing asks it too if there turn out to be several culprits, while a
+  // promote probe then is. With odds of 2:1 for several culprits (the paper needed six heads),
+  // the promote form saves only when it costs less than a third as much; bisect_bench and the
+  // paper case of search_test (batches of 8) favour 3 over 2 (fewer probes wasted, <= 80).
+  bool prefer_promote(const std::vector<Element>& a) const {
+    return 3 * cost_.step_cost({Mode::kPromote, a}, space_) < cost_.step_cost({Mode::kKeepLow, a}, space_);
+  }
+
+  // Which half holds the single culprit (0: a, 1: b), asked in the given form. Parallel: both
+  // halves in that form at once; where neither promotion passes, there are culprits in both
+  // halves: -1 (the descent stops). Otherwise b's verdict does not change the answer, which is
+  // therefore the same for any batch size.
+  int which_half(const std::vector<Element>& a, const std::vector<Element>& b, bool promote) {
+    const Mode mode = promote ? Mode::kPromote : Mode::kKeepLow;
+    if (max_batch_ >= 2) {
+      evaluate_all({{mode, a}, {mode, b}});
+      if (promote && fails({mode, a}) && fails({mode, b})) return -1;
+    }
+    return (promote ? !fails({mode, a}) : fails({mode, a})) ? 0 : 1;
   }
 
   // Adaptive group testing for d culprits (Hwang's binary splitting, level by level). A group
@@ -248,8 +317,10 @@ class Engine {
                                            std::to_string(ask.size()) + " candidates");
     for (size_t b = 0; b < batch.size(); ++b) {
       memo_[keys[batch[b]]] = verdicts[b];
+      const double cost = cost_.step_cost(ask[b], space_);
       res_.probes.push_back({static_cast<int>(res_.probes.size()), res_.batches, phase_, ask[b],
-                             verdicts[b]});
+                             verdicts[b], cost});
+      res_.cost += cost;
       count_phase();
     }
     ++res_.batches;
@@ -329,6 +400,12 @@ class Engine {
     return c;
   }
 
+  static std::string fmt_cost(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", x);
+    return buf;
+  }
+
   SearchResult finish(Status status, const std::string& why) {
     auto order = [&](const Element& a, const Element& b) { return space_.before(a, b); };
     std::sort(res_.failing_set.begin(), res_.failing_set.end(), order);
@@ -338,7 +415,8 @@ class Engine {
     if (!res_.failing_set.empty()) res_.summary += "; failing set " + to_string(res_.failing_set);
     if (!res_.fixing_set.empty()) res_.summary += "; fixing set " + to_string(res_.fixing_set);
     res_.summary += "; " + std::to_string(res_.probes.size()) + " probes (naive sweep " +
-                    std::to_string(space_.sweep_size()) + ")";
+                    std::to_string(space_.sweep_size()) + "), predicted cost " + fmt_cost(res_.cost) +
+                    " recorded steps per window step (" + cost_.name + " model)";
     return res_;
   }
 
@@ -346,6 +424,8 @@ class Engine {
   const Oracle& oracle_;
   int max_batch_;
   bool group_testing_;
+  bool cheap_;
+  CostModel cost_;
   std::function<void(const std::string&)> before_batch_;
   std::string phase_;
   std::map<std::string, bool> memo_;  // run key -> fails

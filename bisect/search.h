@@ -1,12 +1,14 @@
 // The bisect search engine (DESIGN.md §7), decoupled from replay: it asks an oracle whether
 // candidate precision assignments fail, and narrows layers -> heads -> ops by adaptive group
-// testing for several culprits, with ddmin where culprits only fail together.
+// testing for several culprits, with ddmin where culprits only fail together; a single culprit
+// is first sought with whichever of two equivalent probes is cheaper (issue 26).
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "bisect/cost.h"
 #include "bisect/space.h"
 
 namespace rwd::bisect {
@@ -28,11 +30,13 @@ const char* status_name(Status s);
 struct Probe {
   int index = 0;      // 0-based, in the order the oracle saw them
   int batch = 0;      // which oracle call evaluated it
-  std::string phase;  // "check", "groups/layers", "groups/heads", "groups/ops", "verify",
+  std::string phase;  // "check", "cheap/layers|heads|ops", "groups/layers", "groups/heads",
+                      // "groups/ops", "verify",
                       // "fixing/minimize", and where group testing cannot settle it
                       // "failing/layers|heads|ops", "fixing/layers|heads|ops"
   Candidate candidate;
   bool fails = false;
+  double cost = 0;    // predicted step time relative to the recorded step (SearchOptions::cost)
 };
 
 struct PhaseCount {
@@ -48,6 +52,16 @@ struct SearchOptions {
   // Adaptive group testing first (culprits acting alone, any number of them); false: ddmin
   // alone, the engine before issue 25 (kept as the baseline of bisect_bench).
   bool group_testing = true;
+  // Issue 26 (with group_testing): before group testing, look for a single culprit asking each
+  // halving in one of two forms that agree while there is one culprit acting alone: "keeping A
+  // low (the rest FP32) fails", or "promoting A (the rest as recorded) passes" where `cost`
+  // predicts that at least 3x cheaper.
+  // The leaf found is accepted only if promoting it passes and keeping it low alone fails;
+  // otherwise (several culprits, or culprits that only fail together, where the two forms
+  // disagree) group testing runs as without it. false: the engine of issue 25.
+  bool cheap_direction = false;
+  // Predicts each probe's cost (Probe::cost, SearchResult::cost) and picks the cheap form.
+  CostModel cost = CostModel::h100();
   // Called before every oracle call with the phase its candidates belong to (for logs).
   std::function<void(const std::string& phase)> before_batch;
 };
@@ -63,6 +77,7 @@ struct SearchResult {
   std::vector<Probe> probes;        // every oracle evaluation, in order
   std::vector<PhaseCount> phases;   // probes per phase, in order of first use
   int batches = 0;                  // oracle calls
+  double cost = 0;                  // sum of the probes' predicted costs (recorded steps per step)
   std::string summary;              // one line for reports
 };
 

@@ -109,8 +109,10 @@ int run_bisect(int argc, char** argv) {
       ("until", "failure step F for --find-window (default: where --fail first turns true)", cxxopts::value<int64_t>())
       ("window-only", "with --find-window: stop after the time bisection")
       ("fix", "plan of the time probes", cxxopts::value<std::string>()->default_value("all=fp32"))
-      ("search", "narrowing engine: groups (group testing, default) or ddmin (the engine before "
-                 "issue 25, kept as a benchmark baseline)", cxxopts::value<std::string>()->default_value("groups"))
+      ("search", "narrowing engine: groups (default: group testing, the engine of issue 25), cheap "
+                 "(a single culprit first sought with the cheaper probes, then group testing: less "
+                 "FP32 for one culprit, a little more with several) or ddmin (the engine before "
+                 "issue 25, a benchmark baseline)", cxxopts::value<std::string>()->default_value("groups"))
       ("nproc-per-node", "data-parallel ranks every probe runs on (default: the recording's; Gloo on "
        "CPU, NCCL on CUDA)", cxxopts::value<int>())
       ("quiet", "no progress line")
@@ -138,9 +140,10 @@ int run_bisect(int argc, char** argv) {
   o.fix = r["fix"].as<std::string>();
   o.progress = r.count("quiet") == 0;
   const std::string engine = r["search"].as<std::string>();
-  if (engine != "groups" && engine != "ddmin")
-    throw UsageError("bisect: --search must be groups or ddmin, got '" + engine + "'");
-  o.group_testing = engine == "groups";
+  if (engine != "cheap" && engine != "groups" && engine != "ddmin")
+    throw UsageError("bisect: --search must be groups, cheap or ddmin, got '" + engine + "'");
+  o.group_testing = engine != "ddmin";
+  o.cheap_direction = engine == "cheap";
   train::RunSpec spec;
   {
     store::Store st = store::Store::open(o.store_path, store::Mode::kReadOnly);

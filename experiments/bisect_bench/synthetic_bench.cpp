@@ -1,6 +1,8 @@
 // Probes the bisect search engine spends on 1, 2 and 6 planted culprits acting alone in the
-// synthetic 12 x 12 x 5 (+ MLP) space: ddmin alone (the engine before issue 25) against
-// adaptive group testing, same placements, same run; prints the ratio.
+// synthetic 12 x 12 x 5 (+ MLP) space: ddmin alone (the engine before issue 25), adaptive group
+// testing (issue 25) and group testing after the cheap-direction descent (issue 26), same
+// placements, same run; with each engine's predicted cost (h100 model, recorded steps per
+// window step, summed over the probes).
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -39,11 +41,19 @@ struct Stats {
   double mean() const { return n ? sum / n : 0; }
 };
 
-// Probes of one search, checking that the fixing set is exactly the planted culprits.
-int probes(const SearchSpace& space, const std::vector<std::string>& culprits, bool group_testing) {
+enum class Engine { kDdmin, kGroups, kCheap };
+
+struct Run {
+  int probes = 0;
+  double cost = 0;
+};
+
+// One search, checking that the fixing set is exactly the planted culprits.
+Run search(const SearchSpace& space, const std::vector<std::string>& culprits, Engine engine) {
   rwd::bisect::SyntheticOracle o{space, rwd::bisect::any_low(culprits)};
   rwd::bisect::SearchOptions so;
-  so.group_testing = group_testing;
+  so.group_testing = engine != Engine::kDdmin;
+  so.cheap_direction = engine == Engine::kCheap;
   rwd::bisect::SearchResult r = rwd::bisect::search(space, o.oracle(), so);
   std::set<std::string> found, want(culprits.begin(), culprits.end());
   for (const auto& e : r.fixing_set) found.insert(rwd::bisect::to_string(e));
@@ -51,7 +61,13 @@ int probes(const SearchSpace& space, const std::vector<std::string>& culprits, b
     std::fprintf(stderr, "bisect_synthetic_bench: wrong fixing set: %s\n", r.summary.c_str());
     std::exit(1);
   }
-  return static_cast<int>(r.probes.size());
+  return {static_cast<int>(r.probes.size()), r.cost};
+}
+
+std::string range(const Stats& s) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%d / %.1f / %d", s.min, s.mean(), s.max);
+  return b;
 }
 
 }  // namespace
@@ -62,8 +78,9 @@ int main(int argc, char** argv) {
   std::printf("synthetic oracle, %d x %d heads x %zu ops + MLP per layer (naive sweep %d), "
               "%d placements per row, sequential probes\n",
               space.n_layer, space.n_head, space.ops.size(), space.sweep_size(), placements);
-  std::printf("%-34s %-22s %-22s %s\n", "culprits (acting alone)", "ddmin min/mean/max",
-              "group testing", "mean ratio");
+  std::printf("%-34s %-7s %-18s %-18s %-8s %-8s %s\n", "culprits (acting alone)", "ddmin",
+              "groups (issue 25)", "cheap (issue 26)", "cost 25", "cost 26", "cost ratio");
+  std::printf("%-34s %-7s %-18s %-18s %-8s %-8s\n", "", "mean", "min/mean/max", "min/mean/max", "mean", "mean");
   struct Row {
     const char* name;
     int d;
@@ -73,7 +90,8 @@ int main(int argc, char** argv) {
                          Row{"6, anywhere", 6, false}, Row{"6, one layer", 6, true},
                          Row{"6 heads' pv in one layer (paper)", 6, true}}) {
     std::mt19937 rng(1000 + row.d * 10 + row.one_layer);
-    Stats before, after;
+    Stats ddmin, groups, cheap;
+    double cost_groups = 0, cost_cheap = 0;
     for (int i = 0; i < placements; ++i) {
       std::vector<std::string> c;
       if (std::string(row.name).find("paper") != std::string::npos) {
@@ -84,13 +102,15 @@ int main(int argc, char** argv) {
       } else {
         c = place(space, row.d, row.one_layer, rng);
       }
-      before.add(probes(space, c, false));
-      after.add(probes(space, c, true));
+      ddmin.add(search(space, c, Engine::kDdmin).probes);
+      const Run g = search(space, c, Engine::kGroups), h = search(space, c, Engine::kCheap);
+      groups.add(g.probes);
+      cheap.add(h.probes);
+      cost_groups += g.cost / placements;
+      cost_cheap += h.cost / placements;
     }
-    char b[64], a[64];
-    std::snprintf(b, sizeof b, "%d / %.1f / %d", before.min, before.mean(), before.max);
-    std::snprintf(a, sizeof a, "%d / %.1f / %d", after.min, after.mean(), after.max);
-    std::printf("%-34s %-22s %-22s %.2f\n", row.name, b, a, after.mean() / before.mean());
+    std::printf("%-34s %-7.1f %-18s %-18s %-8.1f %-8.1f %.2f\n", row.name, ddmin.mean(), range(groups).c_str(),
+                range(cheap).c_str(), cost_groups, cost_cheap, cost_cheap / cost_groups);
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 // Issue 25 item 5: planted faults beyond bisect_cli_test's (which also plants in other layers,
-// heads and ops), each localized exactly on the tiny model (2 layers x 4 heads, lr 0.01):
+// heads and ops), each localized exactly on the tiny model (2 layers x 4 heads, lr 0.01), with
+// every probe's predicted and measured cost in the report (issue 26):
 // faults that switch on between checkpoints (--plan-from STEP, checkpoints every 10), and two
 // faults in different layers switched on at different steps.
 #include <gtest/gtest.h>
@@ -33,7 +34,33 @@ class BisectPlanted : public TinyRunSuite {
     const std::string report = dir_ + "/" + name;
     Cmd c = rewind_cmd("bisect --store " + store + " " + how + " --fail " + kFail + " --quiet --report " + report);
     EXPECT_EQ(c.code, 4) << name << ": " << c.out;
-    return read_json(report + "/report.json");
+    nlohmann::json r = read_json(report + "/report.json");
+    expect_costs(r, c.out);
+    return r;
+  }
+
+  // Issue 26: every window probe has a predicted cost, every probe run here a measured one
+  // (the baseline probe measures the recorded step, cost 1 per step), and the totals add up
+  // in report.json and in the summary the command prints.
+  static void expect_costs(const nlohmann::json& r, const std::string& out) {
+    const auto& cost = r["cost"];
+    EXPECT_EQ(cost["model"], "h100");
+    EXPECT_GT(cost["recorded_step_s"].get<double>(), 0);
+    double predicted = 0, measured = 0;
+    for (const auto& p : r["probes"]) {
+      if (p["kind"] == "window") EXPECT_TRUE(p["predicted_cost"].is_number()) << p["candidate"];
+      if (p["kind"] == "window" && p["candidate"] == "fp32{}") {
+        const double steps = p["window"][1].get<double>() - p["window"][0].get<double>() + 1;
+        EXPECT_DOUBLE_EQ(p["predicted_cost"].get<double>(), steps);  // the recorded plan
+      }
+      ASSERT_TRUE(p["measured_cost"].is_number()) << p["candidate"];
+      if (p["predicted_cost"].is_number()) predicted += p["predicted_cost"].get<double>();
+      measured += p["measured_cost"].get<double>();
+    }
+    EXPECT_NEAR(cost["predicted_total"].get<double>(), predicted, 1e-6);
+    EXPECT_NEAR(cost["measured_total"].get<double>(), measured, 1e-6);
+    EXPECT_NE(out.find("cost: predicted "), std::string::npos) << out;
+    EXPECT_NE(out.find(", measured "), std::string::npos) << out;
   }
 
 };

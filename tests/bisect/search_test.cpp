@@ -18,11 +18,12 @@ namespace rwd::bisect {
 namespace {
 
 SearchResult run(const SearchSpace& space, std::function<bool(const LowSet&)> rule,
-                 int max_batch, bool group_testing = true) {
+                 int max_batch, bool group_testing = true, bool cheap_direction = false) {
   SyntheticOracle o{space, std::move(rule)};
   SearchOptions so;
   so.max_batch = max_batch;
   so.group_testing = group_testing;
+  so.cheap_direction = cheap_direction;
   SearchResult r = search(space, o.oracle(), so);
   EXPECT_LE(o.max_seen_batch, max_batch);
   // Every probe is logged with the verdict the oracle gave, and no run is probed twice.
@@ -33,8 +34,11 @@ SearchResult run(const SearchSpace& space, std::function<bool(const LowSet&)> ru
     EXPECT_TRUE(seen.insert(low).second) << "probed twice: " << to_string(p.candidate);
   }
   int sum = 0;
+  double cost = 0;
   for (const auto& ph : r.phases) sum += ph.probes;
+  for (const auto& p : r.probes) cost += p.cost;
   EXPECT_EQ(sum, static_cast<int>(r.probes.size()));
+  EXPECT_NEAR(r.cost, cost, 1e-9);
   return r;
 }
 
@@ -254,6 +258,59 @@ TEST(Search, RunningTwiceGivesTheSameProbeSequence) {
     EXPECT_EQ(to_string(a.probes[i].candidate), to_string(b.probes[i].candidate));
     EXPECT_EQ(a.probes[i].batch, b.probes[i].batch);
   }
+}
+
+TEST(SearchCost, H100ModelReproducesTheMeasuredSteps) {
+  // gpt2-small on the H100: L2.H{1,7}.pv=fp32 1.16x, L*.attn=fp32 1.69x, all=fp32 3.65x.
+  SearchSpace space;
+  space.n_layer = 12;
+  space.n_head = 12;
+  const CostModel m = CostModel::h100();
+  EXPECT_DOUBLE_EQ(m.step_cost({Mode::kPromote, {}}, space), 1.0);  // the recorded run
+  EXPECT_NEAR(m.step_cost({Mode::kKeepLow, {}}, space), 3.65, 1e-9);
+  std::vector<Element> attn;
+  for (int l = 0; l < 12; ++l) attn.push_back({l, -1, "attn"});
+  EXPECT_NEAR(m.step_cost({Mode::kPromote, attn}, space), 1.69, 1e-9);
+  EXPECT_NEAR(m.step_cost({Mode::kPromote, {{2, 1, "pv"}, {2, 7, "pv"}}}, space), 1.16, 0.02);
+  // Keeping one head op low promotes everything else: nearly the all-FP32 step.
+  EXPECT_GT(m.step_cost({Mode::kKeepLow, {{2, 1, "pv"}}}, space), 3.6);
+  EXPECT_THROW(CostModel::named("tpu"), UsageError);
+}
+
+TEST(SearchCost, CheapDirectionLowersTheCostOfOneCulprit) {
+  // Issue 26: the same single culprits with and without the cheap-direction descent: the same
+  // sets, within the issue-25 bound of 30 probes, and a lower total predicted cost.
+  SearchSpace space = paper_space();
+  double before = 0, after = 0;
+  for (const std::string culprit : {"L0.H0.qk", "L4.H2.pv", "L7.H11.delta", "L11.H6.o", "L8.mlp"}) {
+    auto rule = [&](const LowSet& low) { return low.count(culprit) > 0; };
+    for (int batch : {1, 4}) {
+      SearchResult old = run(space, rule, batch), r = run(space, rule, batch, true, true);
+      EXPECT_EQ(r.status, Status::kLocalized) << r.summary;
+      EXPECT_EQ(names(r.failing_set), Names{culprit});
+      EXPECT_EQ(names(r.fixing_set), Names{culprit});
+      EXPECT_LE(r.probes.size(), 30u) << r.summary;
+      EXPECT_LT(r.cost, old.cost) << culprit << " batch " << batch;
+      before += old.cost;
+      after += r.cost;
+      std::printf("%-13s batch %d: %2zu probes, cost %.1f (issue 25: %2zu probes, cost %.1f)\n", culprit.c_str(),
+                  batch, r.probes.size(), r.cost, old.probes.size(), old.cost);
+    }
+  }
+  EXPECT_LT(after, 0.75 * before);
+}
+
+TEST(SearchCost, MisledDescentFallsBackToGroupTesting) {
+  // Culprits that only fail together: promoting either one fixes the run, so the cheap descent
+  // ends on a leaf whose keep-low alone passes; group testing then gives the pair.
+  SearchSpace space = paper_space();
+  const std::string a = "L3.H4.softmax", b = "L3.H9.pv";
+  SearchResult r = run(space, [&](const LowSet& low) { return low.count(a) && low.count(b); }, 1, true, true);
+  EXPECT_EQ(r.status, Status::kLocalized) << r.summary;
+  EXPECT_EQ(names(r.failing_set), (Names{a, b}));
+  bool cheap = false;
+  for (const auto& ph : r.phases) cheap = cheap || ph.phase.rfind("cheap/", 0) == 0;
+  EXPECT_TRUE(cheap);
 }
 
 TEST(Search, OracleAnsweringTheWrongCountIsAnError) {
