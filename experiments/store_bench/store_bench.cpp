@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint_pieces.h"
 #include "store/byte_shuffle.h"
 #include "store/content_hash.h"
 #include "store/store.h"
@@ -299,8 +300,9 @@ double plain_checkpoint_once(const Checkpoint& c, const std::string& path) {
 // Rows: a plain write + fsync of the same bytes (the baseline, best of reps interleaved with
 // the store rows); the write path before put_blobs with the recorder's zstd workers; put_blobs
 // with SQLite's auto-checkpoint in every blob commit (the recorder before issue 24) and with
-// it off and one WAL checkpoint after the checkpoint (the recorder now), on 0 (the calling
-// thread), 1, 2, 4 .. max_threads preparation threads; the last at 64 KiB pages.
+// it off and one WAL checkpoint after the checkpoint (the recorder now), at 16 KiB pages (new
+// stores' size before issue 24) and 64 KiB (now), on 0 (the calling thread), 1, 2, 4 ..
+// max_threads preparation threads.
 void bench_checkpoint_write(const std::string& dir, int reps, int max_threads, int level) {
   const Checkpoint c = gpt2_small_state();
   std::printf(
@@ -333,10 +335,10 @@ void bench_checkpoint_write(const std::string& dir, int reps, int max_threads, i
   for (int t = 0; t <= max_threads; t = t == 0 ? 1 : t * 2) counts.push_back(t);
   if ((max_threads & (max_threads - 1)) != 0) counts.push_back(max_threads);
   for (int t : counts) {
-    row("put_blobs, auto-ckpt per commit (before)", t, true, 1000, 16384);
-    row("put_blobs, one WAL ckpt at the end (now)", t, true, 0, 16384);
+    row("put_blobs, auto-ckpt per commit, 16 KiB pg", t, true, 1000, 16384);
+    row("put_blobs, one WAL ckpt, 16 KiB pages", t, true, 0, 16384);
+    row("put_blobs, one WAL ckpt, 64 KiB pg (now)", t, true, 0, 65536);
   }
-  row("put_blobs, one WAL ckpt, 64 KiB pages", top, true, 0, 65536);
 }
 
 // One recorded step's transaction: its row and gpt2-small's 576 per-head monitors.
@@ -469,10 +471,10 @@ void bench_items(const std::string& dir, int reps) {
 
 }  // namespace
 
-// store_bench DIR [reps] [max_threads] [checkpoint|recording] [level]: max_threads (default:
-// the hardware threads) is the largest preparation thread count of the checkpoint rows (the
-// recording rows use at most 8, as the recorder does); `checkpoint` or `recording` runs only
-// that table; level (default 3) is the zstd level of the checkpoint rows (a negative one, zstd's
+// store_bench DIR [reps] [max_threads] [checkpoint|pieces|recording] [level]: max_threads
+// (default: the hardware threads) is the largest preparation thread count of the checkpoint
+// rows (the recording rows use at most 8, as the recorder does); `checkpoint` runs the
+// checkpoint pieces and rows, `pieces` or `recording` only that table; level (default 3) is the zstd level of the checkpoint rows (a negative one, zstd's
 // fast mode, leaves mostly SQLite and the disk to time).
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : ".";
@@ -483,6 +485,15 @@ int main(int argc, char** argv) {
   const std::string only = argc > 4 ? argv[4] : "";
   const int level = argc > 5 ? std::atoi(argv[5]) : 3;
   if (only.empty()) bench_items(dir, reps);
+  if (only.empty() || only == "checkpoint" || only == "pieces") {
+    const Checkpoint c = gpt2_small_state();
+    std::vector<rwd::bench::TensorBytes> tensors;
+    for (size_t i = 0; i < c.tensors.size(); ++i) {
+      tensors.push_back({c.pool.data() + c.offsets[i],
+                         static_cast<size_t>(rwd::store::shape_numel(c.tensors[i].second)) * 4});
+    }
+    rwd::bench::bench_checkpoint_pieces(dir, reps, level, tensors);
+  }
   if (only.empty() || only == "checkpoint") bench_checkpoint_write(dir, reps, max_threads, level);
   if (only.empty() || only == "recording") bench_recording(dir, reps, std::min(max_threads, 8), 5.0);
   std::remove((dir + "/store_bench.db").c_str());
