@@ -30,7 +30,7 @@ int run_import(int argc, char** argv) {
       ("plan", "precision plan recorded with the run", cxxopts::value<std::string>()->default_value(""))
       ("checkpoint-every", "checkpoint schedule for `train --resume`", cxxopts::value<int>()->default_value("20"))
       ("threads", "CPU threads (recorded; replay uses the same)", cxxopts::value<int>()->default_value("1"))
-      ("zstd-level", "zstd level of the store", cxxopts::value<int>()->default_value("3"))
+      ("zstd-level", "zstd level of the store", cxxopts::value<int>()->default_value("1"))
       ("h,help", "show help");
   opts.parse_positional({"format"});
   auto r = opts.parse(argc, argv);

@@ -151,6 +151,11 @@ bool Db::file_moved() const {
          moved != 0;
 }
 
+void Db::checkpoint_wal(const char* doing) {
+  const int rc = sqlite3_wal_checkpoint_v2(db_, "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  if (rc != SQLITE_OK && rc != SQLITE_BUSY) fail(rc, doing);
+}
+
 void Db::exec(const std::string& sql, const char* doing) {
   int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) fail(rc, doing);

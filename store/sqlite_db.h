@@ -35,6 +35,10 @@ class Db {
   // I/O error with under 1 MiB left on the file system or below `ulimit -f`) carries lib_code
   // SQLITE_FULL, one on a read-only file system SQLITE_READONLY.
   [[noreturn]] void fail(int rc, const std::string& doing) const;
+  // Copies what the WAL holds into the main file and fsyncs both, without waiting for (or
+  // blocking) other connections: PRAGMA wal_checkpoint(PASSIVE). BUSY (another connection is
+  // checkpointing) is no error: what is left waits for the next call. A no-op outside WAL mode.
+  void checkpoint_wal(const char* doing);
   // Whether the file was deleted or renamed since it was opened: SQLite then keeps writing to
   // the unlinked inode (or the WAL) without an error, so writers ask before each commit.
   bool file_moved() const;

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "store/byte_shuffle.h"
 #include "store/content_hash.h"
 #include "store/ordered_work.h"
 #include "store/schema.h"
+#include "store/wal_checkpointer.h"
 
 namespace rwd::store {
 namespace {
@@ -121,9 +123,7 @@ Transaction Store::begin_step() {
 
 void Store::checkpoint_wal() {
   if (mode_ == Mode::kReadOnly) return;
-  int rc = sqlite3_wal_checkpoint_v2(db_.get(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-  // BUSY: another connection is checkpointing right now; what is left waits for the next call.
-  if (rc != SQLITE_OK && rc != SQLITE_BUSY) db_.fail(rc, "checkpointing the WAL");
+  db_.checkpoint_wal("checkpointing the WAL");
 }
 
 void Store::check_in_place() {
@@ -161,6 +161,7 @@ std::vector<std::string> Store::put_blobs(const std::vector<BlobSource>& blobs) 
   };
   std::vector<Chunk> chunks;
   std::map<std::string, size_t> fresh;  // hash -> size of a new blob already in `chunks`
+  size_t fresh_bytes = 0;
   for (size_t i = 0; i < blobs.size(); ++i) {
     if (blob_exists(hashes[i], blobs[i].size)) continue;
     const auto [it, first] = fresh.emplace(hashes[i], blobs[i].size);
@@ -170,6 +171,17 @@ std::vector<std::string> Store::put_blobs(const std::vector<BlobSource>& blobs) 
     }
     const size_t n = chunk_count(blobs[i].size);
     for (size_t c = 0; c < n; ++c) chunks.push_back({i, c, c + 1 == n});
+    fresh_bytes += blobs[i].size;
+  }
+  // A writer that checkpoints the WAL on its own schedule would otherwise copy a whole
+  // checkpoint's blobs into the main file (and fsync the WAL and the file) only once they are
+  // all written: a helper connection does it while the blobs are still being compressed and
+  // inserted, and the owner's checkpoint_wal finds little left.
+  std::optional<WalCheckpointer> overlap;
+  const size_t overlap_bytes = options_.overlap_checkpoint_bytes;
+  if (options_.wal_autocheckpoint == 0 && overlap_bytes > 0 &&
+      sqlite3_get_autocommit(db_.get()) && fresh_bytes >= overlap_bytes) {
+    overlap.emplace(path(), options_, overlap_bytes / 2);
   }
   // Each thread compresses with a context of its own and no zstd workers: the frames are the
   // same bytes whichever thread compresses them, so the store does not depend on the count.
@@ -215,11 +227,13 @@ std::vector<std::string> Store::put_blobs(const std::vector<BlobSource>& blobs) 
         in_transaction(db_, [&] {
           if (!blob_exists(b.hash, b.size)) insert_blob(b);  // another connection may have
         });
+        if (overlap) overlap->committed(static_cast<size_t>(b.stored));
         std::lock_guard<std::mutex> lock(spare_mu);
         for (Bytes& f : b.frames) spare.push_back(std::move(f));
         b = PreparedBlob{};
       },
       chunk_len);
+  if (overlap) overlap->finish();
   return hashes;
 }
 

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint_pieces.h"
 #include "store/byte_shuffle.h"
 #include "store/content_hash.h"
 #include "store/store.h"
@@ -297,46 +298,63 @@ double plain_checkpoint_once(const Checkpoint& c, const std::string& path) {
 }
 
 // Rows: a plain write + fsync of the same bytes (the baseline, best of reps interleaved with
-// the store rows); the write path before put_blobs with the recorder's zstd workers; put_blobs
-// with SQLite's auto-checkpoint in every blob commit (the recorder before issue 24) and with
-// it off and one WAL checkpoint after the checkpoint (the recorder now), on 0 (the calling
-// thread), 1, 2, 4 .. max_threads preparation threads; the last at 64 KiB pages.
+// the store rows), then the store's write at `level` (the level before issue 24 by default):
+// the path before put_blobs (put_blob with the recorder's zstd workers) and put_blobs with
+// SQLite's auto-checkpoint in every blob commit (both at the largest thread count only); then
+// per thread count 0 (the calling thread), 1, 2, 4 .. max_threads: put_blobs with one WAL
+// checkpoint after the checkpoint at 16 KiB pages (the recorder before this change), at
+// 64 KiB pages, with the WAL also checkpointed beside the inserts
+// (StoreOptions::overlap_checkpoint_bytes), and the store's defaults (the recorder now: zstd 1,
+// 16 KiB pages, checkpointed beside).
 void bench_checkpoint_write(const std::string& dir, int reps, int max_threads, int level) {
   const Checkpoint c = gpt2_small_state();
   std::printf(
-      "\ncheckpoint write: %zu FP32 tensors, %.0f MB (gpt2-small params + exp_avg), zstd %d+s, "
-      "best of %d, %u hardware threads; until fsync'd in the main file\n%-46s %8s %8s %6s %8s %8s\n",
-      c.tensors.size(), c.bytes / 1e6, level, reps, std::thread::hardware_concurrency(), "path",
+      "\ncheckpoint write: %zu FP32 tensors, %.0f MB (gpt2-small params + exp_avg), +s, best of "
+      "%d, %u hardware threads; until fsync'd in the main file\n%-50s %8s %8s %6s %8s %8s\n",
+      c.tensors.size(), c.bytes / 1e6, reps, std::thread::hardware_concurrency(), "path",
       "seconds", "MB/s", "ratio", "plain", "x plain");
   const std::string plain_path = dir + "/store_bench.bin";
   // Each row's plain baseline is measured in its own reps, interleaved with the store writes,
-  // so a row's ratio compares two writes made under the same load.
-  auto row = [&](const std::string& what, int threads, bool parallel, int autockpt, int page) {
-    StoreOptions opt;
+  // so a row's ratio compares two writes made under the same load. `opt` starts from the
+  // store's defaults; the rows below change what they name.
+  auto row = [&](const std::string& what, int threads, StoreOptions opt, bool parallel = true) {
     opt.zstd_workers = threads;
-    opt.wal_autocheckpoint = autockpt;
-    opt.page_size = page;
-    opt.zstd_level = level;
     double best = 1e30, plain = 1e30, ratio = 0;
     for (int i = 0; i < reps; ++i) {
       plain = std::min(plain, plain_checkpoint_once(c, plain_path));
       best = std::min(best, checkpoint_once(c, opt, parallel, dir + "/store_bench.db", ratio));
     }
-    const std::string label = what + ", " + std::to_string(threads) + " thr";
-    std::printf("%-46s %8.2f %8.0f %6.3f %8.0f %8.2f\n", label.c_str(), best, c.bytes / 1e6 / best,
+    const std::string label = what + ", zstd " + std::to_string(opt.zstd_level) + ", " +
+                              std::to_string(threads) + " thr";
+    std::printf("%-50s %8.2f %8.0f %6.3f %8.0f %8.2f\n", label.c_str(), best, c.bytes / 1e6 / best,
                 ratio, c.bytes / 1e6 / plain, plain / best);
     std::fflush(stdout);
   };
+  StoreOptions one_ckpt;  // the recorder's options before this change
+  one_ckpt.zstd_level = level;
+  one_ckpt.page_size = 16384;
+  one_ckpt.wal_autocheckpoint = 0;
+  one_ckpt.overlap_checkpoint_bytes = 0;
+  StoreOptions auto_ckpt = one_ckpt;
+  auto_ckpt.wal_autocheckpoint = 1000;
+  StoreOptions big_pages = one_ckpt;
+  big_pages.page_size = 65536;
+  StoreOptions overlap = big_pages;
+  overlap.overlap_checkpoint_bytes = StoreOptions{}.overlap_checkpoint_bytes;
+  StoreOptions now;
+  now.wal_autocheckpoint = 0;  // as the recorder's writer
   const int top = std::min(max_threads, 8);
-  row("before: put_blob, zstd workers, auto-ckpt", top, false, 1000, 16384);
+  row("put_blob, zstd workers, auto-ckpt", top, auto_ckpt, false);
+  row("put_blobs, auto-ckpt per commit", top, auto_ckpt);
   std::vector<int> counts;
   for (int t = 0; t <= max_threads; t = t == 0 ? 1 : t * 2) counts.push_back(t);
   if ((max_threads & (max_threads - 1)) != 0) counts.push_back(max_threads);
   for (int t : counts) {
-    row("put_blobs, auto-ckpt per commit (before)", t, true, 1000, 16384);
-    row("put_blobs, one WAL ckpt at the end (now)", t, true, 0, 16384);
+    row("one WAL ckpt, 16 KiB pages (before)", t, one_ckpt);
+    row("one WAL ckpt, 64 KiB pages", t, big_pages);
+    row("64 KiB, WAL ckpts beside the inserts", t, overlap);
+    row("store defaults (now: 16 KiB, beside)", t, now);
   }
-  row("put_blobs, one WAL ckpt, 64 KiB pages", top, true, 0, 65536);
 }
 
 // One recorded step's transaction: its row and gpt2-small's 576 per-head monitors.
@@ -426,7 +444,7 @@ void bench_recording(const std::string& dir, int reps, int threads, double step_
     auto r = recording_once(c, threads, step_ms, 1000, dir + "/store_bench.db");
     row("beside writer, auto-ckpt", r.first, r.second, base);
     r = recording_once(c, threads, step_ms, 0, dir + "/store_bench.db");
-    row("beside writer, one WAL ckpt", r.first, r.second, base);
+    row("beside writer, no auto-ckpt", r.first, r.second, base);
   }
 }
 
@@ -469,11 +487,13 @@ void bench_items(const std::string& dir, int reps) {
 
 }  // namespace
 
-// store_bench DIR [reps] [max_threads] [checkpoint|recording] [level]: max_threads (default:
-// the hardware threads) is the largest preparation thread count of the checkpoint rows (the
-// recording rows use at most 8, as the recorder does); `checkpoint` or `recording` runs only
-// that table; level (default 3) is the zstd level of the checkpoint rows (a negative one, zstd's
-// fast mode, leaves mostly SQLite and the disk to time).
+// store_bench DIR [reps] [max_threads] [checkpoint|pieces|recording] [level]: max_threads
+// (default: the hardware threads) is the largest preparation thread count of the checkpoint
+// rows (the recording rows use at most 8, as the recorder does); `checkpoint` runs the
+// checkpoint pieces and rows, `pieces` or `recording` only that table; level (default 3, the
+// store's default before issue 24) is the zstd level of the pieces and of the checkpoint rows
+// but the last of each thread count (a negative one, zstd's fast mode, leaves mostly SQLite
+// and the disk to time).
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : ".";
   const int reps = argc > 2 ? std::atoi(argv[2]) : 3;
@@ -483,6 +503,15 @@ int main(int argc, char** argv) {
   const std::string only = argc > 4 ? argv[4] : "";
   const int level = argc > 5 ? std::atoi(argv[5]) : 3;
   if (only.empty()) bench_items(dir, reps);
+  if (only.empty() || only == "checkpoint" || only == "pieces") {
+    const Checkpoint c = gpt2_small_state();
+    std::vector<rwd::bench::TensorBytes> tensors;
+    for (size_t i = 0; i < c.tensors.size(); ++i) {
+      tensors.push_back({c.pool.data() + c.offsets[i],
+                         static_cast<size_t>(rwd::store::shape_numel(c.tensors[i].second)) * 4});
+    }
+    rwd::bench::bench_checkpoint_pieces(dir, reps, level, tensors);
+  }
   if (only.empty() || only == "checkpoint") bench_checkpoint_write(dir, reps, max_threads, level);
   if (only.empty() || only == "recording") bench_recording(dir, reps, std::min(max_threads, 8), 5.0);
   std::remove((dir + "/store_bench.db").c_str());

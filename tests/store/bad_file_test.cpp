@@ -49,13 +49,15 @@ TEST(BadFile, RandomBytes) {
 
 TEST(BadFile, TruncatedStore) {
   test::TempDir dir;
-  const std::vector<uint8_t> full = test::read_file(real_store(dir, "full.db"));
-  ASSERT_GT(full.size(), 3 * 16384u);
+  const std::string path = real_store(dir, "full.db");
+  const size_t page = static_cast<size_t>(StoreOptions{}.page_size);
+  const std::vector<uint8_t> full = test::read_file(path);
+  ASSERT_GT(full.size(), 3 * page);
   test::write_file(dir.file("t1000.db"), std::vector<uint8_t>(full.begin(), full.begin() + 1000));
   expect_refused(dir.file("t1000.db"), "truncated");
   // Cut at a page boundary: only the header says pages are missing.
   test::write_file(dir.file("tpage.db"),
-                   std::vector<uint8_t>(full.begin(), full.begin() + 2 * 16384));
+                   std::vector<uint8_t>(full.begin(), full.begin() + 2 * page));
   expect_refused(dir.file("tpage.db"), "truncated");
 }
 

@@ -27,7 +27,7 @@ TEST(Blob, RoundTripsSmallAndRandomSizes) {
     const BlobInfo info = *s.blob_info(h);
     EXPECT_EQ(info.raw_size, static_cast<int64_t>(sizes[i]));
     EXPECT_EQ(info.n_chunks, 1);
-    EXPECT_EQ(info.level, 3);
+    EXPECT_EQ(info.level, StoreOptions{}.zstd_level);
   }
 }
 

@@ -39,12 +39,22 @@ StepRecord expected_step(int64_t run, int64_t step) {
 // The child's loop: never returns; exits via _exit so no gtest state is touched.
 // wal_every > 0: the WAL is copied into the main file every wal_every steps by the writer
 // (with options.wal_autocheckpoint 0, as the recorder does), so a kill can land in one.
+// blobs_first: each step's blobs are written by put_blobs before its transaction, as the
+// recorder's checkpoint writer does (with a small options.overlap_checkpoint_bytes, a helper
+// connection checkpoints the WAL beside the inserts).
 [[noreturn]] void record_forever(const std::string& path, int64_t run, const StoreOptions& options,
-                                 int wal_every) {
+                                 int wal_every, bool blobs_first = false) {
   try {
     Store s = Store::open(path, Mode::kReadWrite, options);
     const auto range = s.step_range(run);
     for (int64_t step = range ? range->second + 1 : 0;; ++step) {
+      if (blobs_first) {
+        std::vector<std::vector<uint8_t>> bytes;
+        std::vector<BlobSource> blobs;
+        for (int i = 0; i < kBlobsPerStep; ++i) bytes.push_back(blob_bytes(step, i));
+        for (const auto& b : bytes) blobs.push_back({b.data(), b.size(), 1});
+        s.put_blobs(blobs);
+      }
       Transaction txn = s.begin_step();
       StepRecord r = expected_step(run, step);
       for (int i = 0; i < kBlobsPerStep; ++i) {
@@ -96,7 +106,7 @@ void check_intact(Store& s, int64_t run, int64_t n) {
   EXPECT_TRUE(s.metrics(run, n, INT64_MAX).empty());
 }
 
-void kill_while_recording(const StoreOptions& options, int wal_every) {
+void kill_while_recording(const StoreOptions& options, int wal_every, bool blobs_first = false) {
   test::TempDir dir;
   const std::string path = dir.file("crash.db");
   int64_t run;
@@ -109,7 +119,7 @@ void kill_while_recording(const StoreOptions& options, int wal_every) {
   for (int rep = 0; rep < 5; ++rep) {
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) record_forever(path, run, options, wal_every);
+    if (pid == 0) record_forever(path, run, options, wal_every, blobs_first);
     const int ms = std::uniform_int_distribution<int>(50, 400)(rng);
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     ASSERT_EQ(kill(pid, SIGKILL), 0);
@@ -147,6 +157,16 @@ TEST(CrashSafety, SigkillWithWriterScheduledWalCheckpoints) {
   StoreOptions options;
   options.wal_autocheckpoint = 0;
   kill_while_recording(options, 5);
+}
+
+// The checkpoint writer's path: blobs by put_blobs first, with the WAL checkpointed on a helper
+// connection beside nearly every step's inserts (each step writes 1.5-120 KB of blobs).
+TEST(CrashSafety, SigkillWhileTheWalIsCheckpointedBesideTheInserts) {
+  StoreOptions options;
+  options.wal_autocheckpoint = 0;
+  options.overlap_checkpoint_bytes = 8 << 10;
+  options.zstd_workers = 2;
+  kill_while_recording(options, 0, true);
 }
 
 }  // namespace

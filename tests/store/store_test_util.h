@@ -4,6 +4,7 @@
 #include <ftw.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -76,6 +77,12 @@ inline void write_file(const std::string& path, const std::vector<uint8_t>& byte
 inline std::string file_hash(const std::string& path) {
   std::vector<uint8_t> b = read_file(path);
   return content_hash(b.data(), b.size()) + ":" + std::to_string(b.size());
+}
+
+// Size of a file in bytes, -1 if it does not exist.
+inline int64_t file_size(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
 }
 
 }  // namespace rwd::store::test

@@ -12,10 +12,7 @@
 namespace rwd::store {
 namespace {
 
-int64_t file_size(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
-}
+using test::file_size;
 
 TEST(WriteFailure, ClassifiesSqliteAndSystemCodes) {
   EXPECT_EQ(write_failure(SQLITE_FULL), WriteFailure::kDiskFull);
