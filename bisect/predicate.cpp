@@ -26,6 +26,7 @@ struct PredicateNode {
   int64_t step = 0;        // kIndex
   std::string name;        // series name, function name or operator
   std::vector<std::shared_ptr<const PredicateNode>> args;
+  int depth = 1;           // levels of the tree below and including this node
 };
 
 namespace {
@@ -129,9 +130,17 @@ class Parser {
                                             describe(peek()));
     ++k_;
   }
+  // Evaluation, printing and the tree's destructor recurse over it; parsing recurses once per
+  // '(', function call or unary operator. Both are bounded so that no text overflows the stack.
+  static constexpr int kMaxDepth = 256;
   static NodePtr make(NodeKind kind, size_t pos, bool boolean, std::string name,
                       std::vector<NodePtr> args) {
+    int depth = 1;
+    for (const NodePtr& a : args) depth = std::max(depth, a->depth + 1);
+    if (depth > kMaxDepth)
+      fail_at(pos, "the expression is nested more than " + std::to_string(kMaxDepth) + " levels deep");
     auto n = std::make_shared<PredicateNode>();
+    n->depth = depth;
     n->kind = kind;
     n->pos = pos;
     n->boolean = boolean;
@@ -207,6 +216,13 @@ class Parser {
   }
   NodePtr parse_unary() {
     size_t pos = peek().pos;
+    // Every recursion of the parser passes here ('(' and calls through parse_or).
+    if (++nesting_ > kMaxDepth)
+      fail_at(pos, "the expression is nested more than " + std::to_string(kMaxDepth) + " levels deep");
+    struct Leave {
+      int& n;
+      ~Leave() { --n; }
+    } leave{nesting_};
     if (is_op("-")) {
       ++k_;
       NodePtr a = parse_unary();
@@ -274,6 +290,7 @@ class Parser {
 
   std::vector<Token> toks_;
   size_t k_ = 0;
+  int nesting_ = 0;  // parse_unary calls in progress
 };
 
 // Binding strength for the printer: higher binds tighter.

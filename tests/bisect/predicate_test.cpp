@@ -49,6 +49,29 @@ TEST(Predicate, ComparisonsFunctionsAndLogic) {
   EXPECT_TRUE(eval("loss > 7 || grad_norm > 1.08 || lr < 1"));
 }
 
+TEST(Predicate, DeepNestingIsAUsageErrorNotAStackOverflow) {
+  // Found by fuzzing: 1000 '(' overflowed the parser's stack; a long sum made a tree as deep as
+  // its length, which evaluation and the destructor recurse over.
+  auto message = [](const std::string& text) {
+    try {
+      Predicate::parse(text);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("parsed");
+  };
+  const std::string nested = "loss > " + std::string(1000, '(') + "1" + std::string(1000, ')');
+  EXPECT_NE(message(nested).find("nested more than 256 levels"), std::string::npos) << message(nested);
+  std::string sum = "loss > 1";
+  for (int i = 0; i < 5000; ++i) sum += "+1";
+  EXPECT_NE(message(sum).find("nested more than 256 levels"), std::string::npos);
+  EXPECT_NE(message(std::string(5000, '!') + "nan").find("nested more than 256"), std::string::npos);
+  // Depth well inside the bound still parses and evaluates.
+  std::string ok = "loss > 1";
+  for (int i = 0; i < 100; ++i) ok += "+1";
+  EXPECT_EQ(message(ok), "parsed");
+}
+
 TEST(Predicate, NonFiniteValuesCountAsFailures) {
   Series s = window();
   s.values["loss"][2] = kNaN;
