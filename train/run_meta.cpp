@@ -21,11 +21,9 @@ void read_int(const nlohmann::json& j, const char* key, int lo, int hi, int& out
   if (it == j.end()) return;
   if (!it->is_number_integer()) bad(key, "must be an integer");
   // is_number_integer() covers nlohmann's unsigned kind too, which may exceed int64's range.
-  const bool in_range = it->is_number_unsigned()
-                            ? it->get<uint64_t>() <= static_cast<uint64_t>(hi) &&
-                                  static_cast<int64_t>(it->get<uint64_t>()) >= lo
-                            : it->get<int64_t>() >= lo && it->get<int64_t>() <= hi;
-  if (!in_range) bad(key, "must be in " + std::to_string(lo) + ".." + std::to_string(hi));
+  const bool too_big = it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi);
+  if (too_big || it->get<int64_t>() < lo || it->get<int64_t>() > hi)
+    bad(key, "must be in " + std::to_string(lo) + ".." + std::to_string(hi));
   out = static_cast<int>(it->get<int64_t>());
 }
 
