@@ -23,7 +23,7 @@ ROUNDS=${ROUNDS:-3}
 run() {  # mode, extra args
   local mode=$1; shift
   local steps=$STEPS; [[ $mode == record* ]] && steps=$RECORD_STEPS
-  "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps "$steps" \
+  env ${RUN_ENV:-} "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps "$steps" \
     --batch-size "$B" --gradient-accumulation-steps 1 "$@" > "$W/log.txt" 2>&1 || { cat "$W/log.txt"; exit 1; }
   grep -E "^step +[0-9]" "$W/log.txt" | awk -F'|' 'NR>2 {gsub(/ ms/,"",$5); print $5+0}' >> "$W/$mode.ms"
   cat "$W/log.txt" >> "$W/$mode.log"
@@ -52,6 +52,7 @@ fi
 for ((round = 0; round < ROUNDS; ++round)); do
   run sdpa --attention sdpa
   run rewind
+  RUN_ENV=REWIND_FUSED_OPTIMIZER=0 run rewind-foreach
   run stable --plan 'L*.H*.softmax=stable(beta=2)'
   rm -f "$W/rec.db"*
   run record --record "$W/rec.db"
@@ -78,7 +79,8 @@ fi
 tok=$((B * 1024))
 printf "gpt2-small training, B=%d T=1024, median step (ms) over %d rounds x %d steps, tokens/s\n" "$B" "$ROUNDS" "$((STEPS - 2))"
 printf "%-26s %8s %14s %10s %8s %10s\n" mode ms "p25-p75 ms" tokens/s ratio "last loss"
-for row in "sdpa:$sdpa:sdpa" "rewind:$ours:rewind" "rewind-stable:$stable:stable" \
+for row in "sdpa:$sdpa:sdpa" "rewind:$ours:rewind" "rewind, LibTorch optimizer:$(median rewind-foreach):rewind-foreach" \
+           "rewind-stable:$stable:stable" \
            "rewind+record:$(median record):record" "record --checkpoint-wait:$(median record-wait):record-wait" \
            "record K=100:$(median record-k100):record-k100"; do
   IFS=: read -r name ms file <<< "$row"
@@ -109,9 +111,10 @@ done
 [[ -n "${OUT:-}" ]] && cp "$W"/record*.log "$OUT"/
 # Where a step's time goes (one more short run per mode; the device is synchronized at each
 # phase edge, so these steps are a little slower than the timed ones above).
-for row in "sdpa:--attention sdpa" "rewind:" "rewind-stable:--plan L*.H*.softmax=stable(beta=2)"; do
-  IFS=: read -r name args <<< "$row"
+for row in "sdpa:--attention sdpa:" "rewind::" "rewind, LibTorch optimizer::REWIND_FUSED_OPTIMIZER=0" \
+           "rewind-stable:--plan L*.H*.softmax=stable(beta=2):"; do
+  IFS=: read -r name args envs <<< "$row"
   # shellcheck disable=SC2086
-  REWIND_PHASE_TIMES=1 "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps 12 \
+  env $envs REWIND_PHASE_TIMES=1 "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps 12 \
     --batch-size "$B" --gradient-accumulation-steps 1 $args 2>&1 | grep "^phase times" | sed "s/^/$name: /"
 done

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/functional/normalization.h>
 #include <torch/version.h>
 
 #include <vector>
@@ -97,6 +99,22 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, b
                      bool x_bf16) {
   if (low && x_bf16 && x.is_cuda()) return CudaBf16LinearFn::apply(x, w, round_out);
   return LinearFn::apply(x, w, low, round_out);
+}
+
+torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                         bool low) {
+  namespace F = torch::nn::functional;
+  auto y = F::layer_norm(x, F::LayerNormFuncOptions({x.size(-1)}).weight(w).bias(b).eps(1e-5));
+  return low ? round_bf16(y) : y;
+}
+
+torch::Tensor lm_head(const torch::Tensor& x, const torch::Tensor& ln_f, const torch::Tensor& ln_f_bias,
+                      const torch::Tensor& wte, bool low) {
+  return linear(layer_norm(x, ln_f, ln_f_bias, low), wte, low, low, /*x_bf16=*/low);
+}
+
+torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 
 }  // namespace rwd::train

@@ -23,4 +23,17 @@ torch::Tensor round_bf16(const torch::Tensor& x);
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, bool round_out,
                      bool x_bf16);
 
+// LayerNorm over the last dim (eps 1e-5) in the input's dtype; b: the bias, or undefined
+// (none). Low: the output rounded to BF16 (the cast the next matmul makes).
+torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                         bool low);
+
+// The tied LM head: final LayerNorm, then x wteᵀ (B, T, V). Low: LayerNorm output, wte and
+// logits rounded to BF16 (autocast's BF16 GEMM).
+torch::Tensor lm_head(const torch::Tensor& x, const torch::Tensor& ln_f, const torch::Tensor& ln_f_bias,
+                      const torch::Tensor& wte, bool low);
+
+// Mean cross-entropy of logits (..., V) against targets (...), in the logits' dtype.
+torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets);
+
 }  // namespace rwd::train

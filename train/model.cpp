@@ -16,8 +16,6 @@
 #include "train/model.h"
 
 #include <torch/nn/functional/activation.h>
-#include <torch/nn/functional/loss.h>
-#include <torch/nn/functional/normalization.h>
 
 #include <cmath>
 
@@ -32,13 +30,6 @@ namespace F = torch::nn::functional;
 
 bool module_low(const plan::LayerPlan& lp, plan::Module m) {
   return !lp.module_fp32[static_cast<int>(m)];
-}
-
-// b: the bias, or undefined (no bias).
-torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
-                         bool low) {
-  auto y = F::layer_norm(x, F::LayerNormFuncOptions({x.size(-1)}).weight(w).bias(b).eps(1e-5));
-  return low ? round_bf16(y) : y;
 }
 
 // linear() plus a bias (undefined: none, the same op as before biases existed). Low: the
@@ -176,14 +167,13 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx, const plan::Plan& plan,
     x = blocks_[i]->forward(x, plan, cap);
   }
   const bool head_low = !plan.head_fp32;
-  x = layer_norm(x, ln_f, ln_f_bias, head_low);
-  return linear(x, wte, head_low, head_low, /*x_bf16=*/head_low);  // (B,T,V)
+  return lm_head(x, ln_f, ln_f_bias, wte, head_low);  // (B,T,V)
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets,
                             const plan::Plan& plan, ForwardTap* tap) {
   torch::Tensor logits = forward(idx, plan, tap);
-  return F::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
+  return mean_cross_entropy(logits, targets);
 }
 
 void GPTImpl::set_attention_impl(AttentionImpl impl) {

@@ -143,6 +143,7 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   const auto t1 = Clock::now();
   const NamedTensors state = trainer.state();
   NamedTensors host_state;
+  if (pinned_next_ == 1 && pinned_spare_.valid()) pinned_[1] = pinned_spare_.get();
   std::vector<torch::Tensor>& pinned = pinned_[pinned_next_];
   pinned_next_ ^= 1;
   pinned.resize(state.size());
@@ -160,6 +161,22 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
     }
     device_copies.emplace_back(&buf, d);
     host_state.emplace_back(name, buf);
+  }
+  if (!device_copies.empty() && pinned_[1].empty() && !pinned_spare_.valid()) {
+    std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> shapes(state.size());
+    std::vector<bool> on_device(state.size());
+    for (size_t i = 0; i < state.size(); ++i) {
+      shapes[i] = {state[i].second.sizes().vec(), state[i].second.scalar_type()};
+      on_device[i] = !state[i].second.is_cpu();
+    }
+    pinned_spare_ = std::async(std::launch::async, [shapes = std::move(shapes), on_device] {
+      std::vector<torch::Tensor> set(shapes.size());
+      for (size_t i = 0; i < shapes.size(); ++i)
+        if (on_device[i])
+          set[i] = torch::empty(shapes[i].first,
+                              torch::TensorOptions().dtype(shapes[i].second).pinned_memory(true));
+      return set;
+    });
   }
   std::function<void()> wait_ready;  // blocks until the snapshot's bytes are on the host
   if (!device_copies.empty()) wait_ready = copy_from_device(device_copies, trainer);

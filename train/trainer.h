@@ -87,10 +87,20 @@ class Trainer {
   // the same N (with another N only equal up to rounding). Throws UsageError unless N divides A.
   void set_comm(Comm* comm);
   Comm* comm() const { return comm_; }
+  // "fused (variant N)": gradient norm and AdamW in the fused CUDA kernels
+  // (kernels/cuda/optimizer.h), or "foreach": LibTorch's ops (CPU, or no variant matched).
+  std::string optimizer_path();
 
  private:
   StepResult forward_backward(const plan::Plan& plan, const std::vector<int>& capture_layers);
-  void adamw_update(double lr);
+  // clip_coef > 0: the gradients are scaled by it first (clipping).
+  void adamw_update(double lr, double clip_coef);
+  // The global gradient norm (FP64 sum of squares, one host copy).
+  double grad_norm();
+  // Whether the fused CUDA optimizer runs (decided once: on CUDA, unless
+  // REWIND_FUSED_OPTIMIZER=0, a kernel variant reproduces LibTorch's update bit for bit).
+  bool fused_optimizer();
+  int fused_variant_ = -2;  // -2: not decided yet; -1: LibTorch's multi-tensor ops
   std::vector<HeadMonitor> monitors(const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) const;
   // The ranks' shares of a step combined (world > 1): see set_comm.
   void reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<uint64_t>& batch_hashes,

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -16,18 +18,16 @@
 #include "plan/plan.h"
 #include "train/run_spec.h"
 #include "train/trainer.h"
+#include "cuda_fixture.h"
 
 namespace rwd::train {
 namespace {
 
-class GpuTrainer : public ::testing::Test {
+class GpuTrainer : public CudaTest {
  protected:
   void SetUp() override {
-    try {
-      device_ = setup_device("cuda");
-    } catch (const Error& e) {
-      GTEST_SKIP() << e.what();
-    }
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
     char tmpl[] = "/tmp/rewind_gpu_trainer_XXXXXX";
     dir_ = mkdtemp(tmpl);
     path_ = dir_ + "/train.bin";
@@ -61,7 +61,6 @@ class GpuTrainer : public ::testing::Test {
     }
   }
 
-  torch::Device device_ = torch::kCPU;
   std::string dir_, path_;
   Config config_;
 };
@@ -89,6 +88,41 @@ TEST_F(GpuTrainer, MixedPlanStepMatchesTheCpuEmulation) {
   expect_devices_agree("L0.ln=fp32;L0.H1.o=fp32;L1.H2.qk=fp32;L1.H3.pv=fp32;L0.H{0,2}.softmax=stable(beta=2);"
                        "L1.proj=fp32;L1.H0.bwd=fp32;L0.H3.delta=fp32",
                        2e-2);
+}
+
+// The fused optimizer (gradient norm and AdamW in kernels/cuda/optimizer.cu) finds a kernel
+// variant equal to LibTorch's multi-tensor update bit for bit, and three training steps with
+// it (clipping active: the first steps' norms exceed grad_clip) leave every parameter, AdamW
+// moment, loss and gradient norm bitwise equal to the same steps on LibTorch's ops.
+TEST_F(GpuTrainer, FusedOptimizerStepsEqualLibTorchOnesBitwise) {
+  const plan::Plan p = plan::Plan::defaults(config_.n_layer, config_.n_head);
+  TokenFile data(path_);
+  Trainer fused(config_, p, data, device_);
+  setenv("REWIND_FUSED_OPTIMIZER", "0", 1);
+  Trainer plain(config_, p, data, device_);
+  EXPECT_EQ(plain.optimizer_path(), "foreach");
+  unsetenv("REWIND_FUSED_OPTIMIZER");
+  const std::string path = fused.optimizer_path();
+  std::printf("optimizer path on %s: %s\n", device_name(device_).c_str(), path.c_str());
+  ASSERT_EQ(path.rfind("fused", 0), 0u) << "no fused AdamW variant reproduces LibTorch's update";
+  plain.load_state(fused.state());
+  int clipped = 0;
+  for (int s = 0; s < 3; ++s) {
+    const StepResult a = fused.train_step(), b = plain.train_step();
+    EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof a.loss), 0) << "loss at step " << s;
+    EXPECT_EQ(std::memcmp(&a.grad_norm, &b.grad_norm, sizeof a.grad_norm), 0)
+        << "grad norm at step " << s << ": " << a.grad_norm << " vs " << b.grad_norm;
+    clipped += a.grad_norm > config_.grad_clip;
+  }
+  EXPECT_GT(clipped, 0) << "no step clipped: the clip path went untested";
+  const NamedTensors sa = fused.state(), sb = plain.state();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    const torch::Tensor x = sa[i].second.to(torch::kCPU).contiguous(), y = sb[i].second.to(torch::kCPU).contiguous();
+    ASSERT_EQ(x.nbytes(), y.nbytes()) << sa[i].first;
+    EXPECT_EQ(std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()), 0) << sa[i].first << " differs";
+  }
+  EXPECT_EQ(fused.param_digest(), plain.param_digest());
 }
 
 }  // namespace
