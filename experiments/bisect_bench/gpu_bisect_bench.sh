@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A bisect on the GPU against the same bisect on the CPU (issue 26 item 5): record a 6-layer,
 # 8-head, D64 model (width 512, seq 64, batch 4, lr 0.01) with a planted pv fault in two heads
-# of layer 2 from step 20 that makes the loss blow up (4 -> 9 within 8 steps), then
-# `rewind bisect --window 20:29 --fail 'nan || max(loss) > 6'` on each device. Prints, per
-# device: probes, wall time, the recorded step, and the share of probe time spent in FP32
-# substitutions (per probe: its time x (1 - 1/measured cost), the part above the recorded
-# plan's step time); then the CPU/GPU wall-time ratio.
+# of layer 2 from step 20 that makes the loss climb (4 -> 5.6-7.6 within 8 steps), then
+# `rewind bisect --window 20:29 --fail 'nan || max(loss) > T'` on each device, T calibrated on
+# that device's own recording: halfway between the highest loss of steps 10-19 (before the
+# fault) and the highest of steps 20-29. Prints, per device: T, probes, wall time, the
+# recorded step, and the share of probe time spent in FP32 substitutions (per probe: its step
+# time x (1 - 1/r), r its measured cost per window step in recorded-plan steps); then the
+# CPU/GPU wall-time ratio.
 # Usage: bash experiments/bisect_bench/gpu_bisect_bench.sh [BUILD_DIR] [DEVICES] [CPU_THREADS]
 #        DEVICES default "cuda cpu"; CPU_THREADS default: all cores (recorded; replay uses it)
 set -euo pipefail
@@ -27,8 +29,12 @@ for dev in $DEVICES; do
   "$R" train --data "$W/d.bin" "${MODEL[@]}" --device "$dev" --threads "$threads" --record "$db" \
     > "$W/$dev.train" 2>&1 || { tail -5 "$W/$dev.train"; exit 1; }
   t1=$(date +%s.%N)
+  T=$(grep -E "^step +[0-9]+ " "$W/$dev.train" | awk '{s = $2 + 0; l = $5 + 0}
+        s >= 10 && s < 20 && l > pre {pre = l} s >= 20 && s < 30 && l > post {post = l}
+        END {printf "%.2f", (pre + post) / 2}')
+  echo "$dev: predicate 'nan || max(loss) > $T'"
   set +e
-  "$R" bisect --store "$db" --window 20:29 --fail 'nan || max(loss) > 6' --fresh \
+  "$R" bisect --store "$db" --window 20:29 --fail "nan || max(loss) > $T" --fresh \
     --report "$W/$dev.rep" --quiet > "$W/$dev.bisect" 2>&1
   code=$?
   set -e
@@ -42,16 +48,17 @@ dev, threads, code = sys.argv[2], sys.argv[3], int(sys.argv[4])
 t0, t1, t2 = map(float, sys.argv[5:8])
 n = rep.get("narrowing", {})
 run = [p for p in rep["probes"] if not p["cached"]]
-time = sum(p["step_s"] * p["steps"] for p in run)
-extra = sum(p["step_s"] * p["steps"] * (1 - 1 / p["measured_cost"])
-            for p in run if p.get("measured_cost") and p["measured_cost"] > 1)
+time = sum(p["step_s"] for p in run)  # the seconds of each probe's window steps
+# measured_cost: a probe's step time in recorded-plan steps; per window step:
+ratio = {p["index"]: p["measured_cost"] / p["steps"] for p in run if p.get("measured_cost") and p["steps"]}
+extra = sum(p["step_s"] * (1 - 1 / ratio[p["index"]]) for p in run if ratio.get(p["index"], 0) > 1)
 rec = [p["step_s"] / p["measured_cost"] for p in run if p.get("measured_cost")]
-costs = sorted(p["measured_cost"] for p in run if p.get("measured_cost"))
+costs = sorted(ratio.values())
 print(f"{dev} (threads {threads}): record 30 steps {t1 - t0:.1f} s; bisect exit {code}, "
       f"wall {t2 - t1:.1f} s, probes {rep['probes_total']} ({rep['probes_run']} run, "
       f"{rep['probes_cached']} cached; engine {n.get('engine_probes')}), probe steps "
       f"{sum(p['steps'] for p in run)} in {time:.1f} s, recorded-plan step {1e3 * rec[0]:.1f} ms, "
-      f"measured probe cost min/median/max {costs[0]:.2f}/{costs[len(costs) // 2]:.2f}/{costs[-1]:.2f}, "
+      f"probe step / recorded step min/median/max {costs[0]:.2f}/{costs[len(costs) // 2]:.2f}/{costs[-1]:.2f}, "
       f"FP32 substitutions {100 * extra / time:.1f}% of probe time; fixing set {n.get('fixing_set')}")
 print(f"BISECT_WALL {dev} {t2 - t1:.3f}")
 PY
