@@ -1,20 +1,15 @@
 // StoreWorker: one thread, one connection, jobs in push order; the first failure stops it.
 #include "store/store_worker.h"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <chrono>
 
 namespace rwd::store {
 
 StoreWorker::StoreWorker(const std::string& path, const StoreOptions& options, size_t max_queued,
-                         std::string name, int nice)
+                         std::string name)
     : store_(Store::open(path, Mode::kReadWrite, options)),
       max_queued_(max_queued == 0 ? 1 : max_queued),
       name_(std::move(name)),
-      nice_(nice),
       thread_([this] { loop(); }) {}
 
 StoreWorker::~StoreWorker() {
@@ -27,9 +22,6 @@ StoreWorker::~StoreWorker() {
 }
 
 void StoreWorker::loop() {
-  // Linux keeps a nice value per thread, and threads inherit it from the one that starts them.
-  // Failing to lower it (not Linux, a sandbox) only loses the courtesy.
-  if (nice_ > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice_);
   for (;;) {
     std::pair<uint64_t, Job> job;
     bool run = false;

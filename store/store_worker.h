@@ -20,11 +20,9 @@ class StoreWorker {
  public:
   using Job = std::function<void(Store&)>;
   // Opens `path` read-write for the worker. `name` appears in errors ("step writer failed:
-  // ..."); at most `max_queued` jobs wait to start (push blocks beyond that). nice > 0: the
-  // worker thread, and the threads it starts (compression, WAL checkpoints), run at that
-  // Linux nice value, below a training thread that must not wait for CPU time.
+  // ..."); at most `max_queued` jobs wait to start (push blocks beyond that).
   StoreWorker(const std::string& path, const StoreOptions& options, size_t max_queued,
-              std::string name, int nice = 0);
+              std::string name);
   ~StoreWorker();  // runs the jobs still queued (none after a failure), then stops
   StoreWorker(const StoreWorker&) = delete;
   StoreWorker& operator=(const StoreWorker&) = delete;
@@ -50,7 +48,6 @@ class StoreWorker {
   Store store_;
   const size_t max_queued_;
   const std::string name_;
-  const int nice_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<uint64_t, Job>> queue_;

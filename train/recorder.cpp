@@ -7,7 +7,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <thread>
 #include <nlohmann/json.hpp>
@@ -75,15 +74,6 @@ constexpr size_t kMaxQueuedSteps = 256;
 // small when checkpoints are rare; the checkpoint writer does after each checkpoint.
 constexpr int64_t kWalCheckpointSteps = 1024;
 
-// The writers' nice value: 10 (REWIND_WRITER_NICE overrides; 0 keeps the training thread's).
-// Training is host-bound on a GPU (it queues ~1000 launches a step), and a checkpoint's
-// compression threads beside it must yield the CPU to it.
-int writer_nice() {
-  const char* e = std::getenv("REWIND_WRITER_NICE");
-  if (e && *e) return std::max(0, std::min(19, std::atoi(e)));
-  return 10;
-}
-
 store::StoreOptions step_writer_options(store::StoreOptions so) {
   so.wal_autocheckpoint = 0;
   return so;
@@ -96,8 +86,8 @@ Recorder::Recorder(const std::string& store_path, int64_t run, const RecordOptio
       run_(run),
       opt_(o),
       schedule_(o.checkpoint_every, o.wait_for_writer),
-      steps_(store_path, step_writer_options(so), kMaxQueuedSteps, "step writer", writer_nice()),
-      checkpoints_(store_path, writer_options(so), 1, "checkpoint writer", writer_nice()) {}
+      steps_(store_path, step_writer_options(so), kMaxQueuedSteps, "step writer"),
+      checkpoints_(store_path, writer_options(so), 1, "checkpoint writer") {}
 
 Recorder::~Recorder() = default;
 
