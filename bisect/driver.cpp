@@ -167,16 +167,24 @@ std::optional<std::pair<int64_t, int64_t>> widen(detail::Context& ctx, std::pair
   return std::make_pair(w.first, to);
 }
 
+// A probe's warm step time: the median of its steps (the mean where no median was stored).
+double warm_step_s(const ProbeOutcome& o) {
+  if (o.step_median_s > 0) return o.step_median_s;
+  return o.steps > 0 ? o.step_s / o.steps : 0.0;
+}
+
 // Issue 26: each probe's cost in recorded steps, predicted (probes of a candidate set, by the
-// cost model) and measured (its step time over the recorded plan's, both timed in this bisect
-// or read with a cached probe), and the totals.
+// cost model) and measured (its warm step time over the recorded plan's, times its steps; both
+// timed in this bisect or read with a cached probe), and the totals. Warm: the recorded plan's
+// probe runs first, and on a GPU its first steps carry the process's lazy initialization
+// (82 ms a step against 12-19 ms for the probes after it on the H100's 6-layer benchmark).
 void account_costs(BisectReport& rep, const SearchSpace& space) {
   const CostModel model = CostModel::named(rep.cost_model);
   rep.recorded_step_s = 0;
   for (const auto& p : rep.probes)
     if (p.spec.kind == "window" && p.spec.candidate && p.spec.candidate->mode == Mode::kPromote &&
         p.spec.candidate->elements.empty() && p.outcome.steps > 0 && p.outcome.step_s > 0) {
-      rep.recorded_step_s = p.outcome.step_s / p.outcome.steps;
+      rep.recorded_step_s = warm_step_s(p.outcome);
       break;
     }
   rep.predicted_cost = rep.measured_cost = 0;
@@ -189,7 +197,7 @@ void account_costs(BisectReport& rep, const SearchSpace& space) {
       ++rep.predicted_probes;
     }
     if (rep.recorded_step_s > 0 && p.outcome.steps > 0) {
-      p.measured_cost = p.outcome.step_s / rep.recorded_step_s;
+      p.measured_cost = warm_step_s(p.outcome) * p.outcome.steps / rep.recorded_step_s;
       rep.measured_cost += p.measured_cost;
       ++rep.measured_probes;
     }

@@ -2,6 +2,7 @@
 // the JSON form kept in the store's probes table.
 #include "bisect/probe.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -205,17 +206,24 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   // them, so each rank stops at the same non-finite step and judges the same series.
   replay::Restored st = replay::restore_before(s, run.run_id, p.from, "", false, {}, comm);
   std::vector<replay::ReplayedStep> window;
+  std::vector<double> step_times;
   for (int64_t step = p.from; step <= p.to; ++step) {
     st.trainer->set_plan(probe_plan(p, run, step));
     replay::ReplayedStep rs;
     const auto s0 = std::chrono::steady_clock::now();
     rs.replayed = st.trainer->train_step();
-    out.step_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+    step_times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count());
+    out.step_s += step_times.back();
     ++out.steps;
     rs.recorded = s.get_step(run.run_id, step);
     const bool finite = std::isfinite(rs.replayed.loss);
     window.push_back(std::move(rs));
     if (!finite) break;  // the predicate reads NaN/Inf as +inf: the rest cannot change it
+  }
+  if (!step_times.empty()) {
+    std::sort(step_times.begin(), step_times.end());
+    const size_t n = step_times.size();
+    out.step_median_s = n % 2 ? step_times[n / 2] : 0.5 * (step_times[n / 2 - 1] + step_times[n / 2]);
   }
   Series series;
   series.first_step = p.from;
@@ -254,6 +262,7 @@ store::ProbeRecord to_record(const ProbeSpec& p, const ProbeOutcome& o) {
   m["loss"] = curve(o.loss);
   m["grad_norm"] = curve(o.grad_norm);
   m["step_s"] = o.step_s;
+  m["step_median_s"] = o.step_median_s;
   m["steps"] = o.steps;
   r.metrics = m.dump();
   r.wall_s = o.wall_s;
@@ -272,6 +281,7 @@ std::optional<ProbeOutcome> from_record(const store::ProbeRecord& r) {
     o.wall_s = r.wall_s;
     o.step_s = m.value("step_s", 0.0);  // 0: stored before issue 26 (no step timing)
     o.steps = m.value("steps", 0);
+    o.step_median_s = m.value("step_median_s", 0.0);  // 0: stored before the median was kept
     o.cached = true;
     o.device = m.value("device", "cpu");
     o.plan = r.plan;

@@ -48,6 +48,9 @@ struct ProbeOutcome {
   std::vector<double> grad_norm;
   double wall_s = 0;
   double step_s = 0;              // of wall_s, the time in the window's training steps
+  // The median of those steps' times: what a step costs once warm (the first probe of a GPU
+  // process pays for lazy initialization in its first steps). 0: not known (stored earlier).
+  double step_median_s = 0;
   int steps = 0;                  // steps run (fewer than the window when stopped at NaN/Inf)
   bool cached = false;            // read from the store, not run by this invocation
   std::string device = "cpu";     // "cpu" or "cpu (CUDA_VISIBLE_DEVICES=1)"

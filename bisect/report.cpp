@@ -119,6 +119,7 @@ std::string report_json(const BisectReport& r) {
     pj["cached"] = p.outcome.cached;
     pj["wall_s"] = p.outcome.wall_s;
     pj["step_s"] = p.outcome.step_s;
+    pj["step_median_s"] = p.outcome.step_median_s;
     pj["steps"] = p.outcome.steps;
     pj["predicted_cost"] = cost_json(p.predicted_cost);
     pj["measured_cost"] = cost_json(p.measured_cost);

@@ -54,6 +54,14 @@ class BisectPlanted : public TinyRunSuite {
         EXPECT_DOUBLE_EQ(p["predicted_cost"].get<double>(), steps);  // the recorded plan
       }
       ASSERT_TRUE(p["measured_cost"].is_number()) << p["candidate"];
+      // Measured from the warm (median) step time: its steps x median / the recorded plan's.
+      const double median = p["step_median_s"].get<double>();
+      EXPECT_GT(median, 0) << p["candidate"];
+      EXPECT_LE(median * p["steps"].get<double>(), 2.0 * p["step_s"].get<double>() + 1e-9) << p["candidate"];  // half the steps take >= the median
+      EXPECT_NEAR(p["measured_cost"].get<double>(),
+                  median * p["steps"].get<double>() / cost["recorded_step_s"].get<double>(),
+                  1e-9 * p["measured_cost"].get<double>() + 1e-12)
+          << p["candidate"];
       if (p["predicted_cost"].is_number()) predicted += p["predicted_cost"].get<double>();
       measured += p["measured_cost"].get<double>();
     }
