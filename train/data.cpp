@@ -12,6 +12,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "common/error.h"
 #include "common/hash.h"
@@ -50,6 +53,8 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
     throw data_error("token file '" + path + "' is not a uint16 token file (size " +
                      std::to_string(st.st_size) + " bytes)");
   }
+  id_ = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+         static_cast<int64_t>(st.st_mtim.tv_sec), static_cast<int64_t>(st.st_mtim.tv_nsec)};
   mapped_bytes_ = static_cast<size_t>(st.st_size);
   void* p = ::mmap(nullptr, mapped_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -62,11 +67,47 @@ TokenFile::~TokenFile() {
   if (tokens_) ::munmap(const_cast<uint16_t*>(tokens_), mapped_bytes_);
 }
 
-std::string TokenFile::fingerprint() const {
-  return std::to_string(n_) + ":" + hex64(fnv1a64(tokens_, n_ * 2));
+bool TokenFile::Identity::operator<(const Identity& o) const {
+  return std::tie(dev, ino, size, mtime_s, mtime_ns) < std::tie(o.dev, o.ino, o.size, o.mtime_s, o.mtime_ns);
 }
 
-uint16_t TokenFile::max_token() const { return *std::max_element(tokens_, tokens_ + n_); }
+namespace {
+
+// What a process has computed of each token file it opened (see TokenFile::Identity).
+struct FileFacts {
+  std::string fingerprint;  // "" until computed
+  int max_token = -1;       // -1 until computed
+};
+std::mutex g_facts_mu;
+std::map<TokenFile::Identity, FileFacts>& facts() {
+  static std::map<TokenFile::Identity, FileFacts> m;
+  return m;
+}
+
+}  // namespace
+
+std::string TokenFile::fingerprint() const {
+  {
+    std::lock_guard<std::mutex> lock(g_facts_mu);
+    const std::string& known = facts()[id_].fingerprint;
+    if (!known.empty()) return known;
+  }
+  std::string fp = std::to_string(n_) + ":" + hex64(fnv1a64(tokens_, n_ * 2));
+  std::lock_guard<std::mutex> lock(g_facts_mu);
+  return facts()[id_].fingerprint = fp;
+}
+
+uint16_t TokenFile::max_token() const {
+  {
+    std::lock_guard<std::mutex> lock(g_facts_mu);
+    const int known = facts()[id_].max_token;
+    if (known >= 0) return static_cast<uint16_t>(known);
+  }
+  const uint16_t m = *std::max_element(tokens_, tokens_ + n_);
+  std::lock_guard<std::mutex> lock(g_facts_mu);
+  facts()[id_].max_token = m;
+  return m;
+}
 
 Batch batch_from_offsets(const TokenFile& f, const std::vector<int64_t>& offsets, int block) {
   Batch b;

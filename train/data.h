@@ -21,12 +21,21 @@ class TokenFile {
   // "<tokens>:<fnv1a64 hex of the bytes>": recorded with a run, checked on replay.
   std::string fingerprint() const;
   uint16_t max_token() const;
+  // Both read every byte (~1.5-2 s a GB for the hash): a process computes them once per file
+  // (device, inode, size and modification time), however many replays and bisect probes
+  // open it; a file rewritten in between is read again.
+  struct Identity {
+    uint64_t dev = 0, ino = 0, size = 0;
+    int64_t mtime_s = 0, mtime_ns = 0;
+    bool operator<(const Identity& o) const;
+  };
 
  private:
   std::string path_;
   const uint16_t* tokens_ = nullptr;
   size_t n_ = 0;
   size_t mapped_bytes_ = 0;
+  Identity id_;
 };
 
 // One micro-batch: `batch` rows of block_size+1 tokens starting at `offsets`.

@@ -3,6 +3,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -51,6 +53,34 @@ class TrainerTest : public ::testing::Test {
   std::string dir_, path_;
   Config config_;
 };
+
+// The fingerprint and the largest token are computed once per file in a process (bisect opens
+// the token file for every probe), and a file rewritten in between is read again.
+TEST_F(TrainerTest, TokenFileFactsFollowTheFileNotTheProcess) {
+  std::string fp;
+  uint16_t mx;
+  {
+    TokenFile a(path_);
+    fp = a.fingerprint();
+    mx = a.max_token();
+    TokenFile again(path_);
+    EXPECT_EQ(again.fingerprint(), fp);
+    EXPECT_EQ(again.max_token(), mx);
+    const uint64_t h = fnv1a64(a.data(), a.size() * 2);
+    EXPECT_EQ(fp, std::to_string(a.size()) + ":" + hex64(h));
+  }
+  write_synth_tokens(path_, 200000, 64, 8);  // same size, other tokens
+  struct timespec later[2] = {{0, UTIME_OMIT}, {2000000000, 0}};  // a clearly different mtime
+  ASSERT_EQ(utimensat(AT_FDCWD, path_.c_str(), later, 0), 0);
+  TokenFile b(path_);
+  EXPECT_NE(b.fingerprint(), fp);
+  EXPECT_EQ(b.fingerprint(), std::to_string(b.size()) + ":" + hex64(fnv1a64(b.data(), b.size() * 2)));
+  write_synth_tokens(path_, 200000, 32, 8);  // fewer token values: a smaller maximum
+  struct timespec later2[2] = {{0, UTIME_OMIT}, {2000000001, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, path_.c_str(), later2, 0), 0);
+  TokenFile c(path_);
+  EXPECT_LT(c.max_token(), 32);
+}
 
 TEST_F(TrainerTest, SameCommandTwiceGivesBitwiseIdenticalLosses) {
   auto a = loss_bits("", 5);
