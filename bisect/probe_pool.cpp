@@ -12,20 +12,27 @@
 #include <cstring>
 #include <map>
 
+#include "common/error.h"
+#include "train/data.h"
+
 extern char** environ;
 
 namespace rwd::bisect {
 
 namespace {
 
-// The environment of a worker: ours, with CUDA_VISIBLE_DEVICES replaced when a GPU is given.
-std::vector<std::string> worker_env(const std::string& gpu) {
+// The environment of a worker: ours, with CUDA_VISIBLE_DEVICES replaced when a GPU is given,
+// and what we know of the token file (its fingerprint and largest token: each worker would
+// otherwise read all of train.bin again).
+std::vector<std::string> worker_env(const std::string& gpu, const std::string& facts) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     if (!gpu.empty() && std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) == 0) continue;
+    if (!facts.empty() && std::strncmp(*e, "REWIND_TOKEN_FILE_FACTS=", 24) == 0) continue;
     env.emplace_back(*e);
   }
   if (!gpu.empty()) env.push_back("CUDA_VISIBLE_DEVICES=" + gpu);
+  if (!facts.empty()) env.push_back(facts);
   return env;
 }
 
@@ -136,6 +143,16 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
     slot_busy[it->second.second] = 0;
     running.erase(it);
   };
+  // The data file checked once here (the workers restore from the same checkpoint data).
+  std::string facts;
+  try {
+    train::TokenFile data(run_.data_path);
+    data.fingerprint();
+    data.max_token();
+    facts = train::token_file_facts_env();
+  } catch (const Error&) {
+    // unreadable here: each worker reports it with its own one-line error
+  }
   while (next < todo.size() || !running.empty()) {
     if (next < todo.size() && static_cast<int>(running.size()) < slots && first_error.empty()) {
       int slot = 0;
@@ -144,7 +161,7 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
           options_.gpus.empty() ? "" : options_.gpus[slot % options_.gpus.size()];
       std::vector<std::string> args = {options_.exe,   "bisect", "__probe", "--store",
                                        store_.path(), "--probe", todo[next].to_json()};
-      std::vector<std::string> env = worker_env(gpu);
+      std::vector<std::string> env = worker_env(gpu, facts);
       auto argv = c_strings(args);
       auto envp = c_strings(env);
       pid_t pid = 0;

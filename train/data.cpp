@@ -14,6 +14,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <tuple>
 
 #include "common/error.h"
@@ -78,13 +79,53 @@ struct FileFacts {
   std::string fingerprint;  // "" until computed
   int max_token = -1;       // -1 until computed
 };
+constexpr const char* kFactsEnv = "REWIND_TOKEN_FILE_FACTS";
+
 std::mutex g_facts_mu;
-std::map<TokenFile::Identity, FileFacts>& facts() {
+
+// Entries "dev,ino,size,mtime_s,mtime_ns,fingerprint,max_token" joined by ';'.
+void parse_facts(const char* text, std::map<TokenFile::Identity, FileFacts>& into) {
+  std::stringstream all(text);
+  for (std::string entry; std::getline(all, entry, ';');) {
+    std::stringstream f(entry);
+    std::vector<std::string> v;
+    for (std::string field; std::getline(f, field, ',');) v.push_back(field);
+    if (v.size() != 7) continue;
+    try {
+      TokenFile::Identity id{std::stoull(v[0]), std::stoull(v[1]), std::stoull(v[2]),
+                             std::stoll(v[3]), std::stoll(v[4])};
+      FileFacts facts{v[5], std::stoi(v[6])};
+      if (facts.max_token > 65535) continue;
+      into[id] = facts;
+    } catch (const std::exception&) {
+      continue;  // a malformed entry is only a lost shortcut
+    }
+  }
+}
+
+std::map<TokenFile::Identity, FileFacts>& facts() {  // with g_facts_mu held
   static std::map<TokenFile::Identity, FileFacts> m;
+  static bool loaded = false;
+  if (!loaded) {
+    loaded = true;
+    if (const char* e = std::getenv(kFactsEnv)) parse_facts(e, m);
+  }
   return m;
 }
 
 }  // namespace
+
+std::string token_file_facts_env() {
+  std::lock_guard<std::mutex> lock(g_facts_mu);
+  std::string out;
+  for (const auto& [id, f] : facts()) {
+    if (f.fingerprint.empty() || f.max_token < 0) continue;
+    out += (out.empty() ? "" : ";") + std::to_string(id.dev) + "," + std::to_string(id.ino) + "," +
+           std::to_string(id.size) + "," + std::to_string(id.mtime_s) + "," + std::to_string(id.mtime_ns) + "," +
+           f.fingerprint + "," + std::to_string(f.max_token);
+  }
+  return out.empty() ? "" : std::string(kFactsEnv) + "=" + out;
+}
 
 std::string TokenFile::fingerprint() const {
   {

@@ -38,6 +38,13 @@ class TokenFile {
   Identity id_;
 };
 
+// The token-file facts this process has computed, as one environment entry
+// ("REWIND_TOKEN_FILE_FACTS=..."; "" when none), so that worker processes it starts for the
+// same files (bisect --jobs) trust them instead of reading every byte again. A process reads
+// the variable when it first opens a token file; entries whose file identity differs from
+// the file it opens are ignored.
+std::string token_file_facts_env();
+
 // One micro-batch: `batch` rows of block_size+1 tokens starting at `offsets`.
 struct Batch {
   std::vector<int64_t> offsets;  // (batch)

@@ -2,6 +2,7 @@
 // recorder resumed bitwise, `rewind step`, and the one-line errors of bad requests.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,6 +70,27 @@ TEST_F(RecordReplay, WindowsAtAndBetweenCheckpointsReplayBitwise) {
     EXPECT_EQ(r.code, 0) << w << "\n" << r.out;
     EXPECT_NE(r.out.find("bitwise identical"), std::string::npos) << r.out;
   }
+}
+
+// A parent process hands what it computed of the token file to the workers it starts
+// (REWIND_TOKEN_FILE_FACTS: file identity, fingerprint, largest token), which then trust it
+// instead of reading the file again; facts for another identity are ignored.
+TEST_F(RecordReplay, TokenFileFactsFromTheEnvironmentAreTrustedOnlyForTheSameFile) {
+  struct stat st {};
+  ASSERT_EQ(stat(data_.c_str(), &st), 0);
+  auto facts = [&](uint64_t ino, const std::string& fingerprint) {
+    return "REWIND_TOKEN_FILE_FACTS='" + std::to_string(st.st_dev) + "," + std::to_string(ino) + "," +
+           std::to_string(st.st_size) + "," + std::to_string(st.st_mtim.tv_sec) + "," +
+           std::to_string(st.st_mtim.tv_nsec) + "," + fingerprint + ",63' ";
+  };
+  const std::string replay = kBin + " replay --store " + store_ + " --from 20 --to 21 --verify";
+  // A wrong fingerprint for this very file is believed: the replay refuses the dataset.
+  Cmd wrong = sh(facts(st.st_ino, "200000:0123456789abcdef") + replay);
+  EXPECT_EQ(wrong.code, 3) << wrong.out;
+  EXPECT_NE(wrong.out.find("differs from the recording"), std::string::npos) << wrong.out;
+  // The same claim about another inode is ignored: the file is hashed and matches.
+  Cmd other = sh(facts(st.st_ino + 1, "200000:0123456789abcdef") + replay);
+  EXPECT_EQ(other.code, 0) << other.out;
 }
 
 TEST_F(RecordReplay, TamperedLossIsReportedAtItsStep) {
