@@ -127,27 +127,32 @@ std::string token_file_facts_env() {
   return out.empty() ? "" : std::string(kFactsEnv) + "=" + out;
 }
 
-std::string TokenFile::fingerprint() const {
+namespace {
+
+// facts()[id].*field, computed by `compute` (outside the lock) the first time it is `unset`.
+template <class T, class F>
+T remembered(const TokenFile::Identity& id, T FileFacts::*field, const T& unset, F compute) {
   {
     std::lock_guard<std::mutex> lock(g_facts_mu);
-    const std::string& known = facts()[id_].fingerprint;
-    if (!known.empty()) return known;
+    const T& known = facts()[id].*field;
+    if (known != unset) return known;
   }
-  std::string fp = std::to_string(n_) + ":" + hex64(fnv1a64(tokens_, n_ * 2));
+  T value = compute();
   std::lock_guard<std::mutex> lock(g_facts_mu);
-  return facts()[id_].fingerprint = fp;
+  return facts()[id].*field = value;
+}
+
+}  // namespace
+
+std::string TokenFile::fingerprint() const {
+  return remembered(id_, &FileFacts::fingerprint, std::string(),
+                    [this] { return std::to_string(n_) + ":" + hex64(fnv1a64(tokens_, n_ * 2)); });
 }
 
 uint16_t TokenFile::max_token() const {
-  {
-    std::lock_guard<std::mutex> lock(g_facts_mu);
-    const int known = facts()[id_].max_token;
-    if (known >= 0) return static_cast<uint16_t>(known);
-  }
-  const uint16_t m = *std::max_element(tokens_, tokens_ + n_);
-  std::lock_guard<std::mutex> lock(g_facts_mu);
-  facts()[id_].max_token = m;
-  return m;
+  return static_cast<uint16_t>(remembered(id_, &FileFacts::max_token, -1, [this] {
+    return static_cast<int>(*std::max_element(tokens_, tokens_ + n_));
+  }));
 }
 
 Batch batch_from_offsets(const TokenFile& f, const std::vector<int64_t>& offsets, int block) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,11 @@
 namespace rwd::train {
 
 namespace {
+
+// Page-locked host memory for a device tensor's copy.
+torch::Tensor pinned_empty(c10::IntArrayRef sizes, at::ScalarType dtype) {
+  return torch::empty(sizes, torch::TensorOptions().dtype(dtype).pinned_memory(true));
+}
 
 // The background checkpoint writer hashes, shuffles and compresses blobs on threads of its
 // own (Store::put_blobs) on the cores training leaves idle (at most 8), unless the caller
@@ -156,25 +162,22 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
       continue;
     }
     torch::Tensor& buf = pinned[i];  // allocated once, again only if a tensor changed shape
-    if (!buf.defined() || buf.sizes() != d.sizes() || buf.scalar_type() != d.scalar_type()) {
-      buf = torch::empty(d.sizes(), torch::TensorOptions().dtype(d.scalar_type()).pinned_memory(true));
-    }
+    if (!buf.defined() || buf.sizes() != d.sizes() || buf.scalar_type() != d.scalar_type())
+      buf = pinned_empty(d.sizes(), d.scalar_type());
     device_copies.emplace_back(&buf, d);
     host_state.emplace_back(name, buf);
   }
   if (!device_copies.empty() && pinned_[1].empty() && !pinned_spare_.valid()) {
-    std::vector<std::pair<std::vector<int64_t>, at::ScalarType>> shapes(state.size());
-    std::vector<bool> on_device(state.size());
-    for (size_t i = 0; i < state.size(); ++i) {
-      shapes[i] = {state[i].second.sizes().vec(), state[i].second.scalar_type()};
-      on_device[i] = !state[i].second.is_cpu();
+    // The second set, shaped like the first (undefined where a tensor lives on the host).
+    std::vector<std::optional<std::pair<std::vector<int64_t>, at::ScalarType>>> shapes;
+    for (const torch::Tensor& b : pinned) {
+      shapes.emplace_back();
+      if (b.defined()) shapes.back().emplace(b.sizes().vec(), b.scalar_type());
     }
-    pinned_spare_ = std::async(std::launch::async, [shapes = std::move(shapes), on_device] {
+    pinned_spare_ = std::async(std::launch::async, [shapes = std::move(shapes)] {
       std::vector<torch::Tensor> set(shapes.size());
       for (size_t i = 0; i < shapes.size(); ++i)
-        if (on_device[i])
-          set[i] = torch::empty(shapes[i].first,
-                              torch::TensorOptions().dtype(shapes[i].second).pinned_memory(true));
+        if (shapes[i]) set[i] = pinned_empty(shapes[i]->first, shapes[i]->second);
       return set;
     });
   }
