@@ -40,6 +40,21 @@ bool any_head(const std::vector<HeadFlags>& flags, Op op, Prec pr) {
   return false;
 }
 
+// The launch parameters of a (B, H, T, D) problem; flags and stats left for the caller.
+AttentionParams params_for(c10::IntArrayRef bhtd, const AttentionOptions& opt) {
+  AttentionParams p;
+  p.batch = static_cast<int>(bhtd[0]);
+  p.heads = static_cast<int>(bhtd[1]);
+  p.seq = static_cast<int>(bhtd[2]);
+  p.dim = static_cast<int>(bhtd[3]);
+  p.scale = opt.scale;
+  p.causal = opt.causal;
+  p.naive = opt.naive;
+  p.block_q = opt.block_q;
+  p.block_k = opt.block_k;
+  return p;
+}
+
 c10::intrusive_ptr<OpState> make_state(const Tensor& q, const Tensor& k, const Tensor& v,
                                        const AttentionOptions& opt,
                                        std::shared_ptr<AttentionCapture> capture) {
@@ -58,22 +73,13 @@ c10::intrusive_ptr<OpState> make_state(const Tensor& q, const Tensor& k, const T
               "attention: ", opt.flags.size(), " head flags for ", heads, " heads");
   auto st = c10::make_intrusive<OpState>();
   st->flags = opt.flags.empty() ? std::vector<HeadFlags>(heads) : opt.flags;
+  st->params = params_for(q.sizes(), opt);
   st->capture = std::move(capture);
   st->need_o_f32 = any_head(st->flags, Op::kO, Prec::kFp32) || any_head(st->flags, Op::kDelta, Prec::kFp32);
   for (int op = 0; op < kNumOps; ++op)
     st->need_f32_inputs |= any_head(st->flags, static_cast<Op>(op), Prec::kFp32);
   st->need_do_f32 = any_head(st->flags, Op::kBwd, Prec::kFp32) || any_head(st->flags, Op::kDelta, Prec::kFp32);
-  AttentionParams& p = st->params;
-  p.batch = static_cast<int>(q.size(0));
-  p.heads = static_cast<int>(heads);
-  p.seq = static_cast<int>(q.size(2));
-  p.dim = static_cast<int>(q.size(3));
-  p.scale = opt.scale;
-  p.causal = opt.causal;
-  p.naive = opt.naive;
-  p.block_q = opt.block_q;
-  p.block_k = opt.block_k;
-  p.flags = st->flags.data();
+  st->params.flags = st->flags.data();
   return st;
 }
 
@@ -270,6 +276,112 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   auto st = make_state(q, k, v, opt, std::move(capture));
   if (q.is_cuda()) return AttentionFunction::apply(q, k, v, st);  // strided views welcome
   return AttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), st);
+}
+
+bool bf16_attention_ok(const AttentionOptions& opt) {
+  for (const auto& f : opt.flags)
+    for (Prec pr : f.prec)
+      if (pr == Prec::kFp32) return false;
+  return true;
+}
+
+namespace {
+// Checks the fast path's operands and returns its launch parameters (flags: host copy).
+AttentionParams bf16_params(const Tensor& qkv, const AttentionOptions& opt,
+                            std::vector<HeadFlags>& flags) {
+  TORCH_CHECK(qkv.dim() == 5 && qkv.size(0) == 3 && qkv.scalar_type() == torch::kBFloat16 &&
+                  qkv.is_contiguous(),
+              "attention_bf16: qkv must be contiguous BF16 (3, B, H, T, D), got ", qkv.sizes(),
+              " ", qkv.scalar_type());
+  TORCH_CHECK(bf16_attention_ok(opt), "attention_bf16: a head promotes an op to FP32");
+  const auto bhtd = qkv.sizes().slice(1);
+  flags = opt.flags.empty() ? std::vector<HeadFlags>(bhtd[1]) : opt.flags;
+  TORCH_CHECK(static_cast<int64_t>(flags.size()) == bhtd[1], "attention_bf16: ", flags.size(),
+              " head flags for ", bhtd[1], " heads");
+  AttentionParams p = params_for(bhtd, opt);
+  p.flags = flags.data();
+  return p;
+}
+}  // namespace
+
+Tensor attention_bf16_forward(const Tensor& qkv, const AttentionOptions& opt,
+                              AttentionCapture* capture, Tensor& lse) {
+  std::vector<HeadFlags> flags;
+  AttentionParams p = bf16_params(qkv, opt, flags);
+  TORCH_CHECK(!capture || !capture->keep_tensors, "attention_bf16: tensor captures take attention()");
+  const auto f32 = qkv.options().dtype(torch::kFloat32);
+  lse = torch::empty({p.batch, p.heads, p.seq}, f32);
+  if (!qkv.is_cuda()) {  // the CPU emulation on widened copies: tests of the fast path's plumbing
+    const Tensor x = qkv.to(torch::kFloat32);
+    Tensor o = torch::empty(qkv.sizes().slice(1), f32);
+    std::vector<HeadStats> stats(capture ? p.heads : 0);
+    p.stats = capture ? stats.data() : nullptr;
+    attention_forward_cpu(p, x[0].data_ptr<float>(), x[1].data_ptr<float>(), x[2].data_ptr<float>(),
+                          o.data_ptr<float>(), lse.data_ptr<float>(), nullptr);
+    if (capture) capture->stats = stats;
+    return o.to(torch::kBFloat16);
+  }
+#ifdef REWIND_CUDA
+  Tensor flags_d = bytes_on(flags.data(), flags.size() * sizeof(HeadFlags), qkv.device());
+  p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
+  Tensor stats_d;
+  if (capture) {
+    stats_d = torch::zeros({static_cast<int64_t>(p.heads * sizeof(HeadStats))}, qkv.options().dtype(torch::kUInt8));
+    p.stats = reinterpret_cast<HeadStats*>(stats_d.data_ptr());
+  }
+  Tensor o = torch::empty(qkv.sizes().slice(1), qkv.options());
+  cuda::ForwardArgs a;
+  a.q = bf16_ptr(qkv[0]); a.k = bf16_ptr(qkv[1]); a.v = bf16_ptr(qkv[2]);
+  a.o = bf16_ptr(o);
+  a.lse = lse.data_ptr<float>();
+  a.stats = p.stats;
+  a.host_flags = flags.data();
+  check_cuda(cuda::attention_forward(p, a, at::cuda::getCurrentCUDAStream().stream()), "forward");
+  if (capture) {
+    capture->stats.clear();
+    capture->stats_pending = stats_d;
+  }
+  return o;
+#else
+  TORCH_CHECK(false, "attention: CUDA tensors need a REWIND_CUDA build");
+#endif
+}
+
+Tensor attention_bf16_backward(const Tensor& qkv, const Tensor& o, const Tensor& lse,
+                               const Tensor& d_o, const AttentionOptions& opt) {
+  std::vector<HeadFlags> flags;
+  AttentionParams p = bf16_params(qkv, opt, flags);
+  for (const Tensor* t : {&o, &d_o})
+    TORCH_CHECK(t->sizes() == qkv.sizes().slice(1) && t->scalar_type() == torch::kBFloat16 &&
+                    t->is_contiguous(),
+                "attention_bf16: o and d_o must be contiguous BF16 (B, H, T, D)");
+  const auto f32 = qkv.options().dtype(torch::kFloat32);
+  Tensor dqkv = torch::empty(qkv.sizes(), f32);
+  Tensor delta = torch::empty_like(lse);
+  if (!qkv.is_cuda()) {
+    const Tensor x = qkv.to(torch::kFloat32), of = o.to(torch::kFloat32), gf = d_o.to(torch::kFloat32);
+    attention_backward_cpu(p, x[0].data_ptr<float>(), x[1].data_ptr<float>(), x[2].data_ptr<float>(),
+                           of.data_ptr<float>(), nullptr, gf.data_ptr<float>(), lse.data_ptr<float>(),
+                           dqkv[0].data_ptr<float>(), dqkv[1].data_ptr<float>(), dqkv[2].data_ptr<float>(),
+                           delta.data_ptr<float>());
+    return dqkv;
+  }
+#ifdef REWIND_CUDA
+  Tensor flags_d = bytes_on(flags.data(), flags.size() * sizeof(HeadFlags), qkv.device());
+  p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
+  cuda::BackwardArgs a;
+  a.q = bf16_ptr(qkv[0]); a.k = bf16_ptr(qkv[1]); a.v = bf16_ptr(qkv[2]);
+  a.o = bf16_ptr(o);
+  a.d_o = bf16_ptr(d_o);
+  a.lse = lse.data_ptr<float>();
+  a.delta = delta.data_ptr<float>();
+  a.dq = dqkv[0].data_ptr<float>(); a.dk = dqkv[1].data_ptr<float>(); a.dv = dqkv[2].data_ptr<float>();
+  a.host_flags = flags.data();
+  check_cuda(cuda::attention_backward(p, a, at::cuda::getCurrentCUDAStream().stream()), "backward");
+  return dqkv;
+#else
+  TORCH_CHECK(false, "attention: CUDA tensors need a REWIND_CUDA build");
+#endif
 }
 
 Tensor attention_plain_bf16(const Tensor& q, const Tensor& k, const Tensor& v, double scale,

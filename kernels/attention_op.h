@@ -42,6 +42,22 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
                         const AttentionOptions& opt,
                         std::shared_ptr<AttentionCapture> capture = nullptr);
 
+// The GPU trainer's fast path (train/fast_block.cpp): attention on the BF16 operands the
+// block holds in the kernels' layout, with none of attention()'s conversions and no autograd.
+// Only for plans that promote no op of any head to FP32 (bf16_attention_ok): those heads need
+// FP32 twins of q, k, v, O or dO, which attention() makes. Same kernels, same bits as
+// attention() on FP32 tensors holding these BF16 values. On the CPU (plumbing tests) the
+// emulation runs on widened copies.
+bool bf16_attention_ok(const AttentionOptions& opt);
+// qkv: (3, B, H, T, D) contiguous BF16. Returns O (B, H, T, D) BF16 and sets lse (B, H, T)
+// FP32. capture (optional; keep_tensors must be false) gets the head stats as attention()'s.
+torch::Tensor attention_bf16_forward(const torch::Tensor& qkv, const AttentionOptions& opt,
+                                     AttentionCapture* capture, torch::Tensor& lse);
+// o, d_o: (B, H, T, D) contiguous BF16. Returns dQ, dK, dV as one FP32 (3, B, H, T, D) tensor.
+torch::Tensor attention_bf16_backward(const torch::Tensor& qkv, const torch::Tensor& o,
+                                      const torch::Tensor& lse, const torch::Tensor& d_o,
+                                      const AttentionOptions& opt);
+
 // Plain BF16 LibTorch attention, what eager PyTorch computes under autocast: q, k, v rounded
 // to BF16; S = bf16(bf16(q k^T) * scale); P = softmax(S) in FP32; O = bf16(bf16(P) v).
 // Built from FP32 ops and BF16 round-trip casts, so autograd rounds the gradients at the same

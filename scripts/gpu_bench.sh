@@ -3,6 +3,7 @@
 # attention (same process layout, same run of this script), and the recording overhead.
 # Usage: bash scripts/gpu_bench.sh [BUILD_DIR]   (after scripts/gpu_build.sh)
 #        MODE=plans bash scripts/gpu_bench.sh    (step time under bisection-probe plans)
+#        MODE=step bash scripts/gpu_bench.sh     (fast block vs module path vs PyTorch, phase times)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-${BUILD:-$ROOT/build-gpu}}
@@ -64,6 +65,35 @@ if [[ ${MODE:-} == record ]]; then
       'BEGIN {printf "%-34s %8.1f %8.1f %14s %+11.1f%%\n", n, med, mn, q, (mn - b) / b * 100}'
   done
   [[ -n "${OUT:-}" ]] && cp "$W"/record*.log "$OUT"/
+  exit 0
+fi
+# MODE=step: the unrecorded step only: the fast block (the default) against the module path
+# (REWIND_FAST_BLOCK=0) and against plain PyTorch (eager, compiled), then phase times.
+if [[ ${MODE:-} == step ]]; then
+  for ((round = 0; round < ROUNDS; ++round)); do
+    run rewind
+    RUN_ENV=REWIND_FAST_BLOCK=0 run rewind-module
+  done
+  ours=$(median rewind)
+  printf "gpt2-small training, B=%d T=1024, median step (ms) over %d rounds x %d steps\n" "$B" "$ROUNDS" "$((STEPS - 2))"
+  printf "%-34s %8s %14s %10s %10s\n" mode ms "p25-p75 ms" tokens/s "last loss"
+  for mode in rewind rewind-module; do
+    awk -v n="$mode" -v ms="$(median $mode)" -v q="$(quartiles $mode)" -v t="$((B * 1024))" -v loss="$(cat "$W/$mode.loss")" \
+      'BEGIN {printf "%-34s %8.1f %14s %10.0f %10.4f\n", n, ms, q, t/(ms/1000), loss}'
+  done
+  for mode in ${BASELINES:-eager compile}; do
+    line=$(python3 "$ROOT/experiments/train_bench/torch_baseline.py" --data "$W/train.bin" --mode "$mode" \
+             --steps "$((STEPS + 8))" --warmup-steps 10 --batch-size "$B" 2>"$W/baseline_$mode.err" | tail -1) \
+      || { echo "torch $mode failed:"; tail -5 "$W/baseline_$mode.err"; continue; }
+    awk -v l="$line" -v ours="$ours" -v m="$mode" 'BEGIN { n = split(l, f, " "); for (i = 1; i <= n; ++i) { split(f[i], kv, "="); v[kv[1]] = kv[2] }
+      printf "%-34s %8.1f %14s %10.0f   rewind speed %.2fx\n", "torch " m, v["median_ms"], v["p25_ms"] "-" v["p75_ms"], v["tokens_per_s"], v["median_ms"] / ours }'
+  done
+  for row in "rewind:" "rewind-module:REWIND_FAST_BLOCK=0"; do
+    IFS=: read -r name envs <<< "$row"
+    # shellcheck disable=SC2086
+    env $envs REWIND_PHASE_TIMES=1 "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps 12 \
+      --batch-size "$B" --gradient-accumulation-steps 1 2>&1 | grep "^phase times" | sed "s/^/$name: /"
+  done
   exit 0
 fi
 # The modes take turns, ROUNDS times, so a slow phase of the machine hits all of them alike.

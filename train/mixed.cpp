@@ -11,6 +11,23 @@
 
 namespace rwd::train {
 
+// On CUDA a low linear whose input already holds BF16 values runs as a real BF16 GEMM
+// (cuBLAS: BF16 operands, FP32 accumulation) — the rounding points of LinearFn below, with
+// the accumulation order of the GPU; this is what torch.autocast does there. With round_out
+// the GEMM writes BF16 (autocast's result); without it (the qkv projection, whose Q/K/V are
+// rounded inside attention per op) it writes FP32 where LibTorch can (>= 2.8: mm's out_dtype),
+// else it runs the FP32 GEMM on the BF16 operands, which rounds the same way but slower.
+torch::Tensor bf16_matmul(const torch::Tensor& a, const torch::Tensor& b_t, bool round_out) {
+  if (round_out) return torch::matmul(a, b_t).to(torch::kFloat32);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+  std::vector<int64_t> shape = a.sizes().vec();
+  shape.back() = b_t.size(1);
+  return at::mm(a.reshape({-1, a.size(-1)}), b_t, torch::kFloat32).view(shape);
+#else
+  return torch::matmul(a.to(torch::kFloat32), b_t.to(torch::kFloat32));
+#endif
+}
+
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -22,24 +39,6 @@ struct RoundBf16Fn : public torch::autograd::Function<RoundBf16Fn> {
   static torch::Tensor forward(AutogradContext*, const torch::Tensor& x) { return rnd(x); }
   static variable_list backward(AutogradContext*, variable_list g) { return {g[0]}; }
 };
-
-// On CUDA a low linear whose input already holds BF16 values runs as a real BF16 GEMM
-// (cuBLAS: BF16 operands, FP32 accumulation) — the rounding points of LinearFn below, with
-// the accumulation order of the GPU; this is what torch.autocast does there. With round_out
-// the GEMM writes BF16 (autocast's result); without it (the qkv projection, whose Q/K/V are
-// rounded inside attention per op) it writes FP32 where LibTorch can (>= 2.8: mm's out_dtype),
-// else it runs the FP32 GEMM on the BF16 operands, which rounds the same way but slower.
-torch::Tensor bf16_matmul(const torch::Tensor& a, const torch::Tensor& b_t, bool round_out) {
-  // a: (..., in) BF16, b_t: (in, out) BF16 -> (..., out) FP32
-  if (round_out) return torch::matmul(a, b_t).to(torch::kFloat32);
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
-  std::vector<int64_t> shape = a.sizes().vec();
-  shape.back() = b_t.size(1);
-  return at::mm(a.reshape({-1, a.size(-1)}), b_t, torch::kFloat32).view(shape);
-#else
-  return torch::matmul(a.to(torch::kFloat32), b_t.to(torch::kFloat32));
-#endif
-}
 
 struct CudaBf16LinearFn : public torch::autograd::Function<CudaBf16LinearFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,

@@ -23,6 +23,11 @@ torch::Tensor round_bf16(const torch::Tensor& x);
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, bool round_out,
                      bool x_bf16);
 
+// a (..., in) BF16 times b_t (in, out) BF16 -> (..., out) FP32, accumulated in FP32 (cuBLAS on
+// CUDA): with round_out the GEMM writes BF16 (autocast's result) that is then widened; without
+// it, FP32 where LibTorch can (>= 2.8: mm's out_dtype), else the FP32 GEMM on the BF16 values.
+torch::Tensor bf16_matmul(const torch::Tensor& a, const torch::Tensor& b_t, bool round_out);
+
 // LayerNorm over the last dim (eps 1e-5) in the input's dtype; b: the bias, or undefined
 // (none). Low: the output rounded to BF16 (the cast the next matmul makes).
 torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,

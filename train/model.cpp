@@ -18,7 +18,10 @@
 #include <torch/nn/functional/activation.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
+#include "train/fast_block.h"
 #include "train/mixed.h"
 
 namespace rwd::train {
@@ -77,6 +80,16 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
                                  std::shared_ptr<kernels::AttentionCapture> capture) {
   const plan::LayerPlan& lp = plan.layers[layer_];
   const int64_t B = x.size(0), T = x.size(1), C = n_embd_, H = n_head_, D = C / H;
+  kernels::AttentionOptions opt;
+  opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  opt.causal = true;
+  opt.naive = lp.naive;
+  opt.block_q = plan.block_q;
+  opt.block_k = plan.block_k;
+  opt.flags = lp.heads;
+  if (impl == AttentionImpl::kRewind && fast != FastPath::kOff && (x.is_cuda() || fast == FastPath::kOn) &&
+      fast_block_applies(lp, ln_1_bias.defined(), capture.get()))
+    return fast_block(x, {ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj}, n_head_, opt, capture);
 
   // Attention: (B,T,C) -> qkv (B,T,3C) -> q,k,v (B,H,T,D).
   const bool ln_low = module_low(lp, plan::Module::kLn);
@@ -88,13 +101,6 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
   auto heads = [&](const torch::Tensor& t) {
     return t.view({B, T, H, D}).transpose(1, 2);  // (B,H,T,D) view; attention copies as it needs
   };
-  kernels::AttentionOptions opt;
-  opt.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  opt.causal = true;
-  opt.naive = lp.naive;
-  opt.block_q = plan.block_q;
-  opt.block_k = plan.block_k;
-  opt.flags = lp.heads;
   torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
   torch::Tensor o;                                                    // (B,H,T,D)
   switch (impl) {
@@ -126,6 +132,7 @@ GPTImpl::GPTImpl(const Config& c) : config_(c) {
     blocks_.emplace_back(Block(c, i));
     h->push_back(blocks_.back());
   }
+  if (const char* e = std::getenv("REWIND_FAST_BLOCK"); e && std::string(e) == "0") set_fast_path(FastPath::kOff);
 }
 
 void GPTImpl::init_weights(uint64_t seed) {
@@ -178,6 +185,10 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
 
 void GPTImpl::set_attention_impl(AttentionImpl impl) {
   for (auto& b : blocks_) b->impl = impl;
+}
+
+void GPTImpl::set_fast_path(FastPath fast) {
+  for (auto& b : blocks_) b->fast = fast;
 }
 
 torch::Tensor GPTImpl::wq_slice(int layer, int head) const {

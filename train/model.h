@@ -22,6 +22,13 @@ namespace rwd::train {
 // FP32 attention math (the CPU cost baseline). The baselines take no precision plan.
 enum class AttentionImpl { kRewind, kSdpa, kTorchMath };
 
+// Whether a block runs as train/fast_block.cpp's one BF16 autograd node where its plan allows
+// (every module low, no head promoting an attention op, no bias, no tensor capture): kAuto on
+// CUDA tensors (bitwise equal to the module path there), kOn on any device (the CPU plumbing
+// test: there the module path's FP32 GEMM emulation differs in accumulation), kOff never.
+// REWIND_FAST_BLOCK=0 in the environment gives kOff (the before/after benchmark).
+enum class FastPath { kAuto, kOn, kOff };
+
 struct ForwardTap {
   std::vector<int> tensor_layers;  // layers whose q, k, v, o, lse, dO, delta are kept
   std::vector<std::shared_ptr<kernels::AttentionCapture>> layers;  // filled, n_layer entries
@@ -35,6 +42,7 @@ class BlockImpl : public torch::nn::Module {
                         std::shared_ptr<kernels::AttentionCapture> capture);
 
   AttentionImpl impl = AttentionImpl::kRewind;
+  FastPath fast = FastPath::kAuto;
   torch::Tensor ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj;  // weights, nanoGPT order
   // Biases ("<weight>_bias"), registered only when Config::bias; undefined otherwise.
   torch::Tensor ln_1_bias, c_attn_bias, c_proj_bias, ln_2_bias, c_fc_bias, mlp_proj_bias;
@@ -61,6 +69,7 @@ class GPTImpl : public torch::nn::Module {
 
   const Config& config() const { return config_; }
   void set_attention_impl(AttentionImpl impl);
+  void set_fast_path(FastPath fast);
   torch::Tensor wte, wpe, ln_f;
   torch::Tensor ln_f_bias;  // only when Config::bias
   torch::nn::ModuleList h;

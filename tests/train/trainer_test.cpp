@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "common/hash.h"
@@ -220,6 +222,33 @@ TEST_F(TrainerTest, ParamDigestSeesEveryBitAndNotTheThreadCount) {
     EXPECT_NE(t.param_digest(), d) << k;
     words[last].bitwise_xor_(1);
     EXPECT_EQ(t.param_digest(), d) << k;
+  }
+}
+
+// The fast block (train/fast_block.cpp), forced on the CPU, against the module path: its
+// layouts and gradient plumbing. The CPU's BF16 GEMMs accumulate otherwise than the
+// emulation's FP32 ones, so they agree to BF16 rounding here; on CUDA the two are bitwise
+// equal (gpu_trainer_test). A plan with a promoted head sends layer 1 down the module path.
+TEST_F(TrainerTest, FastBlockMatchesTheModulePathOnTheCpu) {
+  TokenFile data(path_);
+  for (const std::string spec : {"", "L0.H{0,1}.softmax=stable(beta=2);L1.H0.pv=fault(strength=8)",
+                                 "L1.H1.pv=fp32"}) {
+    const plan::Plan p = plan::parse(spec, config_.n_layer, config_.n_head);
+    Trainer fast(config_, p, data), mod(config_, p, data);
+    fast.model()->set_fast_path(FastPath::kOn);
+    mod.model()->set_fast_path(FastPath::kOff);
+    std::map<std::string, torch::Tensor> gf, gm;
+    const StepResult a = fast.probe_step(p, {}, &gf), b = mod.probe_step(p, {}, &gm);
+    EXPECT_NEAR(a.loss, b.loss, 1e-3 * b.loss) << spec;
+    ASSERT_EQ(gf.size(), gm.size());
+    for (const auto& [name, g] : gm) {
+      const torch::Tensor x = g.to(torch::kFloat64), y = gf.at(name).to(torch::kFloat64);
+      const double rel = (y - x).norm().item<double>() / (x.norm().item<double>() + 1e-30);
+      EXPECT_LT(rel, 2e-2) << spec << ": gradient of " << name;
+    }
+    ASSERT_EQ(a.monitors.size(), b.monitors.size());
+    for (size_t i = 0; i < a.monitors.size(); ++i)
+      EXPECT_NEAR(a.monitors[i].max_logit, b.monitors[i].max_logit, 2e-2 * std::abs(b.monitors[i].max_logit) + 1e-3);
   }
 }
 

@@ -1,0 +1,127 @@
+// The GPT block over BF16 tensors in one autograd node (see fast_block.h). Each step below
+// names the op of the module path (model.cpp, mixed.cpp) whose values it reproduces.
+#include "train/fast_block.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "train/mixed.h"
+
+namespace rwd::train {
+
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr double kLnEps = 1e-5;  // layer_norm() in mixed.cpp
+constexpr auto kBf16 = torch::kBFloat16;
+
+struct FastBlockState : torch::CustomClassHolder {
+  kernels::AttentionOptions opt;
+  std::shared_ptr<kernels::AttentionCapture> capture;
+  int64_t heads = 0;
+};
+
+// A BF16 GEMM x W^T as CudaBf16LinearFn runs it with round_out (BF16 result, not widened).
+Tensor gemm(const Tensor& x, const Tensor& w_bf16) { return torch::matmul(x, w_bf16.t()); }
+// The weight gradient g^T x of CudaBf16LinearFn::backward, widened for the FP32 master weight.
+Tensor weight_grad(const Tensor& g, const Tensor& x) {
+  return torch::matmul(g.reshape({-1, g.size(-1)}).t(), x.reshape({-1, x.size(-1)})).to(torch::kFloat32);
+}
+// LayerNorm's input gradient and weight gradient (LibTorch's kernels, as autograd calls them).
+std::tuple<Tensor, Tensor> ln_backward(const Tensor& g_bf16, const Tensor& x, const Tensor& mean,
+                                       const Tensor& rstd, const Tensor& w) {
+  auto r = at::native_layer_norm_backward(g_bf16.to(torch::kFloat32), x, {x.size(-1)}, mean, rstd,
+                                          w, Tensor(), {true, true, false});
+  return {std::get<0>(r), std::get<1>(r)};
+}
+
+struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& ln_1,
+                        const Tensor& c_attn, const Tensor& c_proj, const Tensor& ln_2,
+                        const Tensor& c_fc, const Tensor& mlp_proj,
+                        c10::intrusive_ptr<FastBlockState> st) {
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = st->heads, D = C / H;
+    const Tensor wa = c_attn.to(kBf16), wp = c_proj.to(kBf16), wf = c_fc.to(kBf16),
+                 wm = mlp_proj.to(kBf16);
+    // LayerNorm in FP32, rounded once (round_bf16 then the GEMM's cast of its input).
+    auto [a, mean1, rstd1] = at::native_layer_norm(x, {C}, ln_1, Tensor(), kLnEps);
+    const Tensor a_b = a.to(kBf16);
+    // qkv in FP32 (bf16_matmul without round_out), then Q, K, V rounded into the kernels'
+    // layout in one copy (attention()'s three strided BF16 copies).
+    const Tensor qkv = bf16_matmul(a_b, wa.t(), /*round_out=*/false);
+    const Tensor qkv_b = torch::empty({3, B, H, T, D}, a_b.options())
+                             .copy_(qkv.view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4}));
+    Tensor lse;
+    const Tensor o = kernels::attention_bf16_forward(qkv_b, st->opt, st->capture.get(), lse);
+    // O back to (B, T, C) for the output projection (attention()'s FP32 assembly and the
+    // GEMM's cast in one BF16 copy).
+    const Tensor o_t = torch::empty({B, T, H, D}, o.options()).copy_(o.permute({0, 2, 1, 3})).view({B, T, C});
+    const Tensor y = x + gemm(o_t, wp);  // FP32 + BF16: the widening is exact
+    auto [m, mean2, rstd2] = at::native_layer_norm(y, {C}, ln_2, Tensor(), kLnEps);
+    const Tensor m_b = m.to(kBf16);
+    const Tensor h_b = gemm(m_b, wf);     // (B, T, 4C)
+    const Tensor g_b = at::gelu(h_b);     // FP32 math, one rounding
+    ctx->save_for_backward({x, y, a_b, mean1, rstd1, qkv_b, o, lse, o_t, m_b, mean2, rstd2, h_b, g_b,
+                            wa, wp, wf, wm, ln_1, ln_2});
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return y + gemm(g_b, wm);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto st = c10::static_intrusive_pointer_cast<FastBlockState>(ctx->saved_data["state"].toCapsule());
+    const variable_list s = ctx->get_saved_variables();
+    const Tensor &x = s[0], &y = s[1], &a_b = s[2], &mean1 = s[3], &rstd1 = s[4], &qkv_b = s[5],
+                 &o = s[6], &lse = s[7], &o_t = s[8], &m_b = s[9], &mean2 = s[10],
+                 &rstd2 = s[11], &h_b = s[12], &g_b = s[13], &wa = s[14], &wp = s[15],
+                 &wf = s[16], &wm = s[17], &ln_1 = s[18], &ln_2 = s[19];
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = st->heads, D = C / H;
+    const Tensor dout = grads[0];
+    // MLP: the output projection's backward rounds the incoming gradient.
+    const Tensor g_out = dout.to(kBf16);
+    const Tensor dg_b = torch::matmul(g_out, wm);                 // (B, T, 4C)
+    const Tensor d_mlp_proj = weight_grad(g_out, g_b);
+    const Tensor dh_b = at::gelu_backward(dg_b, h_b);              // FP32 math, one rounding
+    const Tensor d_c_fc = weight_grad(dh_b, m_b);
+    auto [dy_ln, d_ln_2] = ln_backward(torch::matmul(dh_b, wf), y, mean2, rstd2, ln_2);
+    const Tensor dy = dout + dy_ln;
+    // Attention: dO in the kernels' layout, then dQ, dK, dV rounded back into qkv's layout.
+    const Tensor g_y = dy.to(kBf16);
+    const Tensor d_c_proj = weight_grad(g_y, o_t);
+    const Tensor d_o = torch::empty({B, H, T, D}, o.options())
+                           .copy_(torch::matmul(g_y, wp).view({B, T, H, D}).permute({0, 2, 1, 3}));
+    const Tensor dqkv = kernels::attention_bf16_backward(qkv_b, o, lse, d_o, st->opt);
+    const Tensor g_qkv = torch::empty({B, T, 3, H, D}, a_b.options())
+                             .copy_(dqkv.permute({1, 3, 0, 2, 4}))
+                             .view({B, T, 3 * C});
+    const Tensor d_c_attn = weight_grad(g_qkv, a_b);
+    auto [dx_ln, d_ln_1] = ln_backward(torch::matmul(g_qkv, wa), x, mean1, rstd1, ln_1);
+    return {dy + dx_ln, d_ln_1, d_c_attn, d_c_proj, d_ln_2, d_c_fc, d_mlp_proj, Tensor()};
+  }
+};
+
+}  // namespace
+
+bool fast_block_applies(const plan::LayerPlan& lp, bool has_bias,
+                        const kernels::AttentionCapture* capture) {
+  if (has_bias || (capture && capture->keep_tensors)) return false;
+  for (bool fp32 : lp.module_fp32)
+    if (fp32) return false;
+  kernels::AttentionOptions opt;
+  opt.flags = lp.heads;
+  return kernels::bf16_attention_ok(opt);
+}
+
+Tensor fast_block(const Tensor& x, const BlockWeights& w, int n_head,
+                  const kernels::AttentionOptions& opt,
+                  std::shared_ptr<kernels::AttentionCapture> capture) {
+  auto st = c10::make_intrusive<FastBlockState>();
+  st->opt = opt;
+  st->capture = std::move(capture);
+  st->heads = n_head;
+  return FastBlockFn::apply(x, w.ln_1, w.c_attn, w.c_proj, w.ln_2, w.c_fc, w.mlp_proj, st);
+}
+
+}  // namespace rwd::train

@@ -1,0 +1,38 @@
+// The GPT block as one autograd function over BF16 tensors: the GPU trainer's fast path.
+//
+// The block of model.cpp keeps activations in FP32 tensors that hold BF16 values and casts at
+// every GEMM (two conversions per rounding point, an FP32 head transpose, a concatenated FP32
+// dQKV), and LibTorch's autograd queues each of those ops from the host. This path computes
+// the same values with the same rounding points in BF16 tensors, in one autograd node whose
+// backward is written out: LayerNorm (LibTorch's kernels, FP32), the four BF16 GEMMs (the
+// same cuBLAS calls as CudaBf16LinearFn), the attention kernels on a (3, B, H, T, D) BF16
+// buffer, GELU and its gradient on BF16 operands (computed in FP32 and rounded once, as the
+// FP32 op followed by the rounding does). On CUDA it is bitwise equal to the module path
+// (GpuTrainer.FastBlockEqualsTheModulePathBitwise), so it changes no recording's bits.
+#pragma once
+
+#include <memory>
+
+#include <torch/types.h>
+
+#include "kernels/attention_op.h"
+#include "plan/plan.h"
+
+namespace rwd::train {
+
+// The block's weights in nanoGPT order (no biases: the path takes none).
+struct BlockWeights {
+  torch::Tensor ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj;
+};
+
+// Whether `fast_block` computes this layer: every module low, no biases, no head promoting an
+// attention op to FP32, no tensor capture. Other layers take the module path.
+bool fast_block_applies(const plan::LayerPlan& lp, bool has_bias,
+                        const kernels::AttentionCapture* capture);
+
+// x: (B, T, C) FP32 residual stream -> the block's output, differentiable in x and the weights.
+torch::Tensor fast_block(const torch::Tensor& x, const BlockWeights& w, int n_head,
+                         const kernels::AttentionOptions& opt,
+                         std::shared_ptr<kernels::AttentionCapture> capture);
+
+}  // namespace rwd::train
