@@ -67,17 +67,19 @@ if [[ ${MODE:-} == record ]]; then
   [[ -n "${OUT:-}" ]] && cp "$W"/record*.log "$OUT"/
   exit 0
 fi
-# MODE=step: the unrecorded step only: the fast block (the default) against the module path
-# (REWIND_FAST_BLOCK=0) and against plain PyTorch (eager, compiled), then phase times.
+# MODE=step: the unrecorded step only: rewind's default (fast blocks, fused loss) against the
+# fast blocks with the module path's loss (REWIND_FUSED_LOSS=0), the module path throughout,
+# and plain PyTorch (eager, compiled), then phase times.
 if [[ ${MODE:-} == step ]]; then
   for ((round = 0; round < ROUNDS; ++round)); do
     run rewind
-    RUN_ENV=REWIND_FAST_BLOCK=0 run rewind-module
+    RUN_ENV=REWIND_FUSED_LOSS=0 run rewind-module-loss
+    RUN_ENV="REWIND_FAST_BLOCK=0 REWIND_FUSED_LOSS=0" run rewind-module
   done
   ours=$(median rewind)
   printf "gpt2-small training, B=%d T=1024, median step (ms) over %d rounds x %d steps\n" "$B" "$ROUNDS" "$((STEPS - 2))"
   printf "%-34s %8s %14s %10s %10s\n" mode ms "p25-p75 ms" tokens/s "last loss"
-  for mode in rewind rewind-module; do
+  for mode in rewind rewind-module-loss rewind-module; do
     awk -v n="$mode" -v ms="$(median $mode)" -v q="$(quartiles $mode)" -v t="$((B * 1024))" -v loss="$(cat "$W/$mode.loss")" \
       'BEGIN {printf "%-34s %8.1f %14s %10.0f %10.4f\n", n, ms, q, t/(ms/1000), loss}'
   done
@@ -88,7 +90,7 @@ if [[ ${MODE:-} == step ]]; then
     awk -v l="$line" -v ours="$ours" -v m="$mode" 'BEGIN { n = split(l, f, " "); for (i = 1; i <= n; ++i) { split(f[i], kv, "="); v[kv[1]] = kv[2] }
       printf "%-34s %8.1f %14s %10.0f   rewind speed %.2fx\n", "torch " m, v["median_ms"], v["p25_ms"] "-" v["p75_ms"], v["tokens_per_s"], v["median_ms"] / ours }'
   done
-  for row in "rewind:" "rewind-module:REWIND_FAST_BLOCK=0"; do
+  for row in "rewind:" "rewind-module-loss:REWIND_FUSED_LOSS=0" "rewind-module:REWIND_FAST_BLOCK=0 REWIND_FUSED_LOSS=0"; do
     IFS=: read -r name envs <<< "$row"
     # shellcheck disable=SC2086
     env $envs REWIND_PHASE_TIMES=1 "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps 12 \

@@ -6,6 +6,11 @@
 #include <torch/autograd.h>
 
 #include "train/mixed.h"
+#ifdef REWIND_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include "kernels/cuda/cross_entropy.h"
+#endif
 
 namespace rwd::train {
 
@@ -102,7 +107,89 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
   }
 };
 
+struct FastHeadFn : public torch::autograd::Function<FastHeadFn> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& ln_f, const Tensor& wte) {
+    const Tensor w = wte.to(kBf16);
+    auto [a, mean, rstd] = at::native_layer_norm(x, {x.size(-1)}, ln_f, Tensor(), kLnEps);
+    const Tensor a_b = a.to(kBf16);
+    ctx->save_for_backward({x, a_b, mean, rstd, w, ln_f});
+    return gemm(a_b, w);  // (B, T, V) BF16
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const Tensor &x = s[0], &a_b = s[1], &mean = s[2], &rstd = s[3], &w = s[4], &ln_f = s[5];
+    const Tensor g = grads[0].to(kBf16);  // BF16 already from fused_cross_entropy: no copy
+    auto [dx, d_ln_f] = ln_backward(torch::matmul(g, w), x, mean, rstd, ln_f);
+    return {dx, d_ln_f, weight_grad(g, a_b)};
+  }
+};
+
+// Row losses and log-sum-exps of BF16 logits (N, V): the CUDA kernels, or LibTorch ops on the CPU.
+std::tuple<Tensor, Tensor> ce_rows(const Tensor& logits, const Tensor& targets) {
+  const int64_t n = logits.size(0), vocab = logits.size(1);
+  if (!logits.is_cuda()) {
+    const Tensor lf = logits.to(torch::kFloat32), lse = lf.logsumexp(1);
+    return {lse - lf.gather(1, targets.unsqueeze(1)).squeeze(1), lse};
+  }
+  Tensor loss = torch::empty({n}, logits.options().dtype(torch::kFloat32)), lse = torch::empty_like(loss);
+#ifdef REWIND_CUDA
+  const int rc = kernels::cuda::cross_entropy_forward(
+      reinterpret_cast<const uint16_t*>(logits.data_ptr()), targets.data_ptr<int64_t>(), n, vocab,
+      lse.data_ptr<float>(), loss.data_ptr<float>(), at::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(rc == 0, "cross-entropy: CUDA launch failed (error ", rc, ")");
+#else
+  (void)vocab;
+  TORCH_CHECK(false, "cross-entropy: CUDA tensors need a REWIND_CUDA build");
+#endif
+  return {loss, lse};
+}
+
+// The logits' gradient (softmax - onehot) * scale in BF16; scale: a 0-dim FP32 tensor.
+Tensor ce_grad(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& scale) {
+  if (!logits.is_cuda()) {
+    const Tensor lf = logits.to(torch::kFloat32);
+    const Tensor onehot = torch::zeros_like(lf).scatter_(1, targets.unsqueeze(1), 1.0);
+    return (((lf - lse.unsqueeze(1)).exp() - onehot) * scale).to(kBf16);
+  }
+  Tensor d = torch::empty_like(logits);
+#ifdef REWIND_CUDA
+  const int rc = kernels::cuda::cross_entropy_backward(
+      reinterpret_cast<const uint16_t*>(logits.data_ptr()), targets.data_ptr<int64_t>(), lse.data_ptr<float>(),
+      scale.data_ptr<float>(), logits.size(0), logits.size(1), reinterpret_cast<uint16_t*>(d.data_ptr()),
+      at::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(rc == 0, "cross-entropy: CUDA launch failed (error ", rc, ")");
+#endif
+  return d;
+}
+
+struct CrossEntropyFn : public torch::autograd::Function<CrossEntropyFn> {
+  // logits: (N, V) contiguous BF16, targets: (N) int64 on the same device.
+  static Tensor forward(AutogradContext* ctx, const Tensor& logits, const Tensor& targets) {
+    auto [loss, lse] = ce_rows(logits, targets);
+    ctx->save_for_backward({logits, targets, lse});
+    return loss.mean();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    // The mean's gradient per row, on the device: no host sync.
+    const Tensor scale = grads[0].to(torch::kFloat32) / static_cast<double>(s[0].size(0));
+    return {ce_grad(s[0], s[1], s[2], scale), Tensor()};
+  }
+};
+
 }  // namespace
+
+Tensor fast_head(const Tensor& x, const Tensor& ln_f, const Tensor& wte) {
+  return FastHeadFn::apply(x, ln_f, wte);
+}
+
+Tensor fused_cross_entropy(const Tensor& logits, const Tensor& targets) {
+  TORCH_CHECK(logits.scalar_type() == kBf16, "fused_cross_entropy: logits must be BF16, got ", logits.scalar_type());
+  TORCH_CHECK(targets.scalar_type() == torch::kLong && targets.numel() * logits.size(-1) == logits.numel() &&
+                  targets.device() == logits.device(),
+              "fused_cross_entropy: targets must be int64 on the logits' device, one per row");
+  return CrossEntropyFn::apply(logits.reshape({-1, logits.size(-1)}).contiguous(), targets.reshape({-1}).contiguous());
+}
 
 bool fast_block_applies(const plan::LayerPlan& lp, bool has_bias,
                         const kernels::AttentionCapture* capture) {

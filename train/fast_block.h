@@ -35,4 +35,15 @@ torch::Tensor fast_block(const torch::Tensor& x, const BlockWeights& w, int n_he
                          const kernels::AttentionOptions& opt,
                          std::shared_ptr<kernels::AttentionCapture> capture);
 
+// The tied LM head as one node over BF16 tensors: final LayerNorm (FP32, rounded once), then
+// the BF16 logits x wte^T (B, T, V), not widened. Bitwise the module path's lm_head on CUDA.
+torch::Tensor fast_head(const torch::Tensor& x, const torch::Tensor& ln_f, const torch::Tensor& wte);
+
+// Mean cross-entropy of BF16 logits (..., V) against int64 targets (...), in FP32, with the
+// gradient written in BF16 (kernels/cuda/cross_entropy.h: one pass over the logits each way
+// instead of autocast's FP32 copy, log_softmax and cast back). Same rounding points as the
+// module path's FP32 cross-entropy; its sums run in another order (numerics 3 on CUDA). On the
+// CPU the same math runs as LibTorch ops (plumbing tests).
+torch::Tensor fused_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets);
+
 }  // namespace rwd::train

@@ -133,6 +133,7 @@ GPTImpl::GPTImpl(const Config& c) : config_(c) {
     h->push_back(blocks_.back());
   }
   if (const char* e = std::getenv("REWIND_FAST_BLOCK"); e && std::string(e) == "0") set_fast_path(FastPath::kOff);
+  if (const char* e = std::getenv("REWIND_FUSED_LOSS"); e && std::string(e) == "0") fused_loss_ = FastPath::kOff;
 }
 
 void GPTImpl::init_weights(uint64_t seed) {
@@ -155,8 +156,7 @@ void GPTImpl::init_weights(uint64_t seed) {
   }
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& idx, const plan::Plan& plan,
-                               ForwardTap* tap) {
+torch::Tensor GPTImpl::trunk(const torch::Tensor& idx, const plan::Plan& plan, ForwardTap* tap) {
   const int64_t T = idx.size(1);
   TORCH_CHECK(T <= config_.block_size, "sequence longer than block_size");
   torch::Tensor pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
@@ -173,14 +173,20 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx, const plan::Plan& plan,
     }
     x = blocks_[i]->forward(x, plan, cap);
   }
-  const bool head_low = !plan.head_fp32;
-  return lm_head(x, ln_f, ln_f_bias, wte, head_low);  // (B,T,V)
+  return x;
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& idx, const plan::Plan& plan, ForwardTap* tap) {
+  return lm_head(trunk(idx, plan, tap), ln_f, ln_f_bias, wte, !plan.head_fp32);  // (B,T,V)
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets,
                             const plan::Plan& plan, ForwardTap* tap) {
-  torch::Tensor logits = forward(idx, plan, tap);
-  return mean_cross_entropy(logits, targets);
+  const torch::Tensor x = trunk(idx, plan, tap);
+  if (fused_loss_ != FastPath::kOff && (x.is_cuda() || fused_loss_ == FastPath::kOn) && !plan.head_fp32 &&
+      !ln_f_bias.defined())
+    return fused_cross_entropy(fast_head(x, ln_f, wte), targets);
+  return mean_cross_entropy(lm_head(x, ln_f, ln_f_bias, wte, !plan.head_fp32), targets);
 }
 
 void GPTImpl::set_attention_impl(AttentionImpl impl) {

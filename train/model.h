@@ -27,6 +27,9 @@ enum class AttentionImpl { kRewind, kSdpa, kTorchMath };
 // CUDA tensors (bitwise equal to the module path there), kOn on any device (the CPU plumbing
 // test: there the module path's FP32 GEMM emulation differs in accumulation), kOff never.
 // REWIND_FAST_BLOCK=0 in the environment gives kOff (the before/after benchmark).
+// The same switch, set_fused_loss, picks the loss: the BF16 head and fused cross-entropy of
+// fast_block.h unless the head is FP32 (REWIND_FUSED_LOSS=0: the module path's FP32 loss,
+// numerics 2 on CUDA).
 enum class FastPath { kAuto, kOn, kOff };
 
 struct ForwardTap {
@@ -70,13 +73,18 @@ class GPTImpl : public torch::nn::Module {
   const Config& config() const { return config_; }
   void set_attention_impl(AttentionImpl impl);
   void set_fast_path(FastPath fast);
+  void set_fused_loss(FastPath fused) { fused_loss_ = fused; }
   torch::Tensor wte, wpe, ln_f;
   torch::Tensor ln_f_bias;  // only when Config::bias
   torch::nn::ModuleList h;
 
  private:
+  // Embeddings and blocks: the final residual stream (B, T, C) FP32.
+  torch::Tensor trunk(const torch::Tensor& idx, const plan::Plan& plan, ForwardTap* tap);
+
   Config config_;
   std::vector<Block> blocks_;
+  FastPath fused_loss_ = FastPath::kAuto;
 };
 TORCH_MODULE(GPT);
 

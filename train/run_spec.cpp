@@ -70,10 +70,11 @@ void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device, i
   static std::set<int64_t> warned;  // bisect restores the same run many times
   if (!warned.insert(run.run_id).second) return;
   const long long id = run.run_id;
-  if (run.recorded_numerics != kNumericsVersion || run.recorded_torch != torch_version())
+  const int numerics = numerics_version(device.is_cuda());
+  if (run.recorded_numerics != numerics || run.recorded_torch != torch_version())
     std::fprintf(stderr, "warning: run %lld was recorded by rewind %s (numerics %d, LibTorch %s); this is rewind %s (numerics %d, LibTorch %s): bits may differ for that reason alone\n",
                  id, run.recorded_rewind.c_str(), run.recorded_numerics, run.recorded_torch.c_str(),
-                 rewind_version().c_str(), kNumericsVersion, torch_version().c_str());
+                 rewind_version().c_str(), numerics, torch_version().c_str());
   const std::string here = device_name(device);
   if (!run.device_name.empty() && !here.empty() && here != run.device_name)
     std::fprintf(stderr, "warning: run %lld was recorded on %s; this is %s: bits may differ for that reason alone\n",
@@ -92,12 +93,13 @@ AttentionImpl attention_impl(const std::string& name) {
 
 std::string rewind_version() { return "0.3.0"; }
 std::string torch_version() { return TORCH_VERSION; }
+int numerics_version(bool cuda) { return cuda ? 3 : 2; }
 
 std::string RunSpec::meta_json() const {
   nlohmann::ordered_json j;
   j["rewind_version"] = rewind_version();
   j["torch_version"] = torch_version();
-  j["numerics"] = kNumericsVersion;
+  j["numerics"] = numerics_version(device.rfind("cuda", 0) == 0);
   j["device"] = device;
   j["device_name"] = device_name;
   j["attention"] = attention;

@@ -46,13 +46,15 @@ std::string device_name(const torch::Device& device);
 void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device, int world = 1);
 
 std::string rewind_version();
-// Bumped whenever a change alters the bits a training step computes on some device (kernel
-// rounding, GEMM path, optimizer arithmetic). Stored with each run; replaying a run recorded
-// under another numerics version (or another LibTorch) warns that divergence may come from that.
+// Bumped whenever a change alters the bits a training step computes on that kind of device
+// (kernel rounding, GEMM path, optimizer arithmetic, loss). Stored with each run; replaying a
+// run recorded under another numerics version (or another LibTorch) warns that divergence may
+// come from that.
 //   1: rewind 0.1  2: rewind 0.2 (CUDA: BF16 tensor-core qkv GEMM, multi-tensor AdamW; the
 //   W_Q spectral-norm monitor by Gram-matrix power iteration and the gradient norm as one
-//   FP64 reduction over all gradients, all devices)
-constexpr int kNumericsVersion = 2;
+//   FP64 reduction over all gradients, all devices)  3, CUDA only: the loss as one fused
+//   cross-entropy over the BF16 logits (kernels/cuda/cross_entropy.cu); CPU runs stay at 2.
+int numerics_version(bool cuda);
 std::string torch_version();
 
 }  // namespace rwd::train

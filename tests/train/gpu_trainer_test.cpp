@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "train/data.h"
 #include "plan/plan.h"
 #include "train/run_spec.h"
+#include "train/fast_block.h"
 #include "train/trainer.h"
 #include "cuda_fixture.h"
 
@@ -164,6 +166,60 @@ TEST_F(GpuTrainer, FastBlockStepsEqualTheModulePathBitwise) {
       ASSERT_EQ(x.nbytes(), y.nbytes()) << sa[i].first;
       EXPECT_EQ(std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()), 0) << spec << ": " << sa[i].first << " differs";
     }
+  }
+}
+
+// The fused cross-entropy kernels (kernels/cuda/cross_entropy.cu) against an FP64 reference:
+// the loss to FP32 summation error, each logit's BF16 gradient to half a BF16 ulp; two runs
+// bitwise equal; a NaN logit gives a NaN loss. Both the 16-byte path (V = 50304) and the
+// scalar one (V = 1001).
+TEST_F(GpuTrainer, FusedCrossEntropyMatchesFp64AndRepeatsBitwise) {
+  for (const int64_t vocab : {50304, 1001}) {
+    const int64_t n = 96;
+    torch::Tensor logits = (torch::randn({n, vocab}, torch::TensorOptions().dtype(torch::kFloat64)) * 3.0)
+                               .to(torch::kBFloat16).to(device_);
+    const torch::Tensor targets = torch::randint(vocab, {n}, torch::TensorOptions().dtype(torch::kLong)).to(device_);
+    auto run = [&](torch::Tensor& grad) {
+      torch::Tensor l = logits.detach().clone().requires_grad_(true);
+      torch::Tensor loss = fused_cross_entropy(l, targets);
+      (loss * 0.5).backward();
+      grad = l.grad().to(torch::kCPU);
+      return loss.to(torch::kCPU);
+    };
+    torch::Tensor g1, g2;
+    const torch::Tensor loss1 = run(g1), loss2 = run(g2);
+    EXPECT_TRUE(torch::equal(loss1, loss2)) << vocab;
+    EXPECT_TRUE(torch::equal(g1.view(torch::kShort), g2.view(torch::kShort))) << vocab;
+    const torch::Tensor x = logits.to(torch::kCPU).to(torch::kFloat64), t = targets.to(torch::kCPU);
+    const torch::Tensor lse = x.logsumexp(1), ref_loss = (lse - x.gather(1, t.unsqueeze(1)).squeeze(1)).mean();
+    EXPECT_NEAR(loss1.item<double>(), ref_loss.item<double>(), 1e-5 * ref_loss.item<double>()) << vocab;
+    const double scale = 0.5 / n;
+    const torch::Tensor ref = ((x - lse.unsqueeze(1)).exp() - torch::zeros_like(x).scatter_(1, t.unsqueeze(1), 1.0)) * scale;
+    const torch::Tensor err = (g1.to(torch::kFloat64) - ref).abs() - (ref.abs() * (1.0 / 256) + 1e-6 * scale);
+    EXPECT_LE(err.max().item<double>(), 0.0) << vocab << ": a gradient off by more than half a BF16 ulp";
+    logits.index_put_({3, 7}, std::nan(""));
+    torch::Tensor g3;
+    EXPECT_TRUE(std::isnan(run(g3).item<float>())) << vocab;
+  }
+}
+
+// The default loss on CUDA (BF16 head, fused cross-entropy) against the module path's FP32
+// loss (REWIND_FUSED_LOSS=0): the same loss to FP32 summation order, gradients to BF16 rounding.
+TEST_F(GpuTrainer, FusedLossMatchesTheModuleLoss) {
+  TokenFile data(path_);
+  const plan::Plan p = plan::Plan::defaults(config_.n_layer, config_.n_head);
+  Trainer fused(config_, p, data, device_), mod(config_, p, data, device_);
+  mod.model()->set_fused_loss(FastPath::kOff);
+  std::map<std::string, torch::Tensor> gf, gm;
+  const StepResult a = fused.probe_step(p, {}, &gf), b = mod.probe_step(p, {}, &gm);
+  EXPECT_NEAR(a.loss, b.loss, 1e-5 * b.loss);
+  EXPECT_NE(std::memcmp(&a.loss, &b.loss, sizeof a.loss) == 0 &&
+                torch::equal(gf.at("wte").view(torch::kInt32), gm.at("wte").view(torch::kInt32)),
+            true)
+      << "the fused loss did not run: loss and head gradient bitwise equal to the module path's";
+  for (const auto& [name, g] : gm) {
+    const torch::Tensor x = g.to(torch::kCPU).to(torch::kFloat64), y = gf.at(name).to(torch::kCPU).to(torch::kFloat64);
+    EXPECT_LT((y - x).norm().item<double>() / (x.norm().item<double>() + 1e-30), 1e-2) << "gradient of " << name;
   }
 }
 
