@@ -163,7 +163,7 @@ std::string Trainer::optimizer_path() {
   return fused_optimizer() ? "fused (variant " + std::to_string(fused_variant_) + ")" : "foreach";
 }
 
-double Trainer::grad_norm() {
+torch::Tensor Trainer::grad_norm_queued() {
 #ifdef REWIND_CUDA
   if (fused_optimizer()) {
     std::vector<bool> decay(params_.size(), false);
@@ -176,7 +176,7 @@ double Trainer::grad_norm() {
       const int rc = kc::grad_sumsq_sqrt(segs.data(), count, partials.data_ptr<double>(), out.data_ptr<double>(),
                                          at::cuda::getCurrentCUDAStream().stream());
       if (rc != 0) throw Error(ExitCode::kInternal, "grad norm: CUDA launch failed (error " + std::to_string(rc) + ")");
-      return out.item<double>();
+      return out;
     }
   }
 #endif
@@ -185,7 +185,7 @@ double Trainer::grad_norm() {
   std::vector<torch::Tensor> flat;
   for (auto& p : params_)
     if (p.grad().defined()) flat.push_back(p.grad().reshape({-1}));
-  return flat.empty() ? 0.0 : torch::cat(flat).to(torch::kFloat64).norm().item<double>();
+  return flat.empty() ? torch::zeros({1}, torch::kFloat64) : torch::cat(flat).to(torch::kFloat64).norm().reshape({1});
 }
 
 void Trainer::adamw_update(double lr, double clip_coef) {

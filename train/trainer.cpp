@@ -53,7 +53,7 @@ torch::Tensor to_long(const std::vector<int64_t>& v, int64_t rows, int64_t cols)
 
 }  // namespace
 
-std::vector<double> spectral_norms(const torch::Tensor& w, int iters) {
+torch::Tensor spectral_norms_queued(const torch::Tensor& w, int iters) {
   // sigma_max(W)^2 = lambda_max(G), G = W W^T (or W^T W, the smaller side; 64 x 64 for a head's
   // W_Q). Power iteration on G^8 (three normalized squarings: same top eigenvector, gap raised
   // to the 8th) from a fixed start vector, then sigma = sqrt(v^T G v). Equivalent to
@@ -74,8 +74,12 @@ std::vector<double> spectral_norms(const torch::Tensor& w, int iters) {
   for (int s = 0; s < 3; ++s) h = unit(torch::bmm(h, h), {1, 2});  // G^2, G^4, G^8 (scaled)
   for (int i = 0; i < (iters + 7) / 8; ++i) v = unit(torch::bmm(h, v), {1});
   torch::Tensor lambda = torch::bmm(v.transpose(1, 2), torch::bmm(g, v)).reshape({n});
-  torch::Tensor host = lambda.clamp_min(0.0).sqrt().to(torch::kCPU).contiguous();
-  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + n);
+  return lambda.clamp_min(0.0).sqrt();
+}
+
+std::vector<double> spectral_norms(const torch::Tensor& w, int iters) {
+  const torch::Tensor host = spectral_norms_queued(w, iters).to(torch::kCPU).contiguous();
+  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
 }
 
 double spectral_norm(const torch::Tensor& w, int iters) {
@@ -114,6 +118,10 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   const int share = comm_ ? accum / comm_->world() : accum;
   const int first = comm_ ? comm_->rank() * share : 0;
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+  const bool ranks = comm_ && comm_->world() > 1;
+  // Queued behind the first backward and read after the loss: their host time overlaps the
+  // GPU's backward instead of leaving the GPU idle between host syncs (the same ops, bits).
+  torch::Tensor wq_norms, norm;
   std::vector<std::shared_ptr<kernels::AttentionCapture>> all_caps;
   float loss_sum = 0;  // FP32, summed in micro-batch order
   std::vector<uint64_t> batch_hashes;
@@ -132,6 +140,8 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
     phase_mark(kPhaseForward);
     (loss / accum).backward();
     phase_mark(kPhaseBackward);
+    if (!wq_norms.defined()) wq_norms = wq_spectral_norms_queued();
+    if (micro == first + share - 1 && !ranks) norm = grad_norm_queued();  // the gradients are complete
     loss_sum += loss.item<float>();
     for (size_t l = 0; l < tap.layers.size(); ++l) {
       if (tap.layers[l]) kernels::fetch_stats(*tap.layers[l]);
@@ -144,27 +154,34 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
     }
     phase_mark(kPhaseLoss);
   }
-  if (comm_ && comm_->world() > 1) reduce_across_ranks(r, loss_sum, batch_hashes, all_caps);
+  if (ranks) reduce_across_ranks(r, loss_sum, batch_hashes, all_caps);
   uint64_t h = kFnvOffset;
   for (uint64_t bh : batch_hashes) h = fnv1a64(&bh, sizeof bh, h);
   r.batch_hash = h;
   r.loss = loss_sum / static_cast<float>(accum);
-  r.grad_norm = static_cast<float>(grad_norm());  // global, in FP64
+  if (!norm.defined()) norm = grad_norm_queued();
+  r.grad_norm = static_cast<float>(norm.item<double>());  // global, in FP64
   phase_mark(kPhaseGradNorm);
-  r.monitors = monitors(all_caps);
+  r.monitors = monitors(all_caps, wq_norms);
   phase_mark(kPhaseMonitors);
   return r;
 }
 
-std::vector<HeadMonitor> Trainer::monitors(
-    const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) const {
-  std::vector<HeadMonitor> out;
+torch::Tensor Trainer::wq_spectral_norms_queued() const {
   const int64_t H = config_.n_head, D = config_.head_dim(), C = config_.n_embd;
   // Every head's W_Q slice of every layer at once, on the model's device: (L*H, D, C).
   std::vector<torch::Tensor> wqs;
   for (int l = 0; l < config_.n_layer; ++l)
     wqs.push_back(model_->layer_c_attn(l).slice(0, 0, C).view({H, D, C}));
-  const std::vector<double> sn = spectral_norms(torch::cat(wqs));
+  return spectral_norms_queued(torch::cat(wqs));
+}
+
+std::vector<HeadMonitor> Trainer::monitors(
+    const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps, const torch::Tensor& wq_norms) const {
+  std::vector<HeadMonitor> out;
+  const int64_t H = config_.n_head;
+  const torch::Tensor host = wq_norms.to(torch::kCPU).contiguous();
+  const double* sn = host.data_ptr<double>();
   for (int l = 0; l < config_.n_layer; ++l) {
     for (int hd = 0; hd < H; ++hd) {
       HeadMonitor m;

@@ -95,13 +95,17 @@ class Trainer {
   StepResult forward_backward(const plan::Plan& plan, const std::vector<int>& capture_layers);
   // clip_coef > 0: the gradients are scaled by it first (clipping).
   void adamw_update(double lr, double clip_coef);
-  // The global gradient norm (FP64 sum of squares, one host copy).
-  double grad_norm();
+  // The global gradient norm (FP64 sum of squares) as a one-element FP64 tensor on the
+  // gradients' device, queued: reading it is the host's only wait.
+  torch::Tensor grad_norm_queued();
   // Whether the fused CUDA optimizer runs (decided once: on CUDA, unless
   // REWIND_FUSED_OPTIMIZER=0, a kernel variant reproduces LibTorch's update bit for bit).
   bool fused_optimizer();
   int fused_variant_ = -2;  // -2: not decided yet; -1: LibTorch's multi-tensor ops
-  std::vector<HeadMonitor> monitors(const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) const;
+  // Every head's W_Q spectral norm (spectral_norms_queued), in layer-major head order.
+  torch::Tensor wq_spectral_norms_queued() const;
+  std::vector<HeadMonitor> monitors(const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps,
+                                    const torch::Tensor& wq_norms) const;
   // The ranks' shares of a step combined (world > 1): see set_comm.
   void reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<uint64_t>& batch_hashes,
                            std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps);
@@ -135,5 +139,7 @@ class Trainer {
 double spectral_norm(const torch::Tensor& w, int iters = 30);
 // The same for a batch of matrices (N, D, C) at once, on their device: one host copy.
 std::vector<double> spectral_norms(const torch::Tensor& w, int iters = 30);
+// The same, queued: the (N) FP64 norms on the matrices' device, nothing waited for.
+torch::Tensor spectral_norms_queued(const torch::Tensor& w, int iters = 30);
 
 }  // namespace rwd::train

@@ -31,11 +31,16 @@ __device__ __forceinline__ void unpack8(const uint4& u, float f[8]) {
   }
 }
 
+// s rescaled from max m to max mn >= m: s itself where m == mn (also both -inf: an empty part,
+// whose exp(-inf - -inf) would be NaN), else s * exp(m - mn), which is 0 for an empty part.
+__device__ __forceinline__ float rescale(float s, float m, float mn) { return m == mn ? s : s * expf(m - mn); }
+
 // (m, s) <- the pair for the union of both parts. An empty part is (-inf, 0). A NaN logit
-// makes s NaN, which every merge keeps: the loss of such a row is NaN, as log_softmax's is.
+// makes s NaN (fmaxf skips it in m), which every merge keeps: the loss of such a row is NaN,
+// as log_softmax's is.
 __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
   const float mn = fmaxf(m, m2);
-  s = (m == -INFINITY ? 0.f : s * expf(m - mn)) + (m2 == -INFINITY ? 0.f : s2 * expf(m2 - mn));
+  s = rescale(s, m, mn) + rescale(s2, m2, mn);
   m = mn;
 }
 
@@ -49,7 +54,7 @@ __device__ __forceinline__ void add_values(float& m, float& s, const float (&f)[
   float add = 0.f;
 #pragma unroll
   for (int k = 0; k < N; ++k) add += expf(f[k] - mn);
-  s = (m == -INFINITY ? 0.f : s * expf(m - mn)) + add;
+  s = rescale(s, m, mn) + add;
   m = mn;
 }
 
