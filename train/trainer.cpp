@@ -47,8 +47,15 @@ void merge_stats(std::vector<kernels::HeadStats>& into, const std::vector<kernel
   }
 }
 
-torch::Tensor to_long(const std::vector<int64_t>& v, int64_t rows, int64_t cols) {
-  return torch::tensor(v, torch::kLong).view({rows, cols});
+// A batch's token ids on `device`. On CUDA from pinned memory without waiting: a pageable
+// copy would wait for the previous step's optimizer, and the GPU would then idle while the
+// host starts queueing this step's forward.
+torch::Tensor batch_on(const std::vector<int64_t>& v, int64_t rows, int64_t cols, const torch::Device& device) {
+  TORCH_CHECK(static_cast<int64_t>(v.size()) == rows * cols, "batch of ", v.size(), " tokens for ", rows, " x ", cols);
+  if (!device.is_cuda()) return torch::tensor(v, torch::kLong).view({rows, cols});
+  torch::Tensor host = torch::empty({rows, cols}, torch::TensorOptions().dtype(torch::kLong).pinned_memory(true));
+  std::memcpy(host.data_ptr<int64_t>(), v.data(), v.size() * sizeof(int64_t));
+  return host.to(device, /*non_blocking=*/true);
 }
 
 }  // namespace
@@ -133,8 +140,8 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
     r.offsets.push_back(b.offsets);
     ForwardTap tap;
     if (micro == 0) tap.tensor_layers = capture_layers;
-    torch::Tensor x = to_long(b.x, config_.batch_size, config_.block_size).to(device_);
-    torch::Tensor y = to_long(b.y, config_.batch_size, config_.block_size).to(device_);
+    torch::Tensor x = batch_on(b.x, config_.batch_size, config_.block_size, device_);
+    torch::Tensor y = batch_on(b.y, config_.batch_size, config_.block_size, device_);
     phase_mark(kPhaseData);
     torch::Tensor loss = model_->loss(x, y, plan, &tap);
     phase_mark(kPhaseForward);
