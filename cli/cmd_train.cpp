@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cxxopts.hpp>
+#include <functional>
 #include <memory>
 
 #include "cli/commands.h"
@@ -213,8 +214,16 @@ int run_train(int argc, char** argv) {
     const auto td = std::chrono::steady_clock::now();
     bool want_digest = rec && rec->wants_digest(s);
     if (comm) want_digest = comm->allgather_int64(want_digest ? 1 : 0)[0] != 0;  // rank 0 records
-    std::string digest = want_digest ? trainer->param_digest() : "";
-    if (comm && want_digest) check_replicas(*comm, digest, s);
+    // One rank: the digest's sums come back behind the step and the step writer waits for
+    // them; ranks compare theirs now.
+    std::function<std::string()> digest;
+    if (want_digest && comm) {
+      const std::string d = trainer->param_digest();
+      check_replicas(*comm, d, s);
+      digest = [d] { return d; };
+    } else if (want_digest) {
+      digest = trainer->param_digest_queued();
+    }
     rms.digest = ms_since(td);
     if (already) {
       auto old = st->get_step(spec.run_id, s);

@@ -231,7 +231,7 @@ void Recorder::flush() {
   });
 }
 
-void Recorder::record_step(const StepResult& r, const std::string& digest, const TokenFile& data,
+void Recorder::record_step(const StepResult& r, std::function<std::string()> digest, const TokenFile& data,
                            int block_size) {
   // Everything the transaction needs, copied on this thread (captured device tensors to the
   // host) so the step writer owns it.
@@ -241,7 +241,6 @@ void Recorder::record_step(const StepResult& r, const std::string& digest, const
   rec.lr = r.lr;
   rec.loss_bits = store::float_bits(r.loss);
   rec.grad_norm_bits = store::float_bits(r.grad_norm);
-  if (!digest.empty()) rec.param_digest = digest;
   rec.batch_hash = hex64(r.batch_hash);
   nlohmann::json extra;
   extra["offsets"] = r.offsets;
@@ -283,8 +282,9 @@ void Recorder::record_step(const StepResult& r, const std::string& digest, const
   }
   guard([&] {
     steps_.push(
-        [this, rec = std::move(rec), tokens = std::move(tokens), metrics = std::move(metrics),
-         tensors = std::move(tensors)](store::Store& s) mutable {
+        [this, rec = std::move(rec), digest = std::move(digest), tokens = std::move(tokens),
+         metrics = std::move(metrics), tensors = std::move(tensors)](store::Store& s) mutable {
+          if (digest) rec.param_digest = digest();
           try {
             auto tx = s.begin_step();
             if (!tokens.empty()) rec.batch_ref = s.put_blob(tokens.data(), tokens.size() * 2);

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <string>
 #include <vector>
@@ -37,11 +38,11 @@ class Recorder {
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
-  // Records the step that just ran. `digest`: parameter digest after the step, or "". Copies
-  // what the step row needs (device tensors to the host) and queues it for the step writer,
-  // which commits it in one transaction; waits only while 256 steps are queued. Throws if an
-  // earlier write failed.
-  void record_step(const StepResult& r, const std::string& digest, const TokenFile& data,
+  // Records the step that just ran. `digest`: the parameter digest after the step (called on
+  // the step writer's thread: Trainer::param_digest_queued), or empty. Copies what the step row
+  // needs (device tensors to the host) and queues it for the step writer, which commits it in
+  // one transaction; waits only while 256 steps are queued. Throws if an earlier write failed.
+  void record_step(const StepResult& r, std::function<std::string()> digest, const TokenFile& data,
                    int block_size);
   // Whether to checkpoint before step `step` (CheckpointSchedule, asked with whether the
   // checkpoint writer has room). `at_end`: after the last step.

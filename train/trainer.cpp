@@ -19,12 +19,16 @@
 #ifdef REWIND_CUDA
 #include <ATen/cuda/CUDAContext.h>
 
+#include <ATen/cuda/CUDAEvent.h>
+
 #include "kernels/cuda/param_digest.h"
 #endif
 
 namespace rwd::train {
 
 namespace {
+
+const std::string kDigestPrefix = "d2:";
 
 // REWIND_PHASE_TIMES=1: the trainer waits for the device at each phase edge and adds up the
 // time per phase (see Trainer::phase_report). Off by default: the waits slow a GPU run.
@@ -399,15 +403,18 @@ std::string Trainer::phase_report() const {
 }
 
 std::string Trainer::param_digest(const std::string& like) const {
-  static const std::string kPrefix = "d2:";
-  uint64_t h = kFnvOffset;
-  if (!like.empty() && like.rfind(kPrefix, 0) != 0) {  // recorded before digest d2
+  if (!like.empty() && like.rfind(kDigestPrefix, 0) != 0) {  // recorded before digest d2
+    uint64_t h = kFnvOffset;
     for (const auto& p : params_) {
       torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
       h = fnv1a64(c.data_ptr(), c.numel() * c.element_size(), h);
     }
     return hex64(h);
   }
+  return param_digest_queued()();
+}
+
+std::function<std::string()> Trainer::param_digest_queued() const {
   const size_t n = params_.size();
   std::vector<torch::Tensor> flat(n);
   std::vector<int64_t> words(n);
@@ -417,38 +424,53 @@ std::string Trainer::param_digest(const std::string& like) const {
     if (bytes % 4 != 0) throw Error(ExitCode::kInternal, "param_digest: a parameter's size is not a whole number of 32-bit words");
     words[k] = bytes / 4;
   }
-  std::vector<uint64_t> sums(n, 0);
+  // d2: FNV-1a over each tensor's word count and its position-weighted word sum.
+  auto digest_of = [words](const uint64_t* sums) {
+    uint64_t h = kFnvOffset;
+    for (size_t k = 0; k < words.size(); ++k) {
+      h = fnv1a64(&words[k], sizeof(int64_t), h);
+      h = fnv1a64(&sums[k], sizeof(uint64_t), h);
+    }
+    return kDigestPrefix + hex64(h);
+  };
   if (device_.is_cuda()) {
 #ifdef REWIND_CUDA
     torch::Tensor acc = torch::zeros({static_cast<int64_t>(n)}, torch::TensorOptions().dtype(torch::kInt64).device(device_));
     auto* out = reinterpret_cast<unsigned long long*>(acc.data_ptr<int64_t>());
+    const auto stream = at::cuda::getCurrentCUDAStream();
     for (size_t k = 0; k < n; ++k) {
       const int rc = kernels::cuda::digest_word_sum(static_cast<const uint32_t*>(flat[k].data_ptr()), words[k],
-                                                    out + k, at::cuda::getCurrentCUDAStream().stream());
+                                                    out + k, stream.stream());
       if (rc != 0) throw Error(ExitCode::kInternal, "param_digest: CUDA launch failed (error " + std::to_string(rc) + ")");
     }
-    torch::Tensor host = acc.to(torch::kCPU);
-    std::memcpy(sums.data(), host.data_ptr<int64_t>(), n * sizeof(uint64_t));
+    // The sums come back behind the work queued so far, into pinned memory; whoever calls
+    // the result (the step writer, when recording) waits for that copy alone.
+    auto host = std::make_shared<torch::Tensor>(
+        torch::empty({static_cast<int64_t>(n)}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(true)));
+    host->copy_(acc, /*non_blocking=*/true);
+    auto done = std::make_shared<at::cuda::CUDAEvent>();
+    done->record(stream);
+    return [host, done, digest_of] {
+      done->synchronize();
+      return digest_of(reinterpret_cast<const uint64_t*>(host->data_ptr<int64_t>()));
+    };
 #else
     throw Error(ExitCode::kInternal, "param_digest: CUDA parameters need a REWIND_CUDA build");
 #endif
-  } else {
-    for (size_t k = 0; k < n; ++k) {
-      const auto* w = static_cast<const uint32_t*>(flat[k].data_ptr());
-      sums[k] = at::parallel_reduce(
-          0, words[k], 1 << 16, uint64_t{0},
-          [w](int64_t b, int64_t e, uint64_t acc) {
-            for (int64_t i = b; i < e; ++i) acc += digest_term(w[i], static_cast<uint64_t>(i));
-            return acc;
-          },
-          [](uint64_t a, uint64_t b) { return a + b; });
-    }
   }
+  std::vector<uint64_t> sums(n, 0);
   for (size_t k = 0; k < n; ++k) {
-    h = fnv1a64(&words[k], sizeof(int64_t), h);
-    h = fnv1a64(&sums[k], sizeof(uint64_t), h);
+    const auto* w = static_cast<const uint32_t*>(flat[k].data_ptr());
+    sums[k] = at::parallel_reduce(
+        0, words[k], 1 << 16, uint64_t{0},
+        [w](int64_t b, int64_t e, uint64_t acc) {
+          for (int64_t i = b; i < e; ++i) acc += digest_term(w[i], static_cast<uint64_t>(i));
+          return acc;
+        },
+        [](uint64_t a, uint64_t b) { return a + b; });
   }
-  return kPrefix + hex64(h);
+  const std::string d = digest_of(sums.data());
+  return [d] { return d; };
 }
 
 }  // namespace rwd::train

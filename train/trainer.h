@@ -73,6 +73,11 @@ class Trainer {
   // "d2:" prefix was recorded before rewind 0.3 and is computed the old way, FNV-1a over the
   // parameters' bytes on the host (~1 s per gpt2-small step on a GPU host).
   std::string param_digest(const std::string& like = "") const;
+  // The d2 digest of the parameters as they are now, queued behind the device's work: on a
+  // GPU the sums come back into pinned memory behind an event and the returned function waits
+  // for that copy (on whichever thread calls it: the recorder's step writer), so the training
+  // thread goes on queueing the next step; on the CPU it is computed now.
+  std::function<std::string()> param_digest_queued() const;
   // With REWIND_PHASE_TIMES=1 in the environment: mean milliseconds per train step spent in
   // data, forward, backward, loss+stats, grad norm, monitors and optimizer; "" otherwise.
   std::string phase_report() const;

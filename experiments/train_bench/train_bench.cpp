@@ -72,7 +72,7 @@ double record(const train::Config& c, const train::TokenFile& data, const std::s
       std::vector<int> layers;
       if (ro.capture.active(s)) layers = ro.capture.layers;
       train::StepResult r = t.train_step(layers);
-      rec.record_step(r, rec.wants_digest(s) ? t.param_digest() : "", data, c.block_size);
+      rec.record_step(r, rec.wants_digest(s) ? t.param_digest_queued() : std::function<std::string()>(), data, c.block_size);
       ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
     rec.flush();
