@@ -210,19 +210,18 @@ int run_train(int argc, char** argv) {
     }
     std::vector<int> cap_layers;
     if (rec && rec->options().capture.active(s)) cap_layers = rec->options().capture.layers;
-    train::StepResult res = trainer->train_step(cap_layers);
-    const auto td = std::chrono::steady_clock::now();
     bool want_digest = rec && rec->wants_digest(s);
     if (comm) want_digest = comm->allgather_int64(want_digest ? 1 : 0)[0] != 0;  // rank 0 records
-    // One rank: the digest's sums come back behind the step and the step writer waits for
-    // them; ranks compare theirs now.
-    std::function<std::string()> digest;
+    // One rank: the step computes its digest (on a GPU inside the fused update, read back
+    // behind the step: the step writer waits for it); ranks compare theirs now.
+    trainer->set_want_digest(want_digest && !comm);
+    train::StepResult res = trainer->train_step(cap_layers);
+    const auto td = std::chrono::steady_clock::now();
+    std::function<std::string()> digest = res.digest;
     if (want_digest && comm) {
       const std::string d = trainer->param_digest();
       check_replicas(*comm, d, s);
       digest = [d] { return d; };
-    } else if (want_digest) {
-      digest = trainer->param_digest_queued();
     }
     rms.digest = ms_since(td);
     if (already) {

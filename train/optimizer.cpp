@@ -74,10 +74,12 @@ kc::AdamScalars adam_scalars(const AdamStep& a, double clip_coef, int variant) {
 
 // Device segments for the fused kernels, or empty when a tensor does not qualify (not FP32,
 // not contiguous, or a missing gradient: then the LibTorch path runs).
+// digest: n accumulators (parameter i adds into digest[i]), or null.
 std::vector<kc::AdamSegment> adam_segments(const std::vector<torch::Tensor>& p,
                                            const std::vector<torch::Tensor>& m,
                                            const std::vector<torch::Tensor>& v,
-                                           const std::vector<bool>& decay) {
+                                           const std::vector<bool>& decay,
+                                           unsigned long long* digest = nullptr) {
   std::vector<kc::AdamSegment> segs;
   for (size_t i = 0; i < p.size(); ++i) {
     const torch::Tensor& g = p[i].grad();
@@ -87,7 +89,7 @@ std::vector<kc::AdamSegment> adam_segments(const std::vector<torch::Tensor>& p,
         return {};
     if (p[i].numel() == 0) continue;
     segs.push_back({p[i].data_ptr<float>(), g.data_ptr<float>(), m[i].data_ptr<float>(),
-                    v[i].data_ptr<float>(), p[i].numel(), decay[i] ? 1 : 0});
+                    v[i].data_ptr<float>(), p[i].numel(), decay[i] ? 1 : 0, digest ? digest + i : nullptr});
   }
   return segs;
 }
@@ -188,7 +190,7 @@ torch::Tensor Trainer::grad_norm_queued() {
   return flat.empty() ? torch::zeros({1}, torch::kFloat64) : torch::cat(flat).to(torch::kFloat64).norm().reshape({1});
 }
 
-void Trainer::adamw_update(double lr, double clip_coef) {
+bool Trainer::adamw_update(double lr, double clip_coef, const torch::Tensor& digest_sums) {
   torch::NoGradGuard no_grad;
   const AdamStep a = adam_step(config_, lr, step_);
   std::vector<bool> decay_of(params_.size());
@@ -197,13 +199,14 @@ void Trainer::adamw_update(double lr, double clip_coef) {
     decay_of[i] = config_.weight_decay > 0 && params_[i].dim() >= 2;
 #ifdef REWIND_CUDA
   if (fused_optimizer()) {
-    const std::vector<kc::AdamSegment> segs = adam_segments(params_, exp_avg_, exp_avg_sq_, decay_of);
+    auto* sums = digest_sums.defined() ? reinterpret_cast<unsigned long long*>(digest_sums.data_ptr<int64_t>()) : nullptr;
+    const std::vector<kc::AdamSegment> segs = adam_segments(params_, exp_avg_, exp_avg_sq_, decay_of, sums);
     if (!segs.empty()) {
       const int rc = kc::adamw_update(segs.data(), static_cast<int>(segs.size()),
                                       adam_scalars(a, clip_coef, fused_variant_),
                                       at::cuda::getCurrentCUDAStream().stream());
       if (rc != 0) throw Error(ExitCode::kInternal, "AdamW: CUDA launch failed (error " + std::to_string(rc) + ")");
-      return;
+      return sums != nullptr;
     }
   }
 #endif
@@ -217,8 +220,8 @@ void Trainer::adamw_update(double lr, double clip_coef) {
     v.push_back(exp_avg_sq_[i]);
     if (decay_of[i]) decay.push_back(params_[i]);
   }
-  if (p.empty()) return;
-  foreach_adamw(p, g, m, v, decay, a);
+  if (!p.empty()) foreach_adamw(p, g, m, v, decay, a);
+  return false;
 }
 
 }  // namespace rwd::train

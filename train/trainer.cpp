@@ -30,6 +30,27 @@ namespace {
 
 const std::string kDigestPrefix = "d2:";
 
+// The d2 digest's word count per parameter (FP32: 4-byte words).
+std::vector<int64_t> digest_words(const std::vector<torch::Tensor>& params) {
+  std::vector<int64_t> words;
+  for (const auto& p : params) {
+    const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
+    if (bytes % 4 != 0) throw Error(ExitCode::kInternal, "param_digest: a parameter's size is not a whole number of 32-bit words");
+    words.push_back(bytes / 4);
+  }
+  return words;
+}
+
+// d2: FNV-1a over each tensor's word count and its position-weighted word sum.
+std::string digest_of(const std::vector<int64_t>& words, const uint64_t* sums) {
+  uint64_t h = kFnvOffset;
+  for (size_t k = 0; k < words.size(); ++k) {
+    h = fnv1a64(&words[k], sizeof(int64_t), h);
+    h = fnv1a64(&sums[k], sizeof(uint64_t), h);
+  }
+  return kDigestPrefix + hex64(h);
+}
+
 // REWIND_PHASE_TIMES=1: the trainer waits for the device at each phase edge and adds up the
 // time per phase (see Trainer::phase_report). Off by default: the waits slow a GPU run.
 bool phase_times_enabled() {
@@ -303,7 +324,11 @@ StepResult Trainer::train_step(const std::vector<int>& capture_layers) {
   if (config_.grad_clip > 0 && std::isfinite(r.grad_norm) && r.grad_norm > config_.grad_clip)
     coef = config_.grad_clip / (static_cast<double>(r.grad_norm) + 1e-6);
   if (before_update_) before_update_();
-  adamw_update(r.lr, coef);
+  torch::Tensor sums;
+  if (want_digest_ && device_.is_cuda())
+    sums = torch::zeros({static_cast<int64_t>(params_.size())}, torch::TensorOptions().dtype(torch::kInt64).device(device_));
+  const bool summed = adamw_update(r.lr, coef, sums);
+  if (want_digest_) r.digest = summed ? digest_from_sums(sums) : param_digest_queued();
   phase_mark(kPhaseOptimizer);
   if (phase_enabled_ && ++phase_warmup_ <= kPhaseWarmupSteps) {
     std::fill(std::begin(phase_seconds_), std::end(phase_seconds_), 0.0);  // lazy init, autotune
@@ -417,43 +442,18 @@ std::string Trainer::param_digest(const std::string& like) const {
 std::function<std::string()> Trainer::param_digest_queued() const {
   const size_t n = params_.size();
   std::vector<torch::Tensor> flat(n);
-  std::vector<int64_t> words(n);
-  for (size_t k = 0; k < n; ++k) {
-    flat[k] = params_[k].detach().contiguous();
-    const int64_t bytes = flat[k].numel() * static_cast<int64_t>(flat[k].element_size());
-    if (bytes % 4 != 0) throw Error(ExitCode::kInternal, "param_digest: a parameter's size is not a whole number of 32-bit words");
-    words[k] = bytes / 4;
-  }
-  // d2: FNV-1a over each tensor's word count and its position-weighted word sum.
-  auto digest_of = [words](const uint64_t* sums) {
-    uint64_t h = kFnvOffset;
-    for (size_t k = 0; k < words.size(); ++k) {
-      h = fnv1a64(&words[k], sizeof(int64_t), h);
-      h = fnv1a64(&sums[k], sizeof(uint64_t), h);
-    }
-    return kDigestPrefix + hex64(h);
-  };
+  for (size_t k = 0; k < n; ++k) flat[k] = params_[k].detach().contiguous();
+  const std::vector<int64_t> words = digest_words(params_);
   if (device_.is_cuda()) {
 #ifdef REWIND_CUDA
     torch::Tensor acc = torch::zeros({static_cast<int64_t>(n)}, torch::TensorOptions().dtype(torch::kInt64).device(device_));
     auto* out = reinterpret_cast<unsigned long long*>(acc.data_ptr<int64_t>());
-    const auto stream = at::cuda::getCurrentCUDAStream();
     for (size_t k = 0; k < n; ++k) {
       const int rc = kernels::cuda::digest_word_sum(static_cast<const uint32_t*>(flat[k].data_ptr()), words[k],
-                                                    out + k, stream.stream());
+                                                    out + k, at::cuda::getCurrentCUDAStream().stream());
       if (rc != 0) throw Error(ExitCode::kInternal, "param_digest: CUDA launch failed (error " + std::to_string(rc) + ")");
     }
-    // The sums come back behind the work queued so far, into pinned memory; whoever calls
-    // the result (the step writer, when recording) waits for that copy alone.
-    auto host = std::make_shared<torch::Tensor>(
-        torch::empty({static_cast<int64_t>(n)}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(true)));
-    host->copy_(acc, /*non_blocking=*/true);
-    auto done = std::make_shared<at::cuda::CUDAEvent>();
-    done->record(stream);
-    return [host, done, digest_of] {
-      done->synchronize();
-      return digest_of(reinterpret_cast<const uint64_t*>(host->data_ptr<int64_t>()));
-    };
+    return digest_from_sums(acc);
 #else
     throw Error(ExitCode::kInternal, "param_digest: CUDA parameters need a REWIND_CUDA build");
 #endif
@@ -469,8 +469,27 @@ std::function<std::string()> Trainer::param_digest_queued() const {
         },
         [](uint64_t a, uint64_t b) { return a + b; });
   }
-  const std::string d = digest_of(sums.data());
+  const std::string d = digest_of(words, sums.data());
   return [d] { return d; };
+}
+
+std::function<std::string()> Trainer::digest_from_sums(const torch::Tensor& sums) const {
+#ifdef REWIND_CUDA
+  // The sums come back behind the work queued so far, into pinned memory; whoever calls the
+  // result (the step writer, when recording) waits for that copy alone.
+  auto host = std::make_shared<torch::Tensor>(
+      torch::empty({sums.numel()}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(true)));
+  host->copy_(sums, /*non_blocking=*/true);
+  auto done = std::make_shared<at::cuda::CUDAEvent>();
+  done->record(at::cuda::getCurrentCUDAStream());
+  return [host, done, words = digest_words(params_)] {
+    done->synchronize();
+    return digest_of(words, reinterpret_cast<const uint64_t*>(host->data_ptr<int64_t>()));
+  };
+#else
+  (void)sums;
+  throw Error(ExitCode::kInternal, "param_digest: CUDA parameters need a REWIND_CUDA build");
+#endif
 }
 
 }  // namespace rwd::train

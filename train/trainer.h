@@ -40,6 +40,9 @@ struct StepResult {
   double seconds = 0;
   // Attention tensors of the layers asked for (first micro-batch), name -> (B,H,T,D)/(B,H,T).
   std::map<int, std::shared_ptr<kernels::AttentionCapture>> captures;
+  // train_step with set_want_digest(true): the parameter digest after the update (it may wait
+  // for the device when called: Trainer::param_digest_queued); empty otherwise.
+  std::function<std::string()> digest;
 };
 
 // A named FP32/int64 tensor of the trainer state (model + optimizer), in a fixed order.
@@ -78,6 +81,9 @@ class Trainer {
   // for that copy (on whichever thread calls it: the recorder's step writer), so the training
   // thread goes on queueing the next step; on the CPU it is computed now.
   std::function<std::string()> param_digest_queued() const;
+  // Whether train_step fills StepResult::digest (the digest after its update; on a GPU summed
+  // by the fused AdamW pass itself, which has the parameters in registers).
+  void set_want_digest(bool want) { want_digest_ = want; }
   // With REWIND_PHASE_TIMES=1 in the environment: mean milliseconds per train step spent in
   // data, forward, backward, loss+stats, grad norm, monitors and optimizer; "" otherwise.
   std::string phase_report() const;
@@ -98,8 +104,14 @@ class Trainer {
 
  private:
   StepResult forward_backward(const plan::Plan& plan, const std::vector<int>& capture_layers);
-  // clip_coef > 0: the gradients are scaled by it first (clipping).
-  void adamw_update(double lr, double clip_coef);
+  // clip_coef > 0: the gradients are scaled by it first (clipping). digest_sums (optional, one
+  // int64 per parameter on the device, zeroed): the fused update adds the updated parameters'
+  // digest word sums into it; returns whether it did (false: LibTorch's ops ran).
+  bool adamw_update(double lr, double clip_coef, const torch::Tensor& digest_sums = {});
+  // The digest from per-parameter word sums on the device: their copy to pinned memory is
+  // queued and the returned function waits for it (see param_digest_queued).
+  std::function<std::string()> digest_from_sums(const torch::Tensor& sums) const;
+  bool want_digest_ = false;
   // The global gradient norm (FP64 sum of squares) as a one-element FP64 tensor on the
   // gradients' device, queued: reading it is the host's only wait.
   torch::Tensor grad_norm_queued();

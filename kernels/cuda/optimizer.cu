@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/hash.h"
 #include "kernels/cuda/optimizer.h"
 
 namespace rwd::kernels::cuda {
@@ -103,12 +104,21 @@ __device__ __forceinline__ void adam_four(float4& p, float4& g, float4& m, float
   g.w = adam_one(p.w, g.w, m.w, v.w, decay, c);
 }
 
+// The digest terms of four updated parameters at indices 4j .. 4j+3.
+__device__ __forceinline__ uint64_t digest_four(const float4& p, int64_t j) {
+  const uint64_t i = static_cast<uint64_t>(4 * j);
+  return digest_term(__float_as_uint(p.x), i) + digest_term(__float_as_uint(p.y), i + 1) +
+         digest_term(__float_as_uint(p.z), i + 2) + digest_term(__float_as_uint(p.w), i + 3);
+}
+
 __global__ void __launch_bounds__(kThreads) adamw_kernel(const Batch b, const AdamScalars c) {
   int s;
   int64_t begin, end;
   block_range(b, s, begin, end);
   const AdamSegment& t = b.seg[s];
   const bool decay = t.decay != 0;
+  const bool digest = t.digest != nullptr;
+  uint64_t dsum = 0;
   const auto addr = [](const float* x) { return reinterpret_cast<uintptr_t>(x); };
   if (((addr(t.p) | addr(t.g) | addr(t.m) | addr(t.v)) & 15) == 0) {
     // 16-byte loads and stores (begin is a multiple of kChunk, so of 4): twice the bytes in
@@ -127,10 +137,12 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const Batch b, const Ad
       adam_four(p[0], g[0], m[0], v[0], decay, c);
       p4[j] = p[0]; m4[j] = m[0]; v4[j] = v[0];
       if (c.scale_g) g4[j] = g[0];
+      if (digest) dsum += digest_four(p[0], j);
       if (two) {
         adam_four(p[1], g[1], m[1], v[1], decay, c);
         p4[j2] = p[1]; m4[j2] = m[1]; v4[j2] = v[1];
         if (c.scale_g) g4[j2] = g[1];
+        if (digest) dsum += digest_four(p[1], j2);
       }
     }
     begin = max(begin, vend * 4);
@@ -157,8 +169,14 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const Batch b, const Ad
         t.m[i] = m[u];
         t.v[i] = v[u];
         if (c.scale_g) t.g[i] = gs;
+        if (digest) dsum += digest_term(__float_as_uint(p[u]), static_cast<uint64_t>(i));
       }
     }
+  }
+  if (digest) {  // uniform per block: every thread of the block takes this branch
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) dsum += __shfl_down_sync(0xffffffffu, dsum, off);
+    if (threadIdx.x % 32 == 0 && dsum != 0) atomicAdd(t.digest, static_cast<unsigned long long>(dsum));
   }
 }
 

@@ -18,6 +18,10 @@ struct AdamSegment {
   float* v;
   int64_t n;
   int decay;  // 1: apply the weight decay factor (nanoGPT decays matrices only)
+  // Optional: the parameter digest's word sum of the updated p (common/hash.h digest_term over
+  // its FP32 bit patterns and indices, what param_digest.cu computes), added into *digest by
+  // adamw_update with integer atomics (order-free: bitwise repeatable) while p is in registers.
+  unsigned long long* digest = nullptr;
 };
 
 // The scalars of one update, already rounded to FP32 by the caller as LibTorch's multi-tensor

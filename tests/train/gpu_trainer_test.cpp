@@ -169,6 +169,28 @@ TEST_F(GpuTrainer, FastBlockStepsEqualTheModulePathBitwise) {
   }
 }
 
+// With a digest wanted, the fused AdamW pass sums the digest of the parameters it writes
+// (kernels/cuda/optimizer.cu); that digest, read back behind the step, equals the one computed
+// from the parameters afterwards, and moves with every step.
+TEST_F(GpuTrainer, DigestSummedByTheFusedUpdateEqualsTheParamDigest) {
+  TokenFile data(path_);
+  const plan::Plan p = plan::Plan::defaults(config_.n_layer, config_.n_head);
+  Trainer t(config_, p, data, device_);
+  ASSERT_EQ(t.optimizer_path().rfind("fused", 0), 0u);
+  t.set_want_digest(true);
+  std::string before = t.param_digest();
+  for (int s = 0; s < 3; ++s) {
+    const StepResult r = t.train_step();
+    ASSERT_TRUE(r.digest) << "step " << s;
+    const std::string d = r.digest();
+    EXPECT_EQ(d, t.param_digest()) << "step " << s;
+    EXPECT_NE(d, before) << "step " << s;
+    before = d;
+  }
+  t.set_want_digest(false);
+  EXPECT_FALSE(t.train_step().digest);
+}
+
 // The fused cross-entropy kernels (kernels/cuda/cross_entropy.cu) against an FP64 reference:
 // the loss to FP32 summation error, each logit's BF16 gradient to half a BF16 ulp; two runs
 // bitwise equal; a NaN logit gives a NaN loss. Both the 16-byte path (V = 50304) and the

@@ -270,6 +270,16 @@ TEST_F(TrainerTest, FusedLossMatchesTheModuleLossOnTheCpu) {
   }
 }
 
+// A digest wanted from train_step is the digest of the parameters after its update.
+TEST_F(TrainerTest, StepDigestIsTheDigestAfterTheUpdate) {
+  TokenFile data(path_);
+  Trainer t(config_, plan::Plan::defaults(config_.n_layer, config_.n_head), data);
+  t.set_want_digest(true);
+  const StepResult r = t.train_step();
+  ASSERT_TRUE(r.digest);
+  EXPECT_EQ(r.digest(), t.param_digest());
+}
+
 TEST_F(TrainerTest, MonitorsArePopulated) {
   TokenFile data(path_);
   Trainer t(config_, plan::Plan::defaults(config_.n_layer, config_.n_head), data);
