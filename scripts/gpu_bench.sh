@@ -34,6 +34,18 @@ run() {  # mode, extra args
 mean() { awk '{s += $1} END {printf "%.1f", s / NR}' "$W/$1.ms"; }
 median() { sort -n "$W/$1.ms" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 quartiles() { sort -n "$W/$1.ms" | awk '{a[NR]=$1} END {printf "%.1f-%.1f", a[int(NR/4)+1], a[int(3*NR/4)]}'; }
+# One line per mode of the same model in plain PyTorch (experiments/train_bench/torch_baseline.py:
+# eager, deterministic, compile) with rewind's speed against it ($ours: rewind's median step).
+baseline_rows() {
+  local mode line
+  for mode in "$@"; do
+    line=$(python3 "$ROOT/experiments/train_bench/torch_baseline.py" --data "$W/train.bin" --mode "$mode" \
+             --steps "$((STEPS + 8))" --warmup-steps 10 --batch-size "$B" 2>"$W/baseline_$mode.err" | tail -1) \
+      || { echo "torch $mode failed:"; tail -5 "$W/baseline_$mode.err"; continue; }
+    awk -v l="$line" -v ours="$ours" -v m="$mode" 'BEGIN { n = split(l, f, " "); for (i = 1; i <= n; ++i) { split(f[i], kv, "="); v[kv[1]] = kv[2] }
+      printf "%-34s %8.1f %14s %10.0f   rewind speed %.2fx\n", "torch " m, v["median_ms"], v["p25_ms"] "-" v["p75_ms"], v["tokens_per_s"], v["median_ms"] / ours }'
+  done
+}
 # MODE=plans: the step time under bisection-probe plans (default, two pv=fp32 heads, attn=fp32
 # in every layer, all=fp32) relative to the default plan, instead of the rows below.
 if [[ ${MODE:-} == plans ]]; then
@@ -83,13 +95,8 @@ if [[ ${MODE:-} == step ]]; then
     awk -v n="$mode" -v ms="$(median $mode)" -v q="$(quartiles $mode)" -v t="$((B * 1024))" -v loss="$(cat "$W/$mode.loss")" \
       'BEGIN {printf "%-34s %8.1f %14s %10.0f %10.4f\n", n, ms, q, t/(ms/1000), loss}'
   done
-  for mode in ${BASELINES:-eager compile}; do
-    line=$(python3 "$ROOT/experiments/train_bench/torch_baseline.py" --data "$W/train.bin" --mode "$mode" \
-             --steps "$((STEPS + 8))" --warmup-steps 10 --batch-size "$B" 2>"$W/baseline_$mode.err" | tail -1) \
-      || { echo "torch $mode failed:"; tail -5 "$W/baseline_$mode.err"; continue; }
-    awk -v l="$line" -v ours="$ours" -v m="$mode" 'BEGIN { n = split(l, f, " "); for (i = 1; i <= n; ++i) { split(f[i], kv, "="); v[kv[1]] = kv[2] }
-      printf "%-34s %8.1f %14s %10.0f   rewind speed %.2fx\n", "torch " m, v["median_ms"], v["p25_ms"] "-" v["p75_ms"], v["tokens_per_s"], v["median_ms"] / ours }'
-  done
+  # shellcheck disable=SC2086
+  baseline_rows ${BASELINES:-eager compile}
   for row in "rewind:" "rewind-module-loss:REWIND_FUSED_LOSS=0" "rewind-module:REWIND_FAST_BLOCK=0 REWIND_FUSED_LOSS=0"; do
     IFS=: read -r name envs <<< "$row"
     # shellcheck disable=SC2086
@@ -117,14 +124,8 @@ sdpa=$(median sdpa); ours=$(median rewind); stable=$(median stable)
 # torch.use_deterministic_algorithms, and torch.compile'd. BASELINE=0 skips it.
 if [[ ${BASELINE:-1} == 1 ]]; then
   echo "== PyTorch baseline (experiments/train_bench/torch_baseline.py), rewind's median step $ours ms"
-  printf "%-26s %8s %14s %10s %14s\n" baseline ms "p25-p75 ms" tokens/s "rewind speed"
-  for mode in eager deterministic compile; do
-    line=$(python3 "$ROOT/experiments/train_bench/torch_baseline.py" --data "$W/train.bin" --mode "$mode" \
-             --steps "$((STEPS + 8))" --warmup-steps 10 --batch-size "$B" 2>"$W/baseline_$mode.err" | tail -1) \
-      || { echo "torch $mode failed:"; tail -5 "$W/baseline_$mode.err"; continue; }
-    awk -v l="$line" -v ours="$ours" -v m="$mode" 'BEGIN { n = split(l, f, " "); for (i = 1; i <= n; ++i) { split(f[i], kv, "="); v[kv[1]] = kv[2] }
-      printf "%-26s %8.1f %14s %10.0f %13.2fx\n", "torch " m, v["median_ms"], v["p25_ms"] "-" v["p75_ms"], v["tokens_per_s"], v["median_ms"] / ours }'
-  done
+  printf "%-34s %8s %14s %10s\n" baseline ms "p25-p75 ms" tokens/s
+  baseline_rows eager deterministic compile
 fi
 tok=$((B * 1024))
 printf "gpt2-small training, B=%d T=1024, median step (ms) over %d rounds x %d steps, tokens/s\n" "$B" "$ROUNDS" "$((STEPS - 2))"
