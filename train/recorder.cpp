@@ -44,29 +44,70 @@ store::StoreOptions writer_options(store::StoreOptions so) {
   return so;
 }
 
+#ifdef REWIND_CUDA
+// Whether `snap` can hold the device tensors of `copies`, allocating it on first use (or when
+// a shape changed) where the device has the room: the state's size, a quarter more, and 1 GiB
+// to spare for the training that goes on.
+bool device_snapshot_ready(DeviceSnapshot& snap, const std::vector<std::pair<torch::Tensor*, torch::Tensor>>& copies) {
+  if (snap.off) return false;
+  bool same = snap.bufs.size() == copies.size();
+  for (size_t i = 0; same && i < copies.size(); ++i)
+    same = snap.bufs[i].sizes() == copies[i].second.sizes() && snap.bufs[i].dtype() == copies[i].second.dtype();
+  if (same) return true;
+  snap.bufs.clear();
+  size_t bytes = 0, free = 0, total = 0;
+  for (const auto& c : copies) bytes += c.second.nbytes();
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess || free < bytes + bytes / 4 + (size_t{1} << 30)) {
+    snap.off = true;
+    return false;
+  }
+  try {
+    for (const auto& c : copies) snap.bufs.push_back(torch::empty_like(c.second, at::MemoryFormat::Contiguous));
+  } catch (const c10::Error&) {
+    snap.bufs.clear();
+    snap.off = true;
+  }
+  return !snap.off;
+}
+#endif
+
 // Copies device tensors into their pinned host buffers on a side stream, after the work
-// queued so far on the current stream (the last step's update), and makes the trainer's next
-// optimizer update wait for the copy on the device. Returns what blocks until the copy is done.
+// queued so far on the current stream (the last step's update). Through the device snapshot
+// where there is one (the training stream copies the state there first, and training goes
+// on); else the trainer's next optimizer update waits for the copy on the device. Returns
+// what blocks until the copy is done.
 std::function<void()> copy_from_device(const std::vector<std::pair<torch::Tensor*, torch::Tensor>>& copies,
-                                       Trainer& trainer) {
+                                       Trainer& trainer, DeviceSnapshot& snap) {
 #ifdef REWIND_CUDA
   const c10::DeviceIndex dev = copies.front().second.device().index();
   at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream(dev);
   at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, dev);
+  const bool via_snapshot = device_snapshot_ready(snap, copies);
+  if (via_snapshot) {
+    // The previous checkpoint's host copy has read the snapshot before it is overwritten.
+    if (snap.last_copy) static_cast<at::cuda::CUDAEvent*>(snap.last_copy.get())->block(main);
+    for (size_t i = 0; i < copies.size(); ++i) snap.bufs[i].copy_(copies[i].second, /*non_blocking=*/true);
+  }
   at::cuda::CUDAEvent state_ready;
   state_ready.record(main);
   state_ready.block(side);
   auto copied = std::make_shared<at::cuda::CUDAEvent>();
   {
     c10::cuda::CUDAStreamGuard on_side(side);
-    for (const auto& [buf, src] : copies) buf->copy_(src, /*non_blocking=*/true);
+    for (size_t i = 0; i < copies.size(); ++i)
+      copies[i].first->copy_(via_snapshot ? snap.bufs[i] : copies[i].second, /*non_blocking=*/true);
   }
   copied->record(side);
-  // Waiting again on a finished copy costs nothing, so the hook stays until the next one.
-  trainer.set_before_update([copied, dev] { copied->block(at::cuda::getCurrentCUDAStream(dev)); });
+  if (via_snapshot) {
+    snap.last_copy = copied;
+    trainer.set_before_update({});
+  } else {
+    // Waiting again on a finished copy costs nothing, so the hook stays until the next one.
+    trainer.set_before_update([copied, dev] { copied->block(at::cuda::getCurrentCUDAStream(dev)); });
+  }
   return [copied] { copied->synchronize(); };
 #else
-  (void)trainer;
+  (void)trainer, (void)snap;
   for (const auto& [buf, src] : copies) buf->copy_(src);
   return {};
 #endif
@@ -182,7 +223,7 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
     });
   }
   std::function<void()> wait_ready;  // blocks until the snapshot's bytes are on the host
-  if (!device_copies.empty()) wait_ready = copy_from_device(device_copies, trainer);
+  if (!device_copies.empty()) wait_ready = copy_from_device(device_copies, trainer, device_snapshot_);
   // The CPU generator's state: unused by training (no dropout) but recorded per DESIGN §6.
   auto gen = at::detail::getDefaultCPUGenerator();
   host_state.emplace_back("rng/cpu", gen.get_state().clone());
