@@ -92,7 +92,7 @@ int run_train(int argc, char** argv) {
       ("batches", "offsets (sample offsets + hash) | full (store tokens)", cxxopts::value<std::string>()->default_value("offsets"))
       ("capture", "attention tensors to keep, e.g. 'steps=10:12;L1.H*'", cxxopts::value<std::string>()->default_value(""))
       ("zstd-level", "zstd level of the store", cxxopts::value<int>()->default_value("1"))
-      ("zstd-threads", "checkpoint compression threads (0: the idle cores, at most 8)",
+      ("zstd-threads", "checkpoint compression threads (0: the idle cores, at most 2)",
        cxxopts::value<int>()->default_value("0"))
       ("log-every", "print every N steps", cxxopts::value<int>()->default_value("1"))
       ("nproc-per-node", "data-parallel ranks on this machine (Gloo on CPU, NCCL with --device cuda); "
