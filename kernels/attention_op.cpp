@@ -278,8 +278,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Attent
   return AttentionFunction::apply(q.contiguous(), k.contiguous(), v.contiguous(), st);
 }
 
-bool bf16_attention_ok(const AttentionOptions& opt) {
-  for (const auto& f : opt.flags)
+bool bf16_attention_ok(const std::vector<HeadFlags>& flags) {
+  for (const auto& f : flags)
     for (Prec pr : f.prec)
       if (pr == Prec::kFp32) return false;
   return true;
@@ -293,7 +293,7 @@ AttentionParams bf16_params(const Tensor& qkv, const AttentionOptions& opt,
                   qkv.is_contiguous(),
               "attention_bf16: qkv must be contiguous BF16 (3, B, H, T, D), got ", qkv.sizes(),
               " ", qkv.scalar_type());
-  TORCH_CHECK(bf16_attention_ok(opt), "attention_bf16: a head promotes an op to FP32");
+  TORCH_CHECK(bf16_attention_ok(opt.flags), "attention_bf16: a head promotes an op to FP32");
   const auto bhtd = qkv.sizes().slice(1);
   flags = opt.flags.empty() ? std::vector<HeadFlags>(bhtd[1]) : opt.flags;
   TORCH_CHECK(static_cast<int64_t>(flags.size()) == bhtd[1], "attention_bf16: ", flags.size(),

@@ -48,7 +48,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 // FP32 twins of q, k, v, O or dO, which attention() makes. Same kernels, same bits as
 // attention() on FP32 tensors holding these BF16 values. On the CPU (plumbing tests) the
 // emulation runs on widened copies.
-bool bf16_attention_ok(const AttentionOptions& opt);
+bool bf16_attention_ok(const std::vector<HeadFlags>& flags);
 // qkv: (3, B, H, T, D) contiguous BF16. Returns O (B, H, T, D) BF16 and sets lse (B, H, T)
 // FP32. capture (optional; keep_tensors must be false) gets the head stats as attention()'s.
 torch::Tensor attention_bf16_forward(const torch::Tensor& qkv, const AttentionOptions& opt,

@@ -214,9 +214,7 @@ bool fast_block_applies(const plan::LayerPlan& lp, bool has_bias,
   if (has_bias || (capture && capture->keep_tensors)) return false;
   for (bool fp32 : lp.module_fp32)
     if (fp32) return false;
-  kernels::AttentionOptions opt;
-  opt.flags = lp.heads;
-  return kernels::bf16_attention_ok(opt);
+  return kernels::bf16_attention_ok(lp.heads);
 }
 
 Tensor fast_block(const Tensor& x, const BlockWeights& w, int n_head,

@@ -53,7 +53,7 @@ class Recorder {
   Recorder& operator=(const Recorder&) = delete;
 
   // Records the step that just ran. `digest`: the parameter digest after the step (called on
-  // the step writer's thread: Trainer::param_digest_queued), or empty. Copies what the step row
+  // the step writer's thread: StepResult::digest), or empty. Copies what the step row
   // needs (device tensors to the host) and queues it for the step writer, which commits it in
   // one transaction; waits only while 256 steps are queued. Throws if an earlier write failed.
   void record_step(const StepResult& r, std::function<std::string()> digest, const TokenFile& data,

@@ -18,7 +18,6 @@
 #include "common/hash.h"
 #ifdef REWIND_CUDA
 #include <ATen/cuda/CUDAContext.h>
-
 #include <ATen/cuda/CUDAEvent.h>
 
 #include "kernels/cuda/param_digest.h"

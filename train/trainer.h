@@ -41,7 +41,7 @@ struct StepResult {
   // Attention tensors of the layers asked for (first micro-batch), name -> (B,H,T,D)/(B,H,T).
   std::map<int, std::shared_ptr<kernels::AttentionCapture>> captures;
   // train_step with set_want_digest(true): the parameter digest after the update (it may wait
-  // for the device when called: Trainer::param_digest_queued); empty otherwise.
+  // for the device when called, on any thread); empty otherwise.
   std::function<std::string()> digest;
 };
 
@@ -76,11 +76,6 @@ class Trainer {
   // "d2:" prefix was recorded before rewind 0.3 and is computed the old way, FNV-1a over the
   // parameters' bytes on the host (~1 s per gpt2-small step on a GPU host).
   std::string param_digest(const std::string& like = "") const;
-  // The d2 digest of the parameters as they are now, queued behind the device's work: on a
-  // GPU the sums come back into pinned memory behind an event and the returned function waits
-  // for that copy (on whichever thread calls it: the recorder's step writer), so the training
-  // thread goes on queueing the next step; on the CPU it is computed now.
-  std::function<std::string()> param_digest_queued() const;
   // Whether train_step fills StepResult::digest (the digest after its update; on a GPU summed
   // by the fused AdamW pass itself, which has the parameters in registers).
   void set_want_digest(bool want) { want_digest_ = want; }
@@ -111,7 +106,11 @@ class Trainer {
   // The digest from per-parameter word sums on the device: their copy to pinned memory is
   // queued and the returned function waits for it (see param_digest_queued).
   std::function<std::string()> digest_from_sums(const torch::Tensor& sums) const;
-  bool want_digest_ = false;
+  // The d2 digest of the parameters as they are now, queued behind the device's work: on a
+  // GPU the sums come back into pinned memory behind an event and the returned function waits
+  // for that copy (on whichever thread calls it: the recorder's step writer), so the training
+  // thread goes on queueing the next step; on the CPU it is computed now.
+  std::function<std::string()> param_digest_queued() const;
   // The global gradient norm (FP64 sum of squares) as a one-element FP64 tensor on the
   // gradients' device, queued: reading it is the host's only wait.
   torch::Tensor grad_norm_queued();
@@ -136,6 +135,7 @@ class Trainer {
   std::vector<std::string> param_names_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   int64_t step_ = 0;
+  bool want_digest_ = false;  // set_want_digest
   Comm* comm_ = nullptr;
 
   enum { kPhaseData, kPhaseForward, kPhaseBackward, kPhaseLoss, kPhaseGradNorm, kPhaseMonitors,

@@ -71,8 +71,9 @@ double record(const train::Config& c, const train::TokenFile& data, const std::s
       if (rec.checkpoint_due(s)) rec.checkpoint(s, t);
       std::vector<int> layers;
       if (ro.capture.active(s)) layers = ro.capture.layers;
+      t.set_want_digest(rec.wants_digest(s));  // as `rewind train`: summed by the update, read behind it
       train::StepResult r = t.train_step(layers);
-      rec.record_step(r, rec.wants_digest(s) ? t.param_digest_queued() : std::function<std::string()>(), data, c.block_size);
+      rec.record_step(r, r.digest, data, c.block_size);
       ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
     rec.flush();
