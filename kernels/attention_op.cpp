@@ -377,6 +377,9 @@ Tensor attention_bf16_backward(const Tensor& qkv, const Tensor& o, const Tensor&
   a.delta = delta.data_ptr<float>();
   a.dq = dqkv[0].data_ptr<float>(); a.dk = dqkv[1].data_ptr<float>(); a.dv = dqkv[2].data_ptr<float>();
   a.host_flags = flags.data();
+  Tensor ws = torch::empty({static_cast<int64_t>(cuda::backward_workspace_bytes(p, flags.data()))},
+                           qkv.options().dtype(torch::kUInt8));  // dS tiles (D = 128)
+  a.workspace = ws.numel() ? ws.data_ptr() : nullptr;
   check_cuda(cuda::attention_backward(p, a, at::cuda::getCurrentCUDAStream().stream()), "backward");
   return dqkv;
 #else

@@ -44,12 +44,12 @@ for i in "${!NAMES[@]}"; do
   d="$BUILD/v_$name"
   cat "$d"/nvcc_*.log > "$d/nvcc.log"
   [[ -f "$d/attention_forward.o" && -f "$d/attention_backward.o" ]] || { cat "$d/nvcc.log"; continue; }
-  ar rcs "$d/lib.a" "$d"/attention_{forward,backward}.o "$BUILD"/attention_{simt,plan}.o
+  ar rcs "$d/lib.a" "$d"/attention_{forward,backward}.o "$BUILD"/attention_{simt,plan,split}.o
   g++ "$BUILD/cuda_bench.o" "$d/lib.a" -L"$TORCH/lib" -Wl,-rpath,"$TORCH/lib" -Wl,--no-as-needed \
     -ltorch -ltorch_cuda -ltorch_cpu -lc10_cuda -lc10 -L"$CUDA_HOME/lib64" -lcudart -o "$d/cuda_bench"
   echo "== variant $name ($defs)"
   grep -A2 -E "ELi[01]EEE|flash_dq|flash_dkdv" "$d/nvcc.log" | grep -oE "kernelILi[0-9]+(ELi[01])?|[0-9]+ bytes spill stores|Used [0-9]+ reg" | paste -sd' ' | sed 's/kernelILi/\n  D/g'; echo
-  "$d/cuda_bench" --no-mixed 2>&1 | tee "$OUT/bench_$name.log" | grep -E "rewind_standard|rewind_stable|sdpa|alternat"
+  "$d/cuda_bench" --no-mixed 2>&1 | tee "$OUT/bench_$name.log" | grep -E "rewind_st|sdpa|alternat"
   if [[ "${TEST_VARIANTS:-0}" == 1 ]]; then  # the CUDA tests against this variant's kernels
     g++ -std=c++17 -O2 -ffp-contract=off -fopenmp -I"$ROOT" -I"$CUDA_HOME/include" \
       kernels/attention_reference.cpp kernels/attention_forward_cpu.cpp kernels/attention_backward_cpu.cpp \

@@ -92,8 +92,9 @@ void bench(int B, int H, int T, int D) {
   std::vector<std::function<void()>> fwd_of;  // the forward launch of each of our rows
   // monitors: per-head stats collected (p.stats set), as in a recorded training step.
   // simt: FP32 heads on the SIMT reference kernels (the path before the split-BF16 variant).
+  // ds_dq: BackwardArgs::ds_dq (-1 default; 0 dQ recomputed per tile pair; 1 from stored dS).
   auto run_ours = [&](const std::string& name, std::vector<HeadFlags> flag_list,
-                      bool monitors = false, bool simt = false) {
+                      bool monitors = false, bool simt = false, int ds_dq = -1) {
     auto flags = std::make_shared<std::vector<HeadFlags>>(std::move(flag_list));
     auto flags_d = torch::empty({static_cast<int64_t>(flags->size() * sizeof(HeadFlags))},
                                 torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
@@ -142,7 +143,11 @@ void bench(int B, int H, int T, int D) {
     ba.dv = dv.data_ptr<float>();
     ba.host_flags = flags->data();
     ba.simt_fp32 = simt;
-    ba.workspace = fa.workspace;  // the same split planes (q, k, v, dO)
+    ba.ds_dq = ds_dq;
+    // dS tiles, then the split planes (q, k, v, dO)
+    auto bws = torch::empty({static_cast<int64_t>(kc::backward_workspace_bytes(p, flags->data(), ds_dq))},
+                            torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
+    ba.workspace = bws.numel() ? bws.data_ptr() : nullptr;
     // Owns copies of the parameters and keeps the flags alive for paired_ratio below.
     fwd_of.push_back([p, fa, flags, flags_d, stats_d, ws] { check(kc::attention_forward(p, fa, nullptr), "forward"); });
     const double f = time_ms(fwd_of.back());
@@ -176,6 +181,11 @@ void bench(int B, int H, int T, int D) {
     }
   };
   sdpa_row("sdpa_flash", false);
+  // Its deterministic backward (what torch.use_deterministic_algorithms(True) runs): ours is
+  // always deterministic.
+  at::globalContext().setDeterministicAlgorithms(true, false);
+  sdpa_row("sdpa_flash_determ", false);
+  at::globalContext().setDeterministicAlgorithms(false, false);
   sdpa_row("sdpa_cudnn", true);
   at::globalContext().setSDPUseFlash(true);
 #endif
@@ -184,6 +194,15 @@ void bench(int B, int H, int T, int D) {
   for (auto& fl : stable) fl.stable = true;
   run_ours("rewind_stable", stable);
   run_ours("rewind_stable_monitors", stable, true);
+  // The other way to dQ than the default for this D (recomputing S, dP, dS per tile pair, or
+  // reading the dS tiles the dK/dV kernel stored): same bits, different speed.
+  {
+    AttentionParams shape;
+    shape.batch = B, shape.heads = H, shape.seq = T, shape.dim = D, shape.causal = true;
+    const bool ds_default = kc::ds_dq_default(shape);
+    run_ours(ds_default ? "rewind_std_dq_recompute" : "rewind_std_dq_from_ds", std::vector<HeadFlags>(H),
+             false, false, ds_default ? 0 : 1);
+  }
   if (g_mixed) {
     std::vector<HeadFlags> mixed(H);
     for (int h = 0; h < H; h += 2) mixed[h].prec[static_cast<int>(rwd::kernels::Op::kPv)] = rwd::kernels::Prec::kFp32;

@@ -14,13 +14,24 @@
 // second stream); a delta fault, or delta=fp32 with delta=dpp, the SIMT kernels. CPU twin:
 // kernels/attention_backward_cpu.cpp.
 //
-// Determinism: no float atomics. Kernel 1 (one block per query tile) computes delta and dQ,
-// looping over the key tiles in a fixed order; kernel 2 (one block per key tile) accumulates
-// dK and dV in registers, looping over the query tiles in a fixed order. Every output element
-// is written by exactly one thread, so dQ, dK, dV are bitwise identical on every run (dQ costs
-// a recomputation of S and dP: 7 matrix products per tile pair instead of FA2's 5; a fused
-// variant that added dQ partials into a workspace in a fixed key-tile order, handing over
-// between blocks through counters, measured 1.6-1.9x slower: experiments/cuda_bench/RESULTS.md).
+// Determinism: no float atomics. The dK/dV kernel (one block per key tile) accumulates dK and
+// dV in registers, looping over the query tiles in a fixed order; dQ (one block per query
+// tile) loops over the key tiles in a fixed order. Every output element is written by exactly
+// one thread, so dQ, dK, dV are bitwise identical on every run. dQ comes one of two ways, with
+// the same bits:
+//   - the dS path (BackwardArgs::ds_dq, the default up to T = 16384): a delta kernel, then the
+//     dK/dV kernel also stores bf16(dS) (T^2/2 BF16 per head, in chunks of heads under
+//     REWIND_ATTN_DS_WORKSPACE), and a kernel forms dQ from the stored tiles: 5 matrix products
+//     per tile pair, like FA2, plus the dS traffic;
+//   - recomputed: the dQ kernel (first) computes delta and recomputes S, dP and dS per tile
+//     pair (7 matrix products); delta=dpp heads always take it (their delta needs a pass over
+//     dP * P before the dK/dV kernel runs).
+// A fused variant that added dQ partials into a workspace in a fixed key-tile order, handing
+// over between blocks through counters, measured 1.6-1.9x slower: experiments/cuda_bench/RESULTS.md.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/attention_backward_mma.cuh"
@@ -52,6 +63,12 @@ constexpr int kDqKvStages = D == 64 ? REWIND_DQ64_KV_STAGES : REWIND_DQ128_KV_ST
 #define REWIND_DKDV64_MIN_BLOCKS 3  // D = 128 keeps 1: at 3 blocks (168 registers) it spills
 #endif
 
+// dS path (below): dS tiles the dQ kernel loads ahead into registers (1: 0.05 ms slower at
+// D = 128, experiments/cuda_bench/RESULTS.md).
+#ifndef REWIND_DS_AHEAD
+#define REWIND_DS_AHEAD 2
+#endif
+
 // Shared memory of the backward kernels: the BF16 ones as tuned above; the FP32 variant holds
 // three planes per operand, single-buffered.
 template <int D, bool kF32>
@@ -72,6 +89,78 @@ __device__ __forceinline__ int backward_variant(const FlagView& f, bool simt_fp3
   return backward_needs_simt(f, simt_fp32) ? -1 : backward_fp32(f) ? 1 : 0;
 }
 
+// dS path: the dK/dV kernel (flash_dkdv_kernel<D, false, true>) stores bf16(dS) of every
+// visible (query tile i, key tile j) pair as a 64 x 64 tile in mma fragment order: the A
+// fragments of dS^T (keys as rows) that its dK product packs from registers, 16 bytes per lane,
+// [key warp w][k-step kk][lane], so a warp stores and loads 512 contiguous bytes at a time.
+// flash_dq_ds_kernel turns them into dS's fragments with movmatrix transposes and forms dQ in
+// the recompute kernel's order (same mma sequence, same bits). Tiles of one head: row-major
+// over i, causal j <= i.
+constexpr int kDsTileElems = kBlockQ * kBlockK;
+__host__ __device__ inline int64_t ds_tiles_per_head(int T, bool causal) {
+  const int64_t n = (T + kBlockQ - 1) / kBlockQ;
+  return causal ? n * (n + 1) / 2 : n * n;
+}
+__host__ __device__ inline int64_t ds_tile_index(int i, int j, int T, bool causal) {
+  return causal ? static_cast<int64_t>(i) * (i + 1) / 2 + j
+                : static_cast<int64_t>(i) * ((T + kBlockK - 1) / kBlockK) + j;
+}
+
+// delta = rowsum(dO * O) of query row `row` (< T, else 0), shared by the four lanes of a quad:
+// every lane of the warp must call it (quad shuffles).
+template <int D, bool kF32>
+__device__ __forceinline__ float row_delta(const KernelArgs& a, const FlagView& f, size_t base,
+                                           int row, int lane) {
+  const int T = a.seq;
+  // delta = rowsum(dO * O): quad lane l takes the 8-element chunks l, l + 4, ... (16-byte
+  // loads), FMAs in column order within its chunks, then the quad sum.
+  // FP32 heads: dO from its FP32 copy for bwd=fp32 / delta=fp32 (when given), and for
+  // delta=fp32 O = o_f32 and the sum in double.
+  using DeltaAcc = std::conditional_t<kF32, double, float>;
+  const bool do32 = kF32 && (f.bwd_f32 || f.delta_f64) && a.do32 != nullptr;
+  DeltaAcc acc = 0.0f;
+  if (row < T) {
+    const size_t off = base + static_cast<size_t>(row) * D;
+#pragma unroll
+    for (int c = (lane % 4) * 8; c < D; c += 32) {
+      const uint4 dov = *reinterpret_cast<const uint4*>(a.d_o + off + c);
+      const uint32_t dw[4] = {dov.x, dov.y, dov.z, dov.w};
+      float o[8], g[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        g[2 * i] = bf16_bits_to_float(static_cast<uint16_t>(dw[i] & 0xffffu));
+        g[2 * i + 1] = bf16_bits_to_float(static_cast<uint16_t>(dw[i] >> 16));
+      }
+      if (do32) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) g[i] = a.do32[off + c + i];
+      }
+      if (f.o_f32 || (kF32 && f.delta_f64)) {
+        const float4 lo = *reinterpret_cast<const float4*>(a.o32 + off + c);
+        const float4 hi = *reinterpret_cast<const float4*>(a.o32 + off + c + 4);
+        o[0] = lo.x, o[1] = lo.y, o[2] = lo.z, o[3] = lo.w;
+        o[4] = hi.x, o[5] = hi.y, o[6] = hi.z, o[7] = hi.w;
+      } else {
+        const uint4 ov = *reinterpret_cast<const uint4*>(a.o + off + c);
+        const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          o[2 * i] = bf16_bits_to_float(static_cast<uint16_t>(ow[i] & 0xffffu));
+          o[2 * i + 1] = bf16_bits_to_float(static_cast<uint16_t>(ow[i] >> 16));
+        }
+      }
+      if (kF32 && f.delta_f64) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc += static_cast<double>(g[i]) * o[i];
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc = fmaf(g[i], o[i], static_cast<float>(acc));
+      }
+    }
+  }
+  return static_cast<float>(quad_sum(acc));
+}
+
 // delta and dQ. Grid (ceil(T/64), B*H), 128 threads; warp w owns query rows q0 + 16w ...
 // For delta=dpp heads the key loop runs twice: pass 0 sums dP * P into delta, pass 1 forms dQ.
 // kF32: the heads with an FP32 op (PlaneUse says which operands come in planes); delta from the
@@ -82,9 +171,10 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksDq) fla
   constexpr int kPl = BwdShape<D, kF32>::kPl, kSt = BwdShape<D, kF32>::kDqStages;
   // Causal: the last query tiles (most key tiles) start first.
   const int q_tile = a.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : blockIdx.x;
-  const int bh = blockIdx.y, h = bh % a.heads, q0 = q_tile * kBlockQ, T = a.seq;
+  const int bh = a.bh0 + blockIdx.y, h = bh % a.heads, q0 = q_tile * kBlockQ, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
   if (backward_variant(f, a.simt_fp32) != (kF32 ? 1 : 0)) return;
+  if (!kF32 && a.ds_dq && !f.delta_dpp) return;  // dQ from the stored dS (flash_dq_ds_kernel)
   const PlaneUse u = plane_use<kF32>(f);
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* s_q = smem;                      // [kPl] tiles
@@ -112,55 +202,7 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksDq) fla
   for (int r = 0; r < 2; ++r) {
     const int row = row_a + 8 * r;
     lse[r] = row < T ? a.lse_in[row_base + row] : 0.0f;
-    if (!f.delta_dpp) {
-      // delta = rowsum(dO * O): quad lane l takes the 8-element chunks l, l + 4, ... (16-byte
-      // loads), FMAs in column order within its chunks, then the quad sum.
-      // FP32 heads: dO from its FP32 copy for bwd=fp32 / delta=fp32 (when given), and for
-      // delta=fp32 O = o_f32 and the sum in double.
-      using DeltaAcc = std::conditional_t<kF32, double, float>;
-      const bool do32 = kF32 && (f.bwd_f32 || f.delta_f64) && a.do32 != nullptr;
-      DeltaAcc acc = 0.0f;
-      if (row < T) {
-        const size_t off = base + static_cast<size_t>(row) * D;
-#pragma unroll
-        for (int c = (lane % 4) * 8; c < D; c += 32) {
-          const uint4 dov = *reinterpret_cast<const uint4*>(a.d_o + off + c);
-          const uint32_t dw[4] = {dov.x, dov.y, dov.z, dov.w};
-          float o[8], g[8];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            g[2 * i] = bf16_bits_to_float(static_cast<uint16_t>(dw[i] & 0xffffu));
-            g[2 * i + 1] = bf16_bits_to_float(static_cast<uint16_t>(dw[i] >> 16));
-          }
-          if (do32) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) g[i] = a.do32[off + c + i];
-          }
-          if (f.o_f32 || (kF32 && f.delta_f64)) {
-            const float4 lo = *reinterpret_cast<const float4*>(a.o32 + off + c);
-            const float4 hi = *reinterpret_cast<const float4*>(a.o32 + off + c + 4);
-            o[0] = lo.x, o[1] = lo.y, o[2] = lo.z, o[3] = lo.w;
-            o[4] = hi.x, o[5] = hi.y, o[6] = hi.z, o[7] = hi.w;
-          } else {
-            const uint4 ov = *reinterpret_cast<const uint4*>(a.o + off + c);
-            const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              o[2 * i] = bf16_bits_to_float(static_cast<uint16_t>(ow[i] & 0xffffu));
-              o[2 * i + 1] = bf16_bits_to_float(static_cast<uint16_t>(ow[i] >> 16));
-            }
-          }
-          if (kF32 && f.delta_f64) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc += static_cast<double>(g[i]) * o[i];
-          } else {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) acc = fmaf(g[i], o[i], static_cast<float>(acc));
-          }
-        }
-      }
-      delta[r] = static_cast<float>(quad_sum(acc));
-    }
+    if (!f.delta_dpp) delta[r] = row_delta<D, kF32>(a, f, base, row, lane);
   }
 
   float dq[D / 8][4];
@@ -263,16 +305,24 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksDq) fla
 // dK and dV. Grid (ceil(T/64), B*H), 128 threads; warp w owns keys k0 + 16w ... as the rows
 // of the mma C layout (S^T = K Q^T), so dK and dV stay in registers for the whole query loop.
 // kF32: as in flash_dq_kernel; Q and dO single-buffered.
-template <int D, bool kF32>
+// kStoreDs (the dS path): runs the BF16 heads without delta=dpp and stores their bf16(dS)
+// tiles; without it on the dS path (a.ds_dq), only the delta=dpp heads.
+template <int D, bool kF32, bool kStoreDs = false>
 __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) flash_dkdv_kernel(KernelArgs a) {
+  static_assert(!(kF32 && kStoreDs), "the dS path is for BF16 heads");
   constexpr int kTile = kBlockQ * (D + 8);
   constexpr int kPl = BwdShape<D, kF32>::kPl, kSt = BwdShape<D, kF32>::kKvStages;
   // Causal: the first key tiles (most query tiles) come first in the grid.
   const int j = blockIdx.x;
-  const int bh = blockIdx.y, h = bh % a.heads, k0 = j * kBlockK, T = a.seq;
+  const int bh = a.bh0 + blockIdx.y, h = bh % a.heads, k0 = j * kBlockK, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
   if (backward_variant(f, a.simt_fp32) != (kF32 ? 1 : 0)) return;
+  if (!kF32 && (kStoreDs || a.ds_dq) && kStoreDs == f.delta_dpp) return;  // the other kernel's head
   const PlaneUse u = plane_use<kF32>(f);
+  // dS path: this head's tiles, [query tile i][key tile j] in ds_tile_index order.
+  uint16_t* const ds_out =
+      kStoreDs ? a.ds + static_cast<size_t>(blockIdx.y) * ds_tiles_per_head(T, a.causal) * kDsTileElems
+               : nullptr;
   extern __shared__ __align__(16) uint16_t smem[];
   uint16_t* s_k = smem;                          // [kPl] tiles
   uint16_t* s_v = smem + kPl * kTile;            // [kPl]
@@ -365,6 +415,12 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
 #pragma unroll
       for (int e = 0; e < 4; ++e) dp[nb][e] = p[nb][e] * (dp[nb][e] - dq2[e & 1]);  // dS^T
     }
+    if (kStoreDs) {  // bf16(dS^T) as the dK product rounds it, in fragment order
+      uint4* t = reinterpret_cast<uint4*>(ds_out + ds_tile_index(i, j, T, a.causal) * kDsTileElems) +
+                 warp * 4 * 32 + lane;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) t[kk * 32] = afrag_from_cfrag(dp, kk);
+    }
     mma_cfrag_b_planes<D, kPl>(dv, p, u.p, do_t, u.do_, lane);    // dV += bf16(P)^T dO
     mma_cfrag_b_planes<D, kPl>(dk, dp, u.ds, q_t, u.q_g, lane);   // dK += bf16(dS)^T Q
   }
@@ -384,20 +440,119 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
   }
 }
 
+// dS path, step 1: delta = rowsum(dO * O) of its heads, which the dK/dV kernel reads (the
+// recompute dQ kernel forms it otherwise). Grid (ceil(T/32), B*H), 128 threads: a quad of
+// lanes per query row, the arithmetic of flash_dq_kernel (row_delta).
+template <int D>
+__global__ void __launch_bounds__(kThreads) flash_delta_kernel(KernelArgs a) {
+  const int bh = blockIdx.y, h = bh % a.heads, T = a.seq;
+  const FlagView f = decode_flags(a.flags[h]);
+  if (backward_variant(f, a.simt_fp32) != 0 || f.delta_dpp) return;
+  const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 4) + threadIdx.x / 4;
+  const float d = row_delta<D, false>(a, f, static_cast<size_t>(bh) * T * D, row, lane);
+  if (row < T && lane % 4 == 0) a.delta[static_cast<size_t>(bh) * T + row] = d;
+}
+
+// dS path, step 3: dQ_i = alpha * sum_j bf16(dS_ij) K_j over the stored tiles, j ascending with
+// the mma sequence of flash_dq_kernel (same bits). Grid (ceil(T/64), heads of the chunk), 128
+// threads; warp w owns query rows q0 + 16w ...; K tiles double-buffered in shared memory, the
+// dS fragments loaded from global memory straight into registers, kAhead tiles ahead (the
+// kernel streams dS from DRAM). Causal: the last query tiles (most key tiles) start first.
+template <int D>
+struct DsDqShape {
+  static constexpr int kKTile = kBlockK * (D + 8);
+  static constexpr int kSmem = 2 * kKTile * static_cast<int>(sizeof(uint16_t));
+  static constexpr int kAhead = REWIND_DS_AHEAD;
+  static constexpr int kMinBlocks = kAhead >= 2 ? 3 : 4;
+};
+template <int D>
+__global__ void __launch_bounds__(kThreads, DsDqShape<D>::kMinBlocks) flash_dq_ds_kernel(KernelArgs a) {
+  using Sh = DsDqShape<D>;
+  const int T = a.seq, n_t = (T + kBlockQ - 1) / kBlockQ;
+  const int q_tile = a.causal ? n_t - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int bh = a.bh0 + blockIdx.y, h = bh % a.heads;
+  const FlagView f = decode_flags(a.flags[h]);
+  if (backward_variant(f, a.simt_fp32) != 0 || f.delta_dpp) return;
+  extern __shared__ __align__(16) uint16_t s_k[];  // [2] tiles
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t base = static_cast<size_t>(bh) * T * D;
+  const int n_kt = a.causal ? q_tile + 1 : n_t;
+  // Tile (q_tile, j): the 16 bytes of key warp kk at k-step `warp` (this warp's query columns)
+  // for each kk, transposed below.
+  const uint4* ds = reinterpret_cast<const uint4*>(a.ds) +
+                    (static_cast<size_t>(blockIdx.y) * ds_tiles_per_head(T, a.causal) +
+                     ds_tile_index(q_tile, 0, T, a.causal)) * (kDsTileElems / 8) + warp * 32 + lane;
+  auto load_ds = [&](int j, uint4 (&frag)[4]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) frag[kk] = ds[static_cast<size_t>(j) * (kDsTileElems / 8) + kk * 128];
+  };
+  float dq[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+  uint4 fr[Sh::kAhead + 1][4];  // dS fragments of tiles j, j + 1, ...
+  load_tile_async<D>(s_k, a.k + base, 0, T);
+  cp_async_commit();
+#pragma unroll
+  for (int p = 0; p < Sh::kAhead; ++p) {
+    if (p < n_kt) load_ds(p, fr[p]);
+  }
+  for (int j = 0; j < n_kt; ++j) {
+    cp_async_wait_all();
+    __syncthreads();  // K_j landed; every warp is done with K_{j-1}'s buffer
+    const int buf = j & 1;
+    if (j + 1 < n_kt) {
+      load_tile_async<D>(s_k + (buf ^ 1) * Sh::kKTile, a.k + base, (j + 1) * kBlockK, T);
+      cp_async_commit();
+    }
+    if (j + Sh::kAhead < n_kt) load_ds(j + Sh::kAhead, fr[Sh::kAhead]);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      // The 8 x 8 blocks of dS^T (keys 0-7 | 8-15 x queries 0-7 | 8-15), transposed into dS's
+      // fragment: queries 0-7 x keys 0-7, queries 8-15 x keys 0-7, queries 0-7 x keys 8-15, ...
+      const uint32_t af[4] = {movmatrix_trans(fr[0][kk].x), movmatrix_trans(fr[0][kk].z),
+                              movmatrix_trans(fr[0][kk].y), movmatrix_trans(fr[0][kk].w)};
+      mma_afrag_b<D>(dq, af, kk, s_k + buf * Sh::kKTile, lane);  // dQ += bf16(dS) K
+    }
+#pragma unroll
+    for (int p = 0; p < Sh::kAhead; ++p) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) fr[p][kk] = fr[p + 1][kk];
+    }
+  }
+  const int row_a = q_tile * kBlockQ + warp * 16 + lane / 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_a + 8 * r;
+    if (row >= T) continue;
+    const size_t off = base + static_cast<size_t>(row) * D;
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb) {
+      *reinterpret_cast<float2*>(a.dq + off + nb * 8 + (lane % 4) * 2) =
+          make_float2(dq[nb][2 * r] * a.scale, dq[nb][2 * r + 1] * a.scale);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // kernel launchers
 
 namespace {
 
 template <int D, bool kF32>
-int launch_flash_backward(const KernelArgs& a, cudaStream_t stream) {
+int set_backward_smem() {
   using Shape = BwdShape<D, kF32>;
   cudaError_t err = cudaFuncSetAttribute(flash_dq_kernel<D, kF32>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemDq);
   if (err != cudaSuccess) return err;
-  err = cudaFuncSetAttribute(flash_dkdv_kernel<D, kF32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Shape::kSmemKv);
-  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(flash_dkdv_kernel<D, kF32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              Shape::kSmemKv);
+}
+
+template <int D, bool kF32>
+int launch_flash_backward(const KernelArgs& a, cudaStream_t stream) {
+  using Shape = BwdShape<D, kF32>;
+  int err = set_backward_smem<D, kF32>();
+  if (err != 0) return err;
   const dim3 grid((a.seq + kBlockQ - 1) / kBlockQ, a.batch * a.heads);
   flash_dq_kernel<D, kF32><<<grid, kThreads, Shape::kSmemDq, stream>>>(a);  // writes delta, read below
   err = cudaGetLastError();
@@ -406,20 +561,96 @@ int launch_flash_backward(const KernelArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// The BF16 heads' kernels, and those of the FP32 heads (split operands) beside them on the
-// side stream when both kinds are present.
+// Most dS workspace one backward holds (REWIND_ATTN_DS_WORKSPACE bytes, default 1 GiB): heads
+// are taken in chunks that fit it, at least one head per chunk.
+int64_t ds_workspace_max() {
+  const char* env = std::getenv("REWIND_ATTN_DS_WORKSPACE");
+  const long long v = env != nullptr ? std::atoll(env) : 0;
+  return v > 0 ? v : int64_t{1} << 30;
+}
+
+// (Batch, head) rows per chunk of the dS path: as few chunks as the cap allows, evened out.
+int64_t ds_chunk_heads(const AttentionParams& p) {
+  const int64_t bh = static_cast<int64_t>(p.batch) * p.heads;
+  const int64_t per_head = ds_tiles_per_head(p.seq, p.causal) * kDsTileElems * 2;
+  const int64_t fit = std::max<int64_t>(1, ds_workspace_max() / per_head);
+  const int64_t chunks = (bh + fit - 1) / fit;
+  return (bh + chunks - 1) / chunks;
+}
+
+// The BF16 heads through the dS path: delta for its heads; the recompute kernels for the
+// delta=dpp heads (any_dpp; their dQ kernel writes their delta); then per chunk of heads the
+// dK/dV kernel storing dS and the dQ kernel over the stored tiles.
 template <int D>
-int launch_backward_variants(const KernelArgs& a, bool any_bf16, bool any_f32, cudaStream_t stream) {
-  if (!any_f32) return launch_flash_backward<D, false>(a, stream);
+int launch_ds_backward(KernelArgs a, bool any_dpp, cudaStream_t stream) {
+  using Shape = BwdShape<D, false>;
+  int err = set_backward_smem<D, false>();
+  if (err == 0) {
+    err = cudaFuncSetAttribute(flash_dkdv_kernel<D, false, true>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemKv);
+  }
+  if (err == 0) {
+    err = cudaFuncSetAttribute(flash_dq_ds_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               DsDqShape<D>::kSmem);
+  }
+  if (err != 0) return err;
+  a.ds_dq = true;
+  const int bh = a.batch * a.heads, n_t = (a.seq + kBlockQ - 1) / kBlockQ;
+  flash_delta_kernel<D><<<dim3((a.seq + kThreads / 4 - 1) / (kThreads / 4), bh), kThreads, 0, stream>>>(a);
+  if (any_dpp) {
+    flash_dq_kernel<D, false><<<dim3(n_t, bh), kThreads, Shape::kSmemDq, stream>>>(a);
+    flash_dkdv_kernel<D, false><<<dim3(n_t, bh), kThreads, Shape::kSmemKv, stream>>>(a);
+  }
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  AttentionParams shape;
+  shape.batch = a.batch, shape.heads = a.heads, shape.seq = a.seq, shape.causal = a.causal;
+  const int64_t chunk = ds_chunk_heads(shape);
+  for (int64_t h0 = 0; h0 < bh; h0 += chunk) {
+    a.bh0 = static_cast<int>(h0);
+    const dim3 grid(n_t, static_cast<unsigned>(std::min<int64_t>(chunk, bh - h0)));
+    flash_dkdv_kernel<D, false, true><<<grid, kThreads, Shape::kSmemKv, stream>>>(a);
+    flash_dq_ds_kernel<D><<<grid, kThreads, DsDqShape<D>::kSmem, stream>>>(a);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+// The BF16 heads' kernels (through the dS path when a.ds is set), and those of the FP32 heads
+// (split operands) beside them on the side stream when both kinds are present.
+template <int D>
+int launch_backward_variants(const KernelArgs& a, bool any_bf16, bool any_f32, bool any_dpp16,
+                             cudaStream_t stream) {
+  auto bf16 = [&](cudaStream_t s) {
+    return a.ds != nullptr ? launch_ds_backward<D>(a, any_dpp16, s) : launch_flash_backward<D, false>(a, s);
+  };
+  if (!any_f32) return bf16(stream);
   if (!any_bf16) return launch_flash_backward<D, true>(a, stream);
-  return launch_beside(stream, [&](cudaStream_t s) { return launch_flash_backward<D, true>(a, s); },
-                       [&](cudaStream_t s) { return launch_flash_backward<D, false>(a, s); });
+  return launch_beside(stream, [&](cudaStream_t s) { return launch_flash_backward<D, true>(a, s); }, bf16);
+}
+
+bool ds_dq_on(const AttentionParams& p, int ds_dq) {
+  return ds_dq < 0 ? ds_dq_default(p) : ds_dq != 0;
+}
+
+// Bytes of the dS tiles (one chunk of heads) when the dS path runs, else 0.
+size_t ds_bytes(const AttentionParams& p, int ds_dq) {
+  if (!ds_dq_on(p, ds_dq)) return 0;
+  return static_cast<size_t>(ds_chunk_heads(p) * ds_tiles_per_head(p.seq, p.causal) * kDsTileElems * 2);
 }
 
 }  // namespace
 
-size_t backward_workspace_bytes(const AttentionParams& p, const HeadFlags* host_flags) {
-  return split_bytes(p, host_flags);  // the split planes of FP32 heads' operands
+bool ds_dq_default(const AttentionParams& p) {
+  const char* env = std::getenv("REWIND_ATTN_DS_DQ");
+  return p.seq <= 16384 && (env == nullptr || std::string(env) != "0");
+}
+
+// Workspace: the dS tiles first (when the dS path runs), then the split planes of FP32 heads'
+// operands.
+size_t backward_workspace_bytes(const AttentionParams& p, const HeadFlags* host_flags, int ds_dq) {
+  return ds_bytes(p, ds_dq) + split_bytes(p, host_flags);
 }
 
 int attention_backward(const AttentionParams& p, const BackwardArgs& ba, void* stream_ptr) {
@@ -456,15 +687,18 @@ int attention_backward(const AttentionParams& p, const BackwardArgs& ba, void* s
   a.dk = ba.dk;
   a.dv = ba.dv;
   a.simt_fp32 = ba.simt_fp32;
+  const size_t ds_size = plan.any_fast16 ? ds_bytes(p, ba.ds_dq) : 0;
+  if ((plan.any_split || ds_size > 0) && ba.workspace == nullptr) return cudaErrorInvalidValue;
+  if (ds_size > 0) a.ds = static_cast<uint16_t*>(ba.workspace);
   if (plan.any_split) {
-    if (ba.workspace == nullptr) return cudaErrorInvalidValue;
-    err = launch_split(a, p.dim, ba.workspace, true, stream);
+    err = launch_split(a, p.dim, static_cast<char*>(ba.workspace) + ds_bytes(p, ba.ds_dq), true, stream);
     if (err != 0) return err;
   }
   // The backward does not depend on the forward's tiling: P comes from the stored LSE.
   if (plan.any_fast) {
-    err = p.dim == 64 ? launch_backward_variants<64>(a, plan.any_fast16, plan.any_split, stream)
-                      : launch_backward_variants<128>(a, plan.any_fast16, plan.any_split, stream);
+    err = p.dim == 64
+              ? launch_backward_variants<64>(a, plan.any_fast16, plan.any_split, plan.any_dpp16, stream)
+              : launch_backward_variants<128>(a, plan.any_fast16, plan.any_split, plan.any_dpp16, stream);
     if (err != 0) return err;
   }
   if (plan.any_simt) {

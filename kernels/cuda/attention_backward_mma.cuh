@@ -29,26 +29,40 @@ __device__ __forceinline__ void mma_abt(float c[8][4], const uint16_t* a_s, int 
   }
 }
 
+// acc (16 x D) += A_kk (16 x 16, fragment af) * rows kk*16 ... +15 of the 64 x D tile `b_s`
+// (row-major smem): one k-step of the A * B products below.
+template <int D>
+__device__ __forceinline__ void mma_afrag_b(float acc[D / 8][4], const uint32_t af[4], int kk,
+                                            const uint16_t* b_s, int lane) {
+  constexpr int kStride = D + 8;
+#pragma unroll
+  for (int nb2 = 0; nb2 < D / 16; ++nb2) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, b_s + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
+                             nb2 * 16 + (lane / 16) * 8);
+    mma_bf16(acc[2 * nb2], af, b[0], b[1]);
+    mma_bf16(acc[2 * nb2 + 1], af, b[2], b[3]);
+  }
+}
+
+// The A fragment (16 x 16, rounded to BF16) of k-step kk of a 16 x 64 operand held in the C
+// layout: its columns 16 kk ... 16 kk + 15.
+__device__ __forceinline__ uint4 afrag_from_cfrag(const float c[8][4], int kk) {
+  return make_uint4(pack_bf16x2(c[2 * kk][0], c[2 * kk][1]), pack_bf16x2(c[2 * kk][2], c[2 * kk][3]),
+                    pack_bf16x2(c[2 * kk + 1][0], c[2 * kk + 1][1]),
+                    pack_bf16x2(c[2 * kk + 1][2], c[2 * kk + 1][3]));
+}
+
 // acc (16 x D) += A (16 x 64, fragments from the C layout, rounded to BF16) * B, where B is
 // the 64 x D tile `b_s` (row-major smem): the Ō += P V pattern.
 template <int D>
 __device__ __forceinline__ void mma_cfrag_b(float acc[D / 8][4], const float c[8][4],
                                             const uint16_t* b_s, int lane) {
-  constexpr int kStride = D + 8;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    const uint32_t af[4] = {pack_bf16x2(c[2 * kk][0], c[2 * kk][1]),
-                            pack_bf16x2(c[2 * kk][2], c[2 * kk][3]),
-                            pack_bf16x2(c[2 * kk + 1][0], c[2 * kk + 1][1]),
-                            pack_bf16x2(c[2 * kk + 1][2], c[2 * kk + 1][3])};
-#pragma unroll
-    for (int nb2 = 0; nb2 < D / 16; ++nb2) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, b_s + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
-                               nb2 * 16 + (lane / 16) * 8);
-      mma_bf16(acc[2 * nb2], af, b[0], b[1]);
-      mma_bf16(acc[2 * nb2 + 1], af, b[2], b[3]);
-    }
+    const uint4 f = afrag_from_cfrag(c, kk);
+    const uint32_t af[4] = {f.x, f.y, f.z, f.w};
+    mma_afrag_b<D>(acc, af, kk, b_s, lane);
   }
 }
 

@@ -260,6 +260,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const uint16_t*
                : "r"(addr));
 }
 
+// Transposes the 8 x 8 BF16 matrix a warp holds in the mma fragment layout (lane l: row l / 4,
+// columns 2 (l % 4) and 2 (l % 4) + 1, the lower column in the low half).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t r;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
 // 16-byte async copy; when !valid the destination is zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));

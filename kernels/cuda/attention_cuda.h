@@ -54,16 +54,27 @@ struct BackwardArgs {
   float* dq = nullptr;           // (B,H,T,D) FP32 gradients, fully written (no accumulate)
   float* dk = nullptr;
   float* dv = nullptr;
-  // backward_workspace_bytes(p, flags) bytes: the split planes of FP32 heads' operands.
+  // backward_workspace_bytes(p, flags, ds_dq) bytes: the split planes of FP32 heads' operands
+  // and, where the dS path runs, BF16 dS tiles. Needed (non-null) when either is nonzero.
   void* workspace = nullptr;
   const HeadFlags* host_flags = nullptr;  // optional host copy of p.flags (see ForwardArgs)
   bool simt_fp32 = false;  // as ForwardArgs: FP32 heads on the SIMT reference kernels
+  // How the BF16 heads get dQ (bits are the same either way; only the speed differs):
+  // 0: recomputed in a kernel of its own (S, dP, dS again per tile pair: 7 matrix products);
+  // 1: from the BF16 dS tiles that the dK/dV kernel stores (5 matrix products + dS traffic;
+  //    delta=dpp heads are recomputed still); -1: the default, ds_dq_default(p).
+  int ds_dq = -1;
 };
 
 // Returns 0 on success or a cudaError_t value; stream is a cudaStream_t (nullptr = default).
 int attention_forward(const AttentionParams& p, const ForwardArgs& a, void* stream);
 int attention_backward(const AttentionParams& p, const BackwardArgs& a, void* stream);
-size_t backward_workspace_bytes(const AttentionParams& p, const HeadFlags* host_flags);
+size_t backward_workspace_bytes(const AttentionParams& p, const HeadFlags* host_flags,
+                                int ds_dq = -1);
+// Whether BackwardArgs::ds_dq = -1 takes the dS path: T <= 16384 (its workspace, T^2/2 BF16
+// per head, is held for one chunk of heads of at most REWIND_ATTN_DS_WORKSPACE bytes, default
+// 1 GiB), unless REWIND_ATTN_DS_DQ=0.
+bool ds_dq_default(const AttentionParams& p);
 // Forward workspace for the flags (host copy): 0 unless some head promotes qk, pv or softmax;
 // host_flags null: the most any plan needs.
 size_t forward_workspace_bytes(const AttentionParams& p, const HeadFlags* host_flags);

@@ -43,6 +43,11 @@ struct KernelArgs {
   const uint16_t* v_pl[3] = {nullptr, nullptr, nullptr};
   const uint16_t* do_pl[3] = {nullptr, nullptr, nullptr};  // backward, bwd=fp32 heads
   bool simt_fp32 = false;  // FP32-operand heads take the SIMT reference kernels instead
+  // Backward, dS path (attention_backward.cu): the BF16 heads without delta=dpp store their
+  // dS tiles at `ds` (heads bh0 + blockIdx.y of the launch) and get dQ from them.
+  bool ds_dq = false;
+  uint16_t* ds = nullptr;
+  int bh0 = 0;  // first (batch, head) of this launch's grid rows
 };
 
 // Specializations of the tensor-core forward (attention_forward.cu), one kernel each: bits of
@@ -78,6 +83,7 @@ struct LaunchPlan {
   bool any_fast = false;  // some head runs on the tensor-core kernels
   bool any_split = false;  // some head takes an FP32 tensor-core variant (needs the planes)
   bool any_fast16 = false;  // some head takes a BF16 tensor-core variant
+  bool any_dpp16 = false;   // backward: some BF16 tensor-core head has delta=dpp
   unsigned fwd_variants = 0;        // bit forward_variant(f, false, .) per tensor-core head
   unsigned fwd_variants_stats = 0;  // the same with monitors requested
 };

@@ -86,7 +86,7 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
     if (err != cudaSuccess) return err;
   }
 
-  plan->any_simt = plan->any_fast = plan->any_split = plan->any_fast16 = false;
+  plan->any_simt = plan->any_fast = plan->any_split = plan->any_fast16 = plan->any_dpp16 = false;
   plan->fwd_variants = plan->fwd_variants_stats = 0;
   for (const HeadFlags& f : flags) {
     if (!head_supported(f)) return cudaErrorNotSupported;
@@ -109,6 +109,7 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
     plan->any_fast = plan->any_fast || !simt;
     if (backward && !simt) plan->any_split = plan->any_split || any32;
     plan->any_fast16 = plan->any_fast16 || (!simt && !(backward ? any32 : forward_fp32(f)));
+    plan->any_dpp16 = plan->any_dpp16 || (backward && !simt && !any32 && f.delta_dpp);
     if (!backward && !simt) {
       plan->any_split = plan->any_split || forward_fp32(f);
       plan->fwd_variants |= 1u << forward_variant(f, false, simt_fp32);

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -397,6 +399,43 @@ TEST(AttentionCuda, BackwardIsBitwiseDeterministic) {
       ASSERT_EQ(std::memcmp(first.dk.data(), again.dk.data(), first.dk.size() * 4), 0) << run;
       ASSERT_EQ(std::memcmp(first.dv.data(), again.dv.data(), first.dv.size() * 4), 0) << run;
     }
+  }
+}
+
+// dQ from the stored dS tiles (the D = 128 default) gives the bits of the kernel that recomputes
+// S, dP and dS per tile pair, for every kind of head beside it (stabilized, delta=dpp on the
+// recompute kernel, an FP32 head, o=fp32, s_bf16), causal or not, with T tails, in one chunk of
+// heads or in several (a workspace cap of one head).
+TEST(AttentionCuda, DqFromStoredDsEqualsRecomputedDqBitwise) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int b, h, t, d;
+    bool causal;
+    const char* cap;
+  };
+  const Case cases[] = {{2, 6, 200, 128, true, nullptr}, {1, 6, 130, 128, false, nullptr},
+                        {2, 6, 256, 64, true, nullptr},  {2, 6, 200, 128, true, "1"},
+                        {1, 6, 77, 64, false, "1"}};
+  for (const Case& c : cases) {
+    if (c.cap != nullptr) setenv("REWIND_ATTN_DS_WORKSPACE", c.cap, 1);
+    Inputs in = make_inputs(c.b, c.h, c.t, c.d, c.causal, 2.0f, 57 + c.t + c.d);
+    in.flags[1].stable = true;
+    in.flags[2].delta_dpp = true;
+    in.flags[3].prec[static_cast<int>(Op::kPv)] = Prec::kFp32;
+    in.flags[4].prec[static_cast<int>(Op::kO)] = Prec::kFp32;
+    in.flags[5].s_bf16 = true;
+    const Outputs recompute = run_gpu(in, true, true, false, 0);
+    const Outputs stored = run_gpu(in, true, true, false, 1);
+    unsetenv("REWIND_ATTN_DS_WORKSPACE");
+    ASSERT_EQ(recompute.bwd_status, 0);
+    ASSERT_EQ(stored.bwd_status, 0);
+    const std::string what = "T=" + std::to_string(c.t) + " D=" + std::to_string(c.d) +
+                             (c.causal ? " causal" : "") + (c.cap ? " chunked" : "");
+    ASSERT_GT(max_abs(recompute.dq), 0.0) << what;
+    EXPECT_EQ(std::memcmp(recompute.dq.data(), stored.dq.data(), stored.dq.size() * 4), 0) << what;
+    EXPECT_EQ(std::memcmp(recompute.dk.data(), stored.dk.data(), stored.dk.size() * 4), 0) << what;
+    EXPECT_EQ(std::memcmp(recompute.dv.data(), stored.dv.data(), stored.dv.size() * 4), 0) << what;
+    EXPECT_EQ(std::memcmp(recompute.delta.data(), stored.delta.data(), stored.delta.size() * 4), 0) << what;
   }
 }
 

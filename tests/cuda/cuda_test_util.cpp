@@ -84,7 +84,7 @@ Inputs make_inputs(int b, int h, int t, int d, bool causal, float peak, uint64_t
   return in;
 }
 
-Outputs run_gpu(const Inputs& in, bool backward, bool stats_on, bool simt_fp32) {
+Outputs run_gpu(const Inputs& in, bool backward, bool stats_on, bool simt_fp32, int ds_dq) {
   const AttentionParams& p = in.p;
   const size_t n = in.q.size(), rows = static_cast<size_t>(p.batch) * p.heads * p.seq;
   DeviceBuffer q(n * 2), k(n * 2), v(n * 2), d_o(n * 2), o(n * 2);
@@ -147,7 +147,8 @@ Outputs run_gpu(const Inputs& in, bool backward, bool stats_on, bool simt_fp32) 
   ba.dk = dk.as<float>();
   ba.dv = dv.as<float>();
   ba.simt_fp32 = simt_fp32;
-  DeviceBuffer ws(cuda::backward_workspace_bytes(gp, in.flags.data()));
+  ba.ds_dq = ds_dq;
+  DeviceBuffer ws(cuda::backward_workspace_bytes(gp, in.flags.data(), ds_dq));
   ba.workspace = ws.get();
   out.bwd_status = cuda::attention_backward(gp, ba, nullptr);
   if (out.bwd_status != 0) return out;

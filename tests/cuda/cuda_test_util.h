@@ -48,7 +48,9 @@ struct Outputs {
 
 // stats = false runs without monitors (the kernels' speculative stabilized path); simt_fp32
 // sends heads that promote qk, pv or softmax to the SIMT reference kernels.
-Outputs run_gpu(const Inputs& in, bool backward = true, bool stats = true, bool simt_fp32 = false);
+// ds_dq: BackwardArgs::ds_dq (-1 default, 0 dQ recomputed, 1 dQ from stored dS tiles).
+Outputs run_gpu(const Inputs& in, bool backward = true, bool stats = true, bool simt_fp32 = false,
+                int ds_dq = -1);
 Outputs run_cpu(const Inputs& in, bool backward = true);
 // FP64 reference on the given inputs (rounded to BF16 first when round_inputs).
 Outputs run_reference(const Inputs& in, bool round_inputs);
