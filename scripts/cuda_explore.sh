@@ -34,7 +34,7 @@ for i in "${!NAMES[@]}"; do
   d="$BUILD/v_$name"; mkdir -p "$d"
   for f in attention_forward attention_backward; do
     # shellcheck disable=SC2086
-    "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90,code=sm_90 --resource-usage -lineinfo $defs \
+    "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --resource-usage -lineinfo $defs \
       -I"$ROOT" -c kernels/cuda/$f.cu -o "$d/$f.o" > "$d/nvcc_$f.log" 2>&1 &
   done
 done
@@ -44,7 +44,7 @@ for i in "${!NAMES[@]}"; do
   d="$BUILD/v_$name"
   cat "$d"/nvcc_*.log > "$d/nvcc.log"
   [[ -f "$d/attention_forward.o" && -f "$d/attention_backward.o" ]] || { cat "$d/nvcc.log"; continue; }
-  ar rcs "$d/lib.a" "$d"/attention_{forward,backward}.o "$BUILD"/attention_{simt,plan,split}.o
+  ar rcs "$d/lib.a" "$d"/attention_{forward,backward}.o "$BUILD"/attention_{forward_wgmma,simt,plan,split}.o
   g++ "$BUILD/cuda_bench.o" "$d/lib.a" -L"$TORCH/lib" -Wl,-rpath,"$TORCH/lib" -Wl,--no-as-needed \
     -ltorch -ltorch_cuda -ltorch_cpu -lc10_cuda -lc10 -L"$CUDA_HOME/lib64" -lcudart -o "$d/cuda_bench"
   echo "== variant $name ($defs)"

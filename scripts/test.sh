@@ -2,7 +2,7 @@
 # The README's test command: checks that git tracks no compiled or oversized file
 # (scripts/check_tree.sh), installs what is missing, builds, runs the whole ctest suite.
 # On a machine with nvcc (CI has /usr/local/cuda, no GPU) it also compiles kernels/cuda/*.cu
-# for sm_90 and builds their test (no LibTorch needed), so a broken kernel or kernel test never
+# for sm_90a and builds their test (no LibTorch needed), so a broken kernel or kernel test never
 # lands unseen; without a GPU that test's cases skip, which the run shows.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 echo "== checking the tracked files"
@@ -11,7 +11,7 @@ install_deps
 build_rewind
 NVCC="${CUDACXX:-/usr/local/cuda/bin/nvcc}"
 if [[ -x "$NVCC" ]]; then
-  echo "== compiling CUDA kernels for sm_90 and their test with $NVCC"
+  echo "== compiling CUDA kernels for sm_90a and their test with $NVCC"
   cmake -S "$REWIND_ROOT" -B "$BUILD_DIR-cuda-check" -G Ninja -DREWIND_CUDA_KERNELS_ONLY=ON \
     -DCMAKE_CUDA_COMPILER="$NVCC" >/dev/null
   cmake --build "$BUILD_DIR-cuda-check" -j "$(nproc)"

@@ -1,6 +1,7 @@
 // FlashAttention-2 forward on tensor cores (mma.sync m16n8k16 BF16, FP32 accumulate): one
 // kernel per variant of the per-head plan flags (its key loop in attention_forward_block.cuh,
-// with the rounding points), and the public forward launcher.
+// with the rounding points), and the public forward launcher. The plain variant at D = 128
+// runs on wgmma instead (attention_forward_wgmma.cu), with the same bits.
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/attention_forward_block.cuh"
 
@@ -65,7 +66,7 @@ int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t st
                  {kX | kS, launch_variant<D, kX | kS>}, {kX | kM, launch_variant<D, kX | kM>}};
   for (const auto& l : kLaunch) {
     if ((variants >> l.v) & 1u) {
-      const int err = l.fn(a, stream);
+      const int err = l.v == 0 && wgmma_forward_on(D) ? launch_wgmma_forward(a, stream) : l.fn(a, stream);
       if (err != 0) return err;
     }
   }

@@ -439,6 +439,34 @@ TEST(AttentionCuda, DqFromStoredDsEqualsRecomputedDqBitwise) {
   }
 }
 
+// The plain D = 128 forward on wgmma (the default) gives the bits of the mma.sync kernel
+// (REWIND_ATTN_WGMMA=0): O, its FP32 twin and the LSE, causal or not, with T tails, beside a
+// stabilized head (another kernel) in the same launch. Then the backward from either forward.
+TEST(AttentionCuda, WgmmaForwardEqualsMmaForwardBitwise) {
+  SKIP_WITHOUT_GPU();
+  const Shape shapes[] = {{2, 3, 200, 128, true}, {1, 3, 300, 128, false}, {1, 2, 64, 128, true},
+                          {2, 2, 1000, 128, true}, {1, 2, 77, 128, false}};
+  for (const Shape& sh : shapes) {
+    for (float peak : {1.0f, 6.0f}) {
+      Inputs in = make_inputs(sh.b, sh.h, sh.t, sh.d, sh.causal, peak, 91 + sh.t);
+      in.flags[1].stable = true;
+      setenv("REWIND_ATTN_WGMMA", "0", 1);
+      const Outputs mma = run_gpu(in, true, false);
+      unsetenv("REWIND_ATTN_WGMMA");
+      const Outputs wg = run_gpu(in, true, false);
+      ASSERT_EQ(mma.fwd_status, 0);
+      ASSERT_EQ(wg.fwd_status, 0);
+      const std::string what = "T=" + std::to_string(sh.t) + (sh.causal ? " causal" : "") +
+                               " peak " + std::to_string(peak);
+      ASSERT_GT(max_abs(wg.o), 0.0) << what;
+      EXPECT_EQ(std::memcmp(mma.o.data(), wg.o.data(), wg.o.size() * 4), 0) << what;
+      EXPECT_EQ(std::memcmp(mma.o32.data(), wg.o32.data(), wg.o32.size() * 4), 0) << what;
+      EXPECT_EQ(std::memcmp(mma.lse.data(), wg.lse.data(), wg.lse.size() * 4), 0) << what;
+      EXPECT_EQ(std::memcmp(mma.dq.data(), wg.dq.data(), wg.dq.size() * 4), 0) << what;
+    }
+  }
+}
+
 TEST(AttentionCuda, UnsupportedRequestsReturnErrors) {
   SKIP_WITHOUT_GPU();
   Inputs in = make_inputs(1, 2, 64, 64, true, 1.0f, 41);
