@@ -13,12 +13,12 @@ CUDA_HOME=$(dirname "$(dirname "$NVCC")")
 mkdir -p "$BUILD" "$LOG"
 cd "$ROOT"
 
-for f in attention_forward attention_forward_wgmma attention_backward attention_simt attention_plan attention_split; do
+for f in attention_forward attention_backward attention_simt attention_plan attention_split; do
   echo "$NVCC -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a --resource-usage ${NVCC_FLAGS:-} -I$ROOT -c kernels/cuda/$f.cu -o $BUILD/$f.o"
 done | xargs -P 4 -I{} sh -c '{}' > "$LOG/nvcc.log" 2>&1 || { cat "$LOG/nvcc.log"; exit 1; }
 grep -E "spill|registers" "$LOG/nvcc.log" | sort | uniq -c | head -20
 rm -f "$BUILD/librewind_cuda_kernels.a"
-ar rcs "$BUILD/librewind_cuda_kernels.a" "$BUILD"/attention_{forward,forward_wgmma,backward,simt,plan,split}.o
+ar rcs "$BUILD/librewind_cuda_kernels.a" "$BUILD"/attention_{forward,backward,simt,plan,split}.o
 
 g++ -std=c++17 -O2 -ffp-contract=off -fopenmp -I"$ROOT" -I"$CUDA_HOME/include" \
   kernels/attention_reference.cpp kernels/attention_forward_cpu.cpp kernels/attention_backward_cpu.cpp \

@@ -44,7 +44,7 @@ for i in "${!NAMES[@]}"; do
   d="$BUILD/v_$name"
   cat "$d"/nvcc_*.log > "$d/nvcc.log"
   [[ -f "$d/attention_forward.o" && -f "$d/attention_backward.o" ]] || { cat "$d/nvcc.log"; continue; }
-  ar rcs "$d/lib.a" "$d"/attention_{forward,backward}.o "$BUILD"/attention_{forward_wgmma,simt,plan,split}.o
+  ar rcs "$d/lib.a" "$d"/attention_{forward,backward}.o "$BUILD"/attention_{simt,plan,split}.o
   g++ "$BUILD/cuda_bench.o" "$d/lib.a" -L"$TORCH/lib" -Wl,-rpath,"$TORCH/lib" -Wl,--no-as-needed \
     -ltorch -ltorch_cuda -ltorch_cpu -lc10_cuda -lc10 -L"$CUDA_HOME/lib64" -lcudart -o "$d/cuda_bench"
   echo "== variant $name ($defs)"

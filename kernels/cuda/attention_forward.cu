@@ -1,7 +1,10 @@
 // FlashAttention-2 forward on tensor cores (mma.sync m16n8k16 BF16, FP32 accumulate): one
 // kernel per variant of the per-head plan flags (its key loop in attention_forward_block.cuh,
-// with the rounding points), and the public forward launcher. The plain variant at D = 128
-// runs on wgmma instead (attention_forward_wgmma.cu), with the same bits.
+// with the rounding points), and the public forward launcher. The BF16 variants run their
+// products on Hopper's wgmma (kWg, same bits) unless REWIND_ATTN_WGMMA=0.
+#include <cstdlib>
+#include <string>
+
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/attention_forward_block.cuh"
 
@@ -15,9 +18,9 @@ namespace rwd::kernels::cuda {
 // One kernel per specialization V (forward_variant): heads of other variants return at once,
 // so each kernel is register-allocated for its own key loop (the plain one is not held to the
 // registers of the monitor bookkeeping), and a launch runs only the variants its heads use.
-template <int D, int V>
-__global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0>::kThreads,
-                                  FwdTr<D, (V & kFwdF32) != 0>::kMinBlocks)
+template <int D, int V, bool kWg>
+__global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0, kWg>::kThreads,
+                                  FwdTr<D, (V & kFwdF32) != 0, kWg>::kMinBlocks)
     flash_forward_kernel(KernelArgs a) {
   const HeadFlags& hf = a.flags[blockIdx.y % a.heads];
   if (forward_variant(hf, a.stats != nullptr, a.simt_fp32) != V) return;  // SIMT heads: -1
@@ -28,7 +31,7 @@ __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0>::kThreads,
   constexpr bool kStats = (V & kFwdStats) != 0;
   constexpr bool kTies = (V & kFwdStable) != 0;
   constexpr bool kF32 = (V & kFwdF32) != 0;
-  forward_block<D, kExtras, kTies, kStats, kF32>(a, f, smem, q_tile);
+  forward_block<D, kExtras, kTies, kStats, kF32, kWg>(a, f, smem, q_tile);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -36,16 +39,30 @@ __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0>::kThreads,
 
 namespace {
 
-template <int D, int V>
-int launch_variant(const KernelArgs& a, cudaStream_t stream) {
+template <int D, int V, bool kWg>
+int launch_kernel(const KernelArgs& a, cudaStream_t stream) {
   // Q tile plus the K and V buffers, per plane.
-  using Shape = FwdShape<D, (V & kFwdF32) != 0>;
-  cudaError_t err = cudaFuncSetAttribute(flash_forward_kernel<D, V>,
+  using Shape = FwdShape<D, (V & kFwdF32) != 0, kWg>;
+  cudaError_t err = cudaFuncSetAttribute(flash_forward_kernel<D, V, kWg>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
   if (err != cudaSuccess) return err;
   const dim3 grid((a.seq + Shape::kRows - 1) / Shape::kRows, a.batch * a.heads);
-  flash_forward_kernel<D, V><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(a);
+  flash_forward_kernel<D, V, kWg><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(a);
   return cudaGetLastError();
+}
+
+// Whether the BF16 variants take their wgmma kernels: unless REWIND_ATTN_WGMMA=0.
+bool wgmma_forward_on() {
+  const char* env = std::getenv("REWIND_ATTN_WGMMA");
+  return env == nullptr || std::string(env) != "0";
+}
+
+template <int D, int V>
+int launch_variant(const KernelArgs& a, cudaStream_t stream) {
+  if constexpr ((V & kFwdF32) == 0) {
+    if (wgmma_forward_on()) return launch_kernel<D, V, true>(a, stream);
+  }
+  return launch_kernel<D, V, false>(a, stream);
 }
 
 // One launch per variant present in `variants` (bit V set: some head runs variant V).
@@ -66,7 +83,7 @@ int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t st
                  {kX | kS, launch_variant<D, kX | kS>}, {kX | kM, launch_variant<D, kX | kM>}};
   for (const auto& l : kLaunch) {
     if ((variants >> l.v) & 1u) {
-      const int err = l.v == 0 && wgmma_forward_on(D) ? launch_wgmma_forward(a, stream) : l.fn(a, stream);
+      const int err = l.fn(a, stream);
       if (err != 0) return err;
     }
   }

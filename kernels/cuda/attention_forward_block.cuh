@@ -26,6 +26,7 @@
 #include "kernels/cuda/attention_forward_config.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/attention_split.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace rwd::kernels::cuda {
 
@@ -43,15 +44,23 @@ namespace rwd::kernels::cuda {
 // split in registers. softmax=fp32: the rescale, l and LSE in double, as the CPU twin, and
 // P̄ = exp(S - m) from the exact difference (exp_diff_accurate); otherwise P̄ = expf(S - m)
 // (accurate FP32, not ex2.approx). l is summed in double for every FP32 head.
-template <int D, bool kExtras, bool kTies, bool kStats, bool kF32>
+// kWg (BF16 variants, sm_90a): S = Q K^T and Ō += P̄ V on Hopper's warpgroup MMA from
+// 128-byte-swizzled tiles (wgmma.cuh) instead of ldmatrix + mma.sync, everything else as is.
+// The bits are the same: wgmma's k16 products and FP32 accumulation equal mma.sync's
+// (experiments/cuda_bench/wgmma_probe.cu), each accumulator sees the same k-steps in the same
+// order, and every row the same key tiles (AttentionCuda.WgmmaForwardEqualsMmaForwardBitwise).
+template <int D, bool kExtras, bool kTies, bool kStats, bool kF32, bool kWg = false>
 __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagView& f,
-                                              uint16_t* smem, int q_tile) {
-  using Tr = FwdTr<D, kF32>;
-  using Shape = FwdShape<D, kF32>;
+                                              uint16_t* smem_in, int q_tile) {
+  using Tr = FwdTr<D, kF32, kWg>;
+  using Shape = FwdShape<D, kF32, kWg>;
   using Acc = std::conditional_t<kF32, double, float>;  // l and the row sums
   constexpr int kMt = Tr::kMt, kRows = Shape::kRows, kNThr = Shape::kThreads;
   constexpr int kPl = Shape::kPlanes, kStages = Shape::kStages;
-  constexpr int kStride = D + 8, kKvTile = kBlockK * kStride;
+  constexpr int kStride = Shape::kStride, kKvTile = kBlockK * kStride;
+  uint16_t* smem = kWg ? reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(smem_in) + 1023) &
+                                                     ~uintptr_t{1023})
+                       : smem_in;
   const int bh = blockIdx.y, h = bh % a.heads, q0 = q_tile * kRows;
   const bool qk32 = kF32 && f.qk_f32, pv32 = kF32 && f.pv_f32, sm64 = kF32 && f.sm_f64;
   uint16_t* s_q = smem;                          // [kPl][kRows][kStride]
@@ -71,6 +80,11 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   };
   // K and V tile j into buffer `stage` (planes 1, 2 only for FP32 operands).
   auto load_kv = [&](int stage, int j) {
+    if constexpr (kWg) {
+      load_tile_sw128<D, kBlockK, kNThr>(s_k + stage * kKvTile, a.k + base, j * kBlockK, T);
+      load_tile_sw128<D, kBlockK, kNThr>(s_v + stage * kKvTile, a.v + base, j * kBlockK, T);
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < kPl; ++i) {
       if (i == 0 || qk32) {
@@ -83,10 +97,14 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       }
     }
   };
+  if constexpr (kWg) {
+    load_tile_sw128<D, kRows, kNThr>(s_q, a.q + base, q0, T);
+  } else {
 #pragma unroll
-  for (int i = 0; i < kPl; ++i) {
-    if (i == 0 || qk32) {
-      load_tile_async<D, kRows, kNThr>(s_q + i * kRows * kStride, plane(a.q, a.q_pl, qk32, i), q0, T);
+    for (int i = 0; i < kPl; ++i) {
+      if (i == 0 || qk32) {
+        load_tile_async<D, kRows, kNThr>(s_q + i * kRows * kStride, plane(a.q, a.q_pl, qk32, i), q0, T);
+      }
     }
   }
   load_kv(0, 0);
@@ -138,8 +156,9 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
         }
       }
     }
+    if constexpr (kWg) wgmma_scores<D>(reinterpret_cast<float(&)[32]>(s[0]), s_q, k_t);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < (kWg ? 0 : D / 16); ++kk) {
       uint32_t qa[kPl][kMt][4];
 #pragma unroll
       for (int i = 0; i < kPl; ++i) {
@@ -273,6 +292,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       cp_async_commit();
     }
     cp_async_wait_all();
+    if constexpr (kWg) fence_proxy_async();  // the tiles, to wgmma's (async) proxy
     __syncthreads();
     const int stage = kStages == 2 ? (j & 1) : 0;
     const uint16_t* k_t = s_k + stage * kPl * kKvTile;
@@ -414,7 +434,9 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
           any_tie |= r_s[mt][r] > 1;
         }
       }
-      if (__any_sync(0xffffffffu, any_tie)) {
+      // wgmma runs per warpgroup (this block): with kWg the redo is decided for the block, and
+      // warps whose max did not change recompute the same S and P̄ (same bits).
+      if (kWg ? __syncthreads_or(any_tie) != 0 : __any_sync(0xffffffffu, any_tie)) {
         bool changed = false;
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
@@ -428,7 +450,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
             m_new[mt][r] = m_fix;
           }
         }
-        if (__any_sync(0xffffffffu, changed)) {
+        if (kWg ? __syncthreads_or(changed) != 0 : __any_sync(0xffffffffu, changed)) {
           float s2[kMt][8][4];
           scores(s2, k_t, j);
           exp_pass(s2, m_new, pa, rowsum);
@@ -484,8 +506,9 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
         }
       }
     }
+    if constexpr (kWg) wgmma_pv<D>(reinterpret_cast<float(&)[D / 2]>(o[0]), pa[0][0], v_t);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int kk = 0; kk < (kWg ? 0 : 4); ++kk) {
 #pragma unroll
       for (int nb2 = 0; nb2 < D / 16; ++nb2) {
         uint32_t b[kPl][4];

@@ -52,17 +52,33 @@ struct FwdTraits<128> : FwdConfig<REWIND_FWD128_CONFIG> {};
 template <int D>
 using FwdF32Traits =
     FwdConfig<D == 64 ? REWIND_FWD64_F32_CONFIG : REWIND_FWD128_F32_CONFIG>;
-// Traits of the BF16 (kF32 false) or FP32 variant.
-template <int D, bool kF32>
-using FwdTr = std::conditional_t<kF32, FwdF32Traits<D>, FwdTraits<D>>;
-template <int D, bool kF32 = false>
+// The BF16 variants on wgmma (kWg, forward_block): one warpgroup of 4 warps x 16 rows, the
+// tile of one wgmma; D = 64 as the mma.sync configuration, D = 128 at 2 blocks per SM.
+#ifndef REWIND_FWD64_WG_CONFIG
+#define REWIND_FWD64_WG_CONFIG 4140
+#endif
+#ifndef REWIND_FWD128_WG_CONFIG
+#define REWIND_FWD128_WG_CONFIG 4120
+#endif
+template <int D>
+using FwdWgTraits = FwdConfig<D == 64 ? REWIND_FWD64_WG_CONFIG : REWIND_FWD128_WG_CONFIG>;
+// Traits of the BF16 (kF32 false; on wgmma: kWg) or FP32 variant.
+template <int D, bool kF32, bool kWg = false>
+using FwdTr = std::conditional_t<kF32, FwdF32Traits<D>, std::conditional_t<kWg, FwdWgTraits<D>, FwdTraits<D>>>;
+template <int D, bool kF32 = false, bool kWg = false>
 struct FwdShape {
-  static constexpr int kRows = FwdTr<D, kF32>::kWarps * 16 * FwdTr<D, kF32>::kMt;  // query rows
-  static constexpr int kThreads = FwdTr<D, kF32>::kWarps * 32;
+  using Tr = FwdTr<D, kF32, kWg>;
+  static constexpr int kRows = Tr::kWarps * 16 * Tr::kMt;  // query rows
+  static constexpr int kThreads = Tr::kWarps * 32;
   static constexpr int kPlanes = kF32 ? 3 : 1;  // BF16 planes per operand
   static constexpr int kStages = kF32 ? 1 : 2;  // K/V buffers
+  // Row stride of the tiles in elements: padded for ldmatrix, dense in the swizzled wgmma tiles
+  // (which start 1024-byte aligned: the slack is allocated).
+  static constexpr int kStride = kWg ? D : D + 8;
   static constexpr int kSmemBytes =
-      kPlanes * (kRows + 2 * kStages * 64) * (D + 8) * static_cast<int>(sizeof(uint16_t));
+      kPlanes * (kRows + 2 * kStages * 64) * kStride * static_cast<int>(sizeof(uint16_t)) + (kWg ? 1024 : 0);
+  static_assert(!kWg || (!kF32 && Tr::kWarps == 4 && Tr::kMt == 1 && !Tr::kQRegs),
+                "wgmma: one warpgroup of 16-row warps, Q from shared memory");
 };
 
 }  // namespace rwd::kernels::cuda

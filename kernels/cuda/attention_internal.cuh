@@ -112,11 +112,6 @@ size_t split_bytes(const AttentionParams& p, const HeadFlags* host_flags);
 // bwd fp32), v (pv or bwd), dO (bwd; from d_o when a.do32 is null).
 int launch_split(KernelArgs& a, int dim, void* ws, bool backward, cudaStream_t stream);
 
-// The plain D = 128 forward on wgmma (attention_forward_wgmma.cu, sm_90a): forward_variant 0's
-// heads, with the bits of the mma.sync kernel. On for D = 128 unless REWIND_ATTN_WGMMA=0.
-bool wgmma_forward_on(int dim);
-int launch_wgmma_forward(const KernelArgs& a, cudaStream_t stream);
-
 // SIMT kernels (attention_simt.cu): one query (or key) row per thread, FP32 FMAs, the
 // same rounding points as the tensor-core kernels. all_heads: run every head (tiling off),
 // else only heads that need FP32 operands.

@@ -9,7 +9,10 @@
 // Ō += P̄ V) all use it, R = their row count.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "kernels/cuda/attention_common.cuh"
 
 namespace rwd::kernels::cuda {
 
@@ -64,6 +67,22 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t da, 
       : "l"(da), "l"(db), "r"(accumulate));
 }
 
+// d (64 x 64: 32 floats a thread) += A B, A 64 x 16 in registers, B 16 x 64 from shared
+// memory, MN-major (transposed).
+__device__ __forceinline__ void wgmma_m64n64k16_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "{%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
 // d (64 x 128: 64 floats a thread) += A B, A 64 x 16 in registers (per warp the mma.sync A
 // fragment of its 16 rows), B 16 x 128 from shared memory, MN-major (transposed).
 __device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
@@ -84,6 +103,61 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[64], const uin
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+// Rows [row0, row0 + kRows) of a (T, D) BF16 matrix into a swizzle-128 tile by cp.async, zeros
+// past T (kNThr threads, 16 bytes each at a time).
+template <int D, int kRows, int kNThr>
+__device__ __forceinline__ void load_tile_sw128(uint16_t* tile, const uint16_t* g, int row0, int T) {
+  constexpr int kChunks = kRows * D / 8;
+  static_assert(kChunks % kNThr == 0, "tile/thread mismatch");
+#pragma unroll
+  for (int i = 0; i < kChunks / kNThr; ++i) {
+    const int c = static_cast<int>(threadIdx.x) + i * kNThr;
+    const int r = c / (D / 8), col = (c % (D / 8)) * 8;
+    const bool valid = row0 + r < T;
+    cp_async_16(reinterpret_cast<uint8_t*>(tile) + sw128_offset(r, col, kRows),
+                valid ? g + static_cast<size_t>(row0 + r) * D + col : g, valid);
+  }
+}
+
+// S (64 x 64 per warpgroup) = Q K^T over D / 16 k-steps, accumulated into s from its values
+// (zeros: the mma.sync kernels' start) and waited for. q, k: swizzle-128 tiles of 64 rows.
+template <int D>
+__device__ __forceinline__ void wgmma_scores(float (&s)[32], const uint16_t* q, const uint16_t* k) {
+  const uint8_t* qb = reinterpret_cast<const uint8_t*>(q);
+  const uint8_t* kb = reinterpret_cast<const uint8_t*>(k);
+  wgmma_fence_operand(s);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int off = (kk / 4) * 64 * 128 + (kk % 4) * 32;
+    wgmma_m64n64k16_ss(s, wgmma_desc(qb + off, 16, 1024), wgmma_desc(kb + off, 16, 1024), 1);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(s);
+}
+
+// o (64 x D per warpgroup) += P V over 4 k-steps of 16 keys, P as mma A fragments pa[kk], V a
+// swizzle-128 tile of 64 keys; waited for.
+template <int D>
+__device__ __forceinline__ void wgmma_pv(float (&o)[D / 2], const uint32_t (&pa)[4][4], const uint16_t* v) {
+  const uint8_t* vb = reinterpret_cast<const uint8_t*>(v);
+  wgmma_fence_operand(o);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t dv = wgmma_desc(vb + kk * 2048, 64 * 128, 1024);
+    if constexpr (D == 64) {
+      wgmma_m64n64k16_rs_tb(o, pa[kk], dv);
+    } else {
+      wgmma_m64n128k16_rs_tb(o, pa[kk], dv);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(o);
 }
 
 }  // namespace rwd::kernels::cuda

@@ -439,30 +439,46 @@ TEST(AttentionCuda, DqFromStoredDsEqualsRecomputedDqBitwise) {
   }
 }
 
-// The plain D = 128 forward on wgmma (the default) gives the bits of the mma.sync kernel
-// (REWIND_ATTN_WGMMA=0): O, its FP32 twin and the LSE, causal or not, with T tails, beside a
-// stabilized head (another kernel) in the same launch. Then the backward from either forward.
+// The BF16 forward variants on wgmma (the default) give the bits of their mma.sync kernels
+// (REWIND_ATTN_WGMMA=0): O, its FP32 twin, the LSE and the monitors, for plain, stabilized and
+// s_bf16 / acc_bf16 heads in one launch, with monitors and without, D = 64 and 128, causal or
+// not, with T tails; and the backward's dQ from either forward.
 TEST(AttentionCuda, WgmmaForwardEqualsMmaForwardBitwise) {
   SKIP_WITHOUT_GPU();
-  const Shape shapes[] = {{2, 3, 200, 128, true}, {1, 3, 300, 128, false}, {1, 2, 64, 128, true},
-                          {2, 2, 1000, 128, true}, {1, 2, 77, 128, false}};
+  const Shape shapes[] = {{2, 4, 200, 128, true}, {1, 4, 300, 128, false}, {1, 4, 64, 128, true},
+                          {2, 4, 1000, 128, true}, {1, 4, 77, 64, false}, {2, 4, 333, 64, true}};
   for (const Shape& sh : shapes) {
     for (float peak : {1.0f, 6.0f}) {
-      Inputs in = make_inputs(sh.b, sh.h, sh.t, sh.d, sh.causal, peak, 91 + sh.t);
-      in.flags[1].stable = true;
-      setenv("REWIND_ATTN_WGMMA", "0", 1);
-      const Outputs mma = run_gpu(in, true, false);
-      unsetenv("REWIND_ATTN_WGMMA");
-      const Outputs wg = run_gpu(in, true, false);
-      ASSERT_EQ(mma.fwd_status, 0);
-      ASSERT_EQ(wg.fwd_status, 0);
-      const std::string what = "T=" + std::to_string(sh.t) + (sh.causal ? " causal" : "") +
-                               " peak " + std::to_string(peak);
-      ASSERT_GT(max_abs(wg.o), 0.0) << what;
-      EXPECT_EQ(std::memcmp(mma.o.data(), wg.o.data(), wg.o.size() * 4), 0) << what;
-      EXPECT_EQ(std::memcmp(mma.o32.data(), wg.o32.data(), wg.o32.size() * 4), 0) << what;
-      EXPECT_EQ(std::memcmp(mma.lse.data(), wg.lse.data(), wg.lse.size() * 4), 0) << what;
-      EXPECT_EQ(std::memcmp(mma.dq.data(), wg.dq.data(), wg.dq.size() * 4), 0) << what;
+      for (bool stats : {false, true}) {
+        Inputs in = make_inputs(sh.b, sh.h, sh.t, sh.d, sh.causal, peak, 91 + sh.t);
+        in.flags[1].stable = true;
+        in.flags[2].s_bf16 = true;
+        in.flags[3].acc_bf16 = true;
+        setenv("REWIND_ATTN_WGMMA", "0", 1);
+        const Outputs mma = run_gpu(in, true, stats);
+        unsetenv("REWIND_ATTN_WGMMA");
+        const Outputs wg = run_gpu(in, true, stats);
+        ASSERT_EQ(mma.fwd_status, 0);
+        ASSERT_EQ(wg.fwd_status, 0);
+        const std::string what = "D=" + std::to_string(sh.d) + " T=" + std::to_string(sh.t) +
+                                 (sh.causal ? " causal" : "") + " peak " + std::to_string(peak) +
+                                 (stats ? " monitors" : "");
+        ASSERT_GT(max_abs(wg.o), 0.0) << what;
+        EXPECT_EQ(std::memcmp(mma.o.data(), wg.o.data(), wg.o.size() * 4), 0) << what;
+        EXPECT_EQ(std::memcmp(mma.o32.data(), wg.o32.data(), wg.o32.size() * 4), 0) << what;
+        EXPECT_EQ(std::memcmp(mma.lse.data(), wg.lse.data(), wg.lse.size() * 4), 0) << what;
+        EXPECT_EQ(std::memcmp(mma.dq.data(), wg.dq.data(), wg.dq.size() * 4), 0) << what;
+        for (int h = 0; h < sh.h && stats; ++h) {
+          const HeadStats &x = mma.stats[h], &y = wg.stats[h];
+          EXPECT_EQ(std::memcmp(&x.max_logit, &y.max_logit, 4), 0) << what << " head " << h;
+          EXPECT_EQ(x.rows, y.rows) << what;
+          EXPECT_EQ(x.repeated_max_rows, y.repeated_max_rows) << what << " head " << h;
+          EXPECT_EQ(x.pbar_one, y.pbar_one) << what << " head " << h;
+          EXPECT_EQ(x.stable_pos, y.stable_pos) << what << " head " << h;
+          EXPECT_EQ(x.stable_neg, y.stable_neg) << what << " head " << h;
+          EXPECT_EQ(x.stable_guard, y.stable_guard) << what << " head " << h;
+        }
+      }
     }
   }
 }
