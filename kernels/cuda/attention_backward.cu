@@ -37,6 +37,7 @@
 #include "kernels/cuda/attention_backward_mma.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/attention_split.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace rwd::kernels::cuda {
 
@@ -80,6 +81,9 @@ struct BwdShape {
   static constexpr int kSmemDq = kPl * (2 + 2 * kDqStages) * kTileBytes;
   static constexpr int kSmemKv = kPl * (2 + 2 * kKvStages) * kTileBytes +
                                  2 * kKvStages * kBlockQ * static_cast<int>(sizeof(float));
+  // The BF16 dK/dV kernel on wgmma: dense swizzle-128 tiles from a 1024-byte aligned base.
+  static constexpr int kSmemKvWg = (2 + 2 * kKvStages) * kBlockQ * D * static_cast<int>(sizeof(uint16_t)) +
+                                   2 * kKvStages * kBlockQ * static_cast<int>(sizeof(float)) + 1024;
   static constexpr int kMinBlocksDq = kF32 ? (D == 64 ? 2 : 1) : REWIND_DQ_MIN_BLOCKS;
   static constexpr int kMinBlocksKv = kF32 ? 1 : (D == 64 ? REWIND_DKDV64_MIN_BLOCKS : 1);
 };
@@ -306,11 +310,14 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksDq) fla
 // of the mma C layout (S^T = K Q^T), so dK and dV stay in registers for the whole query loop.
 // kF32: as in flash_dq_kernel; Q and dO single-buffered.
 // kStoreDs (the dS path): runs the BF16 heads without delta=dpp and stores their bf16(dS)
-// tiles; without it on the dS path (a.ds_dq), only the delta=dpp heads.
-template <int D, bool kF32, bool kStoreDs = false>
+// tiles; without it on the dS path (a.ds_dq), only the delta=dpp heads. kWg (BF16, sm_90a):
+// the four products on wgmma from swizzle-128 tiles (wgmma.cuh), the same mma sequence per
+// accumulator and so the same bits (AttentionCuda.WgmmaKernelsEqualMmaKernelsBitwise).
+template <int D, bool kF32, bool kStoreDs = false, bool kWg = false>
 __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) flash_dkdv_kernel(KernelArgs a) {
   static_assert(!(kF32 && kStoreDs), "the dS path is for BF16 heads");
-  constexpr int kTile = kBlockQ * (D + 8);
+  static_assert(!(kF32 && kWg), "wgmma: BF16 heads");
+  constexpr int kTile = kBlockQ * (kWg ? D : D + 8);
   constexpr int kPl = BwdShape<D, kF32>::kPl, kSt = BwdShape<D, kF32>::kKvStages;
   // Causal: the first key tiles (most query tiles) come first in the grid.
   const int j = blockIdx.x;
@@ -323,7 +330,10 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
   uint16_t* const ds_out =
       kStoreDs ? a.ds + static_cast<size_t>(blockIdx.y) * ds_tiles_per_head(T, a.causal) * kDsTileElems
                : nullptr;
-  extern __shared__ __align__(16) uint16_t smem[];
+  extern __shared__ __align__(16) uint16_t smem_raw[];
+  uint16_t* smem = kWg ? reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                                     ~uintptr_t{1023})
+                       : smem_raw;
   uint16_t* s_k = smem;                          // [kPl] tiles
   uint16_t* s_v = smem + kPl * kTile;            // [kPl]
   uint16_t* s_q = smem + 2 * kPl * kTile;        // [kSt][kPl]
@@ -336,16 +346,26 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
   const int n_qt = (T + kBlockQ - 1) / kBlockQ, i0 = a.causal ? j : 0;
 
   auto load_rows = [&](int i, int buf) {
-    load_operand<D, kPl>(s_q + buf * kPl * kTile, a.q, a.q_pl, u.q_s || u.q_g, base, i * kBlockQ, T);
-    load_operand<D, kPl>(s_do + buf * kPl * kTile, a.d_o, a.do_pl, u.do_, base, i * kBlockQ, T);
+    if constexpr (kWg) {
+      load_tile_sw128<D, kBlockQ, kThreads>(s_q + buf * kTile, a.q + base, i * kBlockQ, T);
+      load_tile_sw128<D, kBlockQ, kThreads>(s_do + buf * kTile, a.d_o + base, i * kBlockQ, T);
+    } else {
+      load_operand<D, kPl>(s_q + buf * kPl * kTile, a.q, a.q_pl, u.q_s || u.q_g, base, i * kBlockQ, T);
+      load_operand<D, kPl>(s_do + buf * kPl * kTile, a.d_o, a.do_pl, u.do_, base, i * kBlockQ, T);
+    }
     if (tid < kBlockQ) {
       const int q = i * kBlockQ + tid;
       s_lse[buf * kBlockQ + tid] = q < T ? a.lse_in[row_base + q] : 0.0f;
       s_delta[buf * kBlockQ + tid] = q < T ? a.delta[row_base + q] : 0.0f;
     }
   };
-  load_operand<D, kPl>(s_k, a.k, a.k_pl, u.k_s, base, k0, T);
-  load_operand<D, kPl>(s_v, a.v, a.v_pl, u.v, base, k0, T);
+  if constexpr (kWg) {
+    load_tile_sw128<D, kBlockK, kThreads>(s_k, a.k + base, k0, T);
+    load_tile_sw128<D, kBlockK, kThreads>(s_v, a.v + base, k0, T);
+  } else {
+    load_operand<D, kPl>(s_k, a.k, a.k_pl, u.k_s, base, k0, T);
+    load_operand<D, kPl>(s_v, a.v, a.v_pl, u.v, base, k0, T);
+  }
   load_rows(i0, 0);
   cp_async_commit();
 
@@ -364,6 +384,7 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
     }
     const int buf = kSt == 2 ? (i - i0) & 1 : 0;
     cp_async_wait_all();
+    if constexpr (kWg) fence_proxy_async();  // the tiles, to wgmma's (async) proxy
     __syncthreads();
     if (kSt == 2 && i + 1 < n_qt) {
       load_rows(i + 1, buf ^ 1);
@@ -380,8 +401,13 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
 #pragma unroll
       for (int e = 0; e < 4; ++e) p[nb][e] = dp[nb][e] = 0.0f;
     }
-    mma_abt_planes<D, kPl>(p, s_k, warp * 16, u.k_s, q_t, u.q_s, lane);    // S^T = K Q^T
-    mma_abt_planes<D, kPl>(dp, s_v, warp * 16, u.v, do_t, u.do_, lane);    // dP^T = V dO^T
+    if constexpr (kWg) {
+      wgmma_scores<D>(reinterpret_cast<float(&)[32]>(p), s_k, q_t);     // S^T = K Q^T
+      wgmma_scores<D>(reinterpret_cast<float(&)[32]>(dp), s_v, do_t);   // dP^T = V dO^T
+    } else {
+      mma_abt_planes<D, kPl>(p, s_k, warp * 16, u.k_s, q_t, u.q_s, lane);    // S^T = K Q^T
+      mma_abt_planes<D, kPl>(dp, s_v, warp * 16, u.v, do_t, u.do_, lane);    // dP^T = V dO^T
+    }
     // P^T = exp(S^T - LSE) and dS^T = P^T (dP^T - delta); LSE and delta per query column, two
     // adjacent columns per float2. Masked entries (causal, T tails) -> 0 in a pass of their own.
 #pragma unroll
@@ -421,8 +447,20 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) t[kk * 32] = afrag_from_cfrag(dp, kk);
     }
-    mma_cfrag_b_planes<D, kPl>(dv, p, u.p, do_t, u.do_, lane);    // dV += bf16(P)^T dO
-    mma_cfrag_b_planes<D, kPl>(dk, dp, u.ds, q_t, u.q_g, lane);   // dK += bf16(dS)^T Q
+    if constexpr (kWg) {
+      uint32_t pa[4][4], da[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint4 x = afrag_from_cfrag(p, kk), y = afrag_from_cfrag(dp, kk);
+        pa[kk][0] = x.x, pa[kk][1] = x.y, pa[kk][2] = x.z, pa[kk][3] = x.w;
+        da[kk][0] = y.x, da[kk][1] = y.y, da[kk][2] = y.z, da[kk][3] = y.w;
+      }
+      wgmma_pv<D>(reinterpret_cast<float(&)[D / 2]>(dv), pa, do_t);  // dV += bf16(P)^T dO
+      wgmma_pv<D>(reinterpret_cast<float(&)[D / 2]>(dk), da, q_t);   // dK += bf16(dS)^T Q
+    } else {
+      mma_cfrag_b_planes<D, kPl>(dv, p, u.p, do_t, u.do_, lane);    // dV += bf16(P)^T dO
+      mma_cfrag_b_planes<D, kPl>(dk, dp, u.ds, q_t, u.q_g, lane);   // dK += bf16(dS)^T Q
+    }
   }
 
 #pragma unroll
@@ -458,22 +496,25 @@ __global__ void __launch_bounds__(kThreads) flash_delta_kernel(KernelArgs a) {
 // threads; warp w owns query rows q0 + 16w ...; K tiles double-buffered in shared memory, the
 // dS fragments loaded from global memory straight into registers, kAhead tiles ahead (the
 // kernel streams dS from DRAM). Causal: the last query tiles (most key tiles) start first.
-template <int D>
+template <int D, bool kWg = false>
 struct DsDqShape {
-  static constexpr int kKTile = kBlockK * (D + 8);
-  static constexpr int kSmem = 2 * kKTile * static_cast<int>(sizeof(uint16_t));
+  static constexpr int kKTile = kBlockK * (kWg ? D : D + 8);  // swizzle-128 tiles for wgmma
+  static constexpr int kSmem = 2 * kKTile * static_cast<int>(sizeof(uint16_t)) + (kWg ? 1024 : 0);
   static constexpr int kAhead = REWIND_DS_AHEAD;
   static constexpr int kMinBlocks = kAhead >= 2 ? 3 : 4;
 };
-template <int D>
-__global__ void __launch_bounds__(kThreads, DsDqShape<D>::kMinBlocks) flash_dq_ds_kernel(KernelArgs a) {
-  using Sh = DsDqShape<D>;
+template <int D, bool kWg = false>
+__global__ void __launch_bounds__(kThreads, DsDqShape<D, kWg>::kMinBlocks) flash_dq_ds_kernel(KernelArgs a) {
+  using Sh = DsDqShape<D, kWg>;
   const int T = a.seq, n_t = (T + kBlockQ - 1) / kBlockQ;
   const int q_tile = a.causal ? n_t - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
   const int bh = a.bh0 + blockIdx.y, h = bh % a.heads;
   const FlagView f = decode_flags(a.flags[h]);
   if (backward_variant(f, a.simt_fp32) != 0 || f.delta_dpp) return;
-  extern __shared__ __align__(16) uint16_t s_k[];  // [2] tiles
+  extern __shared__ __align__(16) uint16_t smem_raw[];
+  uint16_t* s_k = kWg ? reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                                    ~uintptr_t{1023})
+                      : smem_raw;  // [2] tiles
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t base = static_cast<size_t>(bh) * T * D;
   const int n_kt = a.causal ? q_tile + 1 : n_t;
@@ -490,28 +531,39 @@ __global__ void __launch_bounds__(kThreads, DsDqShape<D>::kMinBlocks) flash_dq_d
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
   uint4 fr[Sh::kAhead + 1][4];  // dS fragments of tiles j, j + 1, ...
-  load_tile_async<D>(s_k, a.k + base, 0, T);
-  cp_async_commit();
+  auto load_k = [&](int j, uint16_t* dst) {
+    if constexpr (kWg) {
+      load_tile_sw128<D, kBlockK, kThreads>(dst, a.k + base, j * kBlockK, T);
+    } else {
+      load_tile_async<D>(dst, a.k + base, j * kBlockK, T);
+    }
+    cp_async_commit();
+  };
+  load_k(0, s_k);
 #pragma unroll
   for (int p = 0; p < Sh::kAhead; ++p) {
     if (p < n_kt) load_ds(p, fr[p]);
   }
   for (int j = 0; j < n_kt; ++j) {
     cp_async_wait_all();
+    if constexpr (kWg) fence_proxy_async();
     __syncthreads();  // K_j landed; every warp is done with K_{j-1}'s buffer
     const int buf = j & 1;
-    if (j + 1 < n_kt) {
-      load_tile_async<D>(s_k + (buf ^ 1) * Sh::kKTile, a.k + base, (j + 1) * kBlockK, T);
-      cp_async_commit();
-    }
+    if (j + 1 < n_kt) load_k(j + 1, s_k + (buf ^ 1) * Sh::kKTile);
     if (j + Sh::kAhead < n_kt) load_ds(j + Sh::kAhead, fr[Sh::kAhead]);
+    // The 8 x 8 blocks of dS^T (keys 0-7 | 8-15 x queries 0-7 | 8-15), transposed into dS's
+    // fragment: queries 0-7 x keys 0-7, queries 8-15 x keys 0-7, queries 0-7 x keys 8-15, ...
+    uint32_t af[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      // The 8 x 8 blocks of dS^T (keys 0-7 | 8-15 x queries 0-7 | 8-15), transposed into dS's
-      // fragment: queries 0-7 x keys 0-7, queries 8-15 x keys 0-7, queries 0-7 x keys 8-15, ...
-      const uint32_t af[4] = {movmatrix_trans(fr[0][kk].x), movmatrix_trans(fr[0][kk].z),
-                              movmatrix_trans(fr[0][kk].y), movmatrix_trans(fr[0][kk].w)};
-      mma_afrag_b<D>(dq, af, kk, s_k + buf * Sh::kKTile, lane);  // dQ += bf16(dS) K
+      af[kk][0] = movmatrix_trans(fr[0][kk].x), af[kk][1] = movmatrix_trans(fr[0][kk].z);
+      af[kk][2] = movmatrix_trans(fr[0][kk].y), af[kk][3] = movmatrix_trans(fr[0][kk].w);
+    }
+    if constexpr (kWg) {
+      wgmma_pv<D>(reinterpret_cast<float(&)[D / 2]>(dq), af, s_k + buf * Sh::kKTile);  // dQ += bf16(dS) K
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) mma_afrag_b<D>(dq, af[kk], kk, s_k + buf * Sh::kKTile, lane);
     }
 #pragma unroll
     for (int p = 0; p < Sh::kAhead; ++p) {
@@ -538,27 +590,38 @@ __global__ void __launch_bounds__(kThreads, DsDqShape<D>::kMinBlocks) flash_dq_d
 
 namespace {
 
-template <int D, bool kF32>
-int set_backward_smem() {
-  using Shape = BwdShape<D, kF32>;
-  cudaError_t err = cudaFuncSetAttribute(flash_dq_kernel<D, kF32>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemDq);
-  if (err != cudaSuccess) return err;
-  return cudaFuncSetAttribute(flash_dkdv_kernel<D, kF32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              Shape::kSmemKv);
+template <class Kernel>
+int set_smem(Kernel kernel, int bytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
-template <int D, bool kF32>
-int launch_flash_backward(const KernelArgs& a, cudaStream_t stream) {
+// Dynamic shared memory of the dK/dV kernel.
+template <int D, bool kF32, bool kWg>
+constexpr int kv_smem() {
+  return kWg ? BwdShape<D, kF32>::kSmemKvWg : BwdShape<D, kF32>::kSmemKv;
+}
+
+template <int D, bool kF32, bool kWg>
+int launch_flash_backward_on(const KernelArgs& a, cudaStream_t stream) {
   using Shape = BwdShape<D, kF32>;
-  int err = set_backward_smem<D, kF32>();
+  int err = set_smem(flash_dq_kernel<D, kF32>, Shape::kSmemDq);
+  if (err == 0) err = set_smem(flash_dkdv_kernel<D, kF32, false, kWg>, kv_smem<D, kF32, kWg>());
   if (err != 0) return err;
   const dim3 grid((a.seq + kBlockQ - 1) / kBlockQ, a.batch * a.heads);
   flash_dq_kernel<D, kF32><<<grid, kThreads, Shape::kSmemDq, stream>>>(a);  // writes delta, read below
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  flash_dkdv_kernel<D, kF32><<<grid, kThreads, Shape::kSmemKv, stream>>>(a);
+  flash_dkdv_kernel<D, kF32, false, kWg><<<grid, kThreads, kv_smem<D, kF32, kWg>(), stream>>>(a);
   return cudaGetLastError();
+}
+
+// The recompute path: the BF16 heads' dK/dV kernel on wgmma unless REWIND_ATTN_WGMMA=0.
+template <int D, bool kF32>
+int launch_flash_backward(const KernelArgs& a, cudaStream_t stream) {
+  if constexpr (!kF32) {
+    if (wgmma_on()) return launch_flash_backward_on<D, false, true>(a, stream);
+  }
+  return launch_flash_backward_on<D, kF32, false>(a, stream);
 }
 
 // Most dS workspace one backward holds (REWIND_ATTN_DS_WORKSPACE bytes, default 1 GiB): heads
@@ -580,26 +643,22 @@ int64_t ds_chunk_heads(const AttentionParams& p) {
 
 // The BF16 heads through the dS path: delta for its heads; the recompute kernels for the
 // delta=dpp heads (any_dpp; their dQ kernel writes their delta); then per chunk of heads the
-// dK/dV kernel storing dS and the dQ kernel over the stored tiles.
-template <int D>
-int launch_ds_backward(KernelArgs a, bool any_dpp, cudaStream_t stream) {
+// dK/dV kernel storing dS and the dQ kernel over the stored tiles. kWg: on wgmma.
+template <int D, bool kWg>
+int launch_ds_backward_on(KernelArgs a, bool any_dpp, cudaStream_t stream) {
   using Shape = BwdShape<D, false>;
-  int err = set_backward_smem<D, false>();
-  if (err == 0) {
-    err = cudaFuncSetAttribute(flash_dkdv_kernel<D, false, true>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemKv);
-  }
-  if (err == 0) {
-    err = cudaFuncSetAttribute(flash_dq_ds_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               DsDqShape<D>::kSmem);
-  }
+  constexpr int kKv = kv_smem<D, false, kWg>(), kDq = DsDqShape<D, kWg>::kSmem;
+  int err = set_smem(flash_dq_kernel<D, false>, Shape::kSmemDq);
+  if (err == 0) err = set_smem(flash_dkdv_kernel<D, false, false, kWg>, kKv);
+  if (err == 0) err = set_smem(flash_dkdv_kernel<D, false, true, kWg>, kKv);
+  if (err == 0) err = set_smem(flash_dq_ds_kernel<D, kWg>, kDq);
   if (err != 0) return err;
   a.ds_dq = true;
   const int bh = a.batch * a.heads, n_t = (a.seq + kBlockQ - 1) / kBlockQ;
   flash_delta_kernel<D><<<dim3((a.seq + kThreads / 4 - 1) / (kThreads / 4), bh), kThreads, 0, stream>>>(a);
   if (any_dpp) {
     flash_dq_kernel<D, false><<<dim3(n_t, bh), kThreads, Shape::kSmemDq, stream>>>(a);
-    flash_dkdv_kernel<D, false><<<dim3(n_t, bh), kThreads, Shape::kSmemKv, stream>>>(a);
+    flash_dkdv_kernel<D, false, false, kWg><<<dim3(n_t, bh), kThreads, kKv, stream>>>(a);
   }
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
@@ -609,12 +668,18 @@ int launch_ds_backward(KernelArgs a, bool any_dpp, cudaStream_t stream) {
   for (int64_t h0 = 0; h0 < bh; h0 += chunk) {
     a.bh0 = static_cast<int>(h0);
     const dim3 grid(n_t, static_cast<unsigned>(std::min<int64_t>(chunk, bh - h0)));
-    flash_dkdv_kernel<D, false, true><<<grid, kThreads, Shape::kSmemKv, stream>>>(a);
-    flash_dq_ds_kernel<D><<<grid, kThreads, DsDqShape<D>::kSmem, stream>>>(a);
+    flash_dkdv_kernel<D, false, true, kWg><<<grid, kThreads, kKv, stream>>>(a);
+    flash_dq_ds_kernel<D, kWg><<<grid, kThreads, kDq, stream>>>(a);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
+}
+
+template <int D>
+int launch_ds_backward(const KernelArgs& a, bool any_dpp, cudaStream_t stream) {
+  return wgmma_on() ? launch_ds_backward_on<D, true>(a, any_dpp, stream)
+                    : launch_ds_backward_on<D, false>(a, any_dpp, stream);
 }
 
 // The BF16 heads' kernels (through the dS path when a.ds is set), and those of the FP32 heads

@@ -2,9 +2,6 @@
 // kernel per variant of the per-head plan flags (its key loop in attention_forward_block.cuh,
 // with the rounding points), and the public forward launcher. The BF16 variants run their
 // products on Hopper's wgmma (kWg, same bits) unless REWIND_ATTN_WGMMA=0.
-#include <cstdlib>
-#include <string>
-
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/attention_forward_block.cuh"
 
@@ -51,16 +48,10 @@ int launch_kernel(const KernelArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Whether the BF16 variants take their wgmma kernels: unless REWIND_ATTN_WGMMA=0.
-bool wgmma_forward_on() {
-  const char* env = std::getenv("REWIND_ATTN_WGMMA");
-  return env == nullptr || std::string(env) != "0";
-}
-
 template <int D, int V>
 int launch_variant(const KernelArgs& a, cudaStream_t stream) {
   if constexpr ((V & kFwdF32) == 0) {
-    if (wgmma_forward_on()) return launch_kernel<D, V, true>(a, stream);
+    if (wgmma_on()) return launch_kernel<D, V, true>(a, stream);
   }
   return launch_kernel<D, V, false>(a, stream);
 }

@@ -48,7 +48,7 @@ namespace rwd::kernels::cuda {
 // 128-byte-swizzled tiles (wgmma.cuh) instead of ldmatrix + mma.sync, everything else as is.
 // The bits are the same: wgmma's k16 products and FP32 accumulation equal mma.sync's
 // (experiments/cuda_bench/wgmma_probe.cu), each accumulator sees the same k-steps in the same
-// order, and every row the same key tiles (AttentionCuda.WgmmaForwardEqualsMmaForwardBitwise).
+// order, and every row the same key tiles (AttentionCuda.WgmmaKernelsEqualMmaKernelsBitwise).
 template <int D, bool kExtras, bool kTies, bool kStats, bool kF32, bool kWg = false>
 __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagView& f,
                                               uint16_t* smem_in, int q_tile) {

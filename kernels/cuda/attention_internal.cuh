@@ -112,6 +112,10 @@ size_t split_bytes(const AttentionParams& p, const HeadFlags* host_flags);
 // bwd fp32), v (pv or bwd), dO (bwd; from d_o when a.do32 is null).
 int launch_split(KernelArgs& a, int dim, void* ws, bool backward, cudaStream_t stream);
 
+// Whether the BF16 tensor-core kernels run their products on wgmma (sm_90a; same bits as
+// mma.sync): unless REWIND_ATTN_WGMMA=0 (attention_plan.cu).
+bool wgmma_on();
+
 // SIMT kernels (attention_simt.cu): one query (or key) row per thread, FP32 FMAs, the
 // same rounding points as the tensor-core kernels. all_heads: run every head (tiling off),
 // else only heads that need FP32 operands.

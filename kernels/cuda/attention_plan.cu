@@ -1,7 +1,9 @@
 // Host-side validation shared by the CUDA attention launchers: shapes, tile sizes, pointers and
 // each head's plan flags (copied once from the device), and the choice of kernels per head.
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/attention_internal.cuh"
@@ -60,6 +62,11 @@ int launch_beside(cudaStream_t stream, const std::function<int(cudaStream_t)>& s
   if (err == 0) err = main_work(stream);
   if (err == 0) err = cudaStreamWaitEvent(stream, side->join, 0);
   return err;
+}
+
+bool wgmma_on() {
+  const char* env = std::getenv("REWIND_ATTN_WGMMA");
+  return env == nullptr || std::string(env) != "0";
 }
 
 int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool backward,

@@ -439,35 +439,46 @@ TEST(AttentionCuda, DqFromStoredDsEqualsRecomputedDqBitwise) {
   }
 }
 
-// The BF16 forward variants on wgmma (the default) give the bits of their mma.sync kernels
-// (REWIND_ATTN_WGMMA=0): O, its FP32 twin, the LSE and the monitors, for plain, stabilized and
-// s_bf16 / acc_bf16 heads in one launch, with monitors and without, D = 64 and 128, causal or
-// not, with T tails; and the backward's dQ from either forward.
-TEST(AttentionCuda, WgmmaForwardEqualsMmaForwardBitwise) {
+// The BF16 kernels on wgmma (the default) give the bits of their mma.sync versions
+// (REWIND_ATTN_WGMMA=0): O, its FP32 twin, the LSE and the monitors of the forward, for plain,
+// stabilized and s_bf16 / acc_bf16 heads in one launch, with monitors and without; dQ, dK, dV
+// and delta of the backward, through the stored-dS path and the recompute path, with a
+// delta=dpp head beside them. D = 64 and 128, causal or not, with T tails.
+TEST(AttentionCuda, WgmmaKernelsEqualMmaKernelsBitwise) {
   SKIP_WITHOUT_GPU();
-  const Shape shapes[] = {{2, 4, 200, 128, true}, {1, 4, 300, 128, false}, {1, 4, 64, 128, true},
-                          {2, 4, 1000, 128, true}, {1, 4, 77, 64, false}, {2, 4, 333, 64, true}};
+  const Shape shapes[] = {{2, 5, 200, 128, true}, {1, 5, 300, 128, false}, {1, 5, 64, 128, true},
+                          {2, 5, 1000, 128, true}, {1, 5, 77, 64, false}, {2, 5, 333, 64, true}};
   for (const Shape& sh : shapes) {
     for (float peak : {1.0f, 6.0f}) {
-      for (bool stats : {false, true}) {
+      for (int mode = 0; mode < 3; ++mode) {  // monitors off / on; dQ recomputed
+        const bool stats = mode == 1;
+        const int ds_dq = mode == 2 ? 0 : -1;
         Inputs in = make_inputs(sh.b, sh.h, sh.t, sh.d, sh.causal, peak, 91 + sh.t);
         in.flags[1].stable = true;
         in.flags[2].s_bf16 = true;
         in.flags[3].acc_bf16 = true;
+        in.flags[4].delta_dpp = true;
         setenv("REWIND_ATTN_WGMMA", "0", 1);
-        const Outputs mma = run_gpu(in, true, stats);
+        const Outputs mma = run_gpu(in, true, stats, false, ds_dq);
         unsetenv("REWIND_ATTN_WGMMA");
-        const Outputs wg = run_gpu(in, true, stats);
+        const Outputs wg = run_gpu(in, true, stats, false, ds_dq);
         ASSERT_EQ(mma.fwd_status, 0);
         ASSERT_EQ(wg.fwd_status, 0);
+        ASSERT_EQ(wg.bwd_status, 0);
         const std::string what = "D=" + std::to_string(sh.d) + " T=" + std::to_string(sh.t) +
                                  (sh.causal ? " causal" : "") + " peak " + std::to_string(peak) +
-                                 (stats ? " monitors" : "");
+                                 " mode " + std::to_string(mode);
         ASSERT_GT(max_abs(wg.o), 0.0) << what;
-        EXPECT_EQ(std::memcmp(mma.o.data(), wg.o.data(), wg.o.size() * 4), 0) << what;
-        EXPECT_EQ(std::memcmp(mma.o32.data(), wg.o32.data(), wg.o32.size() * 4), 0) << what;
-        EXPECT_EQ(std::memcmp(mma.lse.data(), wg.lse.data(), wg.lse.size() * 4), 0) << what;
-        EXPECT_EQ(std::memcmp(mma.dq.data(), wg.dq.data(), wg.dq.size() * 4), 0) << what;
+        auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+          return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+        };
+        EXPECT_TRUE(same(mma.o, wg.o)) << what;
+        EXPECT_TRUE(same(mma.o32, wg.o32)) << what;
+        EXPECT_TRUE(same(mma.lse, wg.lse)) << what;
+        EXPECT_TRUE(same(mma.dq, wg.dq)) << what;
+        EXPECT_TRUE(same(mma.dk, wg.dk)) << what;
+        EXPECT_TRUE(same(mma.dv, wg.dv)) << what;
+        EXPECT_TRUE(same(mma.delta, wg.delta)) << what;
         for (int h = 0; h < sh.h && stats; ++h) {
           const HeadStats &x = mma.stats[h], &y = wg.stats[h];
           EXPECT_EQ(std::memcmp(&x.max_logit, &y.max_logit, 4), 0) << what << " head " << h;
