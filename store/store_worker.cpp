@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "store/background_priority.h"
+
 namespace rwd::store {
 
 StoreWorker::StoreWorker(const std::string& path, const StoreOptions& options, size_t max_queued,
@@ -22,6 +24,7 @@ StoreWorker::~StoreWorker() {
 }
 
 void StoreWorker::loop() {
+  yield_to_training();
   for (;;) {
     std::pair<uint64_t, Job> job;
     bool run = false;

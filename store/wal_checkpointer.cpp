@@ -1,6 +1,7 @@
 // WalCheckpointer: PASSIVE WAL checkpoints on a thread and connection of their own.
 #include "store/wal_checkpointer.h"
 
+#include "store/background_priority.h"
 #include "store/schema.h"
 #include "store/store.h"
 
@@ -38,6 +39,7 @@ void WalCheckpointer::stop() {
 }
 
 void WalCheckpointer::loop() {
+  yield_to_training();
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait(lock, [&] { return stop_ || pending_ >= every_; });
