@@ -34,6 +34,7 @@
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention_backward_ds.cuh"
 #include "kernels/cuda/attention_backward_mma.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/attention_split.cuh"
@@ -64,12 +65,6 @@ constexpr int kDqKvStages = D == 64 ? REWIND_DQ64_KV_STAGES : REWIND_DQ128_KV_ST
 #define REWIND_DKDV64_MIN_BLOCKS 3  // D = 128 keeps 1: at 3 blocks (168 registers) it spills
 #endif
 
-// dS path (below): dS tiles the dQ kernel loads ahead into registers (1: 0.05 ms slower at
-// D = 128, experiments/cuda_bench/RESULTS.md).
-#ifndef REWIND_DS_AHEAD
-#define REWIND_DS_AHEAD 2
-#endif
-
 // Shared memory of the backward kernels: the BF16 ones as tuned above; the FP32 variant holds
 // three planes per operand, single-buffered.
 template <int D, bool kF32>
@@ -87,83 +82,6 @@ struct BwdShape {
   static constexpr int kMinBlocksDq = kF32 ? (D == 64 ? 2 : 1) : REWIND_DQ_MIN_BLOCKS;
   static constexpr int kMinBlocksKv = kF32 ? 1 : (D == 64 ? REWIND_DKDV64_MIN_BLOCKS : 1);
 };
-
-// Variant of a head's backward kernels: 0 BF16, 1 FP32 (split operands), -1 SIMT.
-__device__ __forceinline__ int backward_variant(const FlagView& f, bool simt_fp32) {
-  return backward_needs_simt(f, simt_fp32) ? -1 : backward_fp32(f) ? 1 : 0;
-}
-
-// dS path: the dK/dV kernel (flash_dkdv_kernel<D, false, true>) stores bf16(dS) of every
-// visible (query tile i, key tile j) pair as a 64 x 64 tile in mma fragment order: the A
-// fragments of dS^T (keys as rows) that its dK product packs from registers, 16 bytes per lane,
-// [key warp w][k-step kk][lane], so a warp stores and loads 512 contiguous bytes at a time.
-// flash_dq_ds_kernel turns them into dS's fragments with movmatrix transposes and forms dQ in
-// the recompute kernel's order (same mma sequence, same bits). Tiles of one head: row-major
-// over i, causal j <= i.
-constexpr int kDsTileElems = kBlockQ * kBlockK;
-__host__ __device__ inline int64_t ds_tiles_per_head(int T, bool causal) {
-  const int64_t n = (T + kBlockQ - 1) / kBlockQ;
-  return causal ? n * (n + 1) / 2 : n * n;
-}
-__host__ __device__ inline int64_t ds_tile_index(int i, int j, int T, bool causal) {
-  return causal ? static_cast<int64_t>(i) * (i + 1) / 2 + j
-                : static_cast<int64_t>(i) * ((T + kBlockK - 1) / kBlockK) + j;
-}
-
-// delta = rowsum(dO * O) of query row `row` (< T, else 0), shared by the four lanes of a quad:
-// every lane of the warp must call it (quad shuffles).
-template <int D, bool kF32>
-__device__ __forceinline__ float row_delta(const KernelArgs& a, const FlagView& f, size_t base,
-                                           int row, int lane) {
-  const int T = a.seq;
-  // delta = rowsum(dO * O): quad lane l takes the 8-element chunks l, l + 4, ... (16-byte
-  // loads), FMAs in column order within its chunks, then the quad sum.
-  // FP32 heads: dO from its FP32 copy for bwd=fp32 / delta=fp32 (when given), and for
-  // delta=fp32 O = o_f32 and the sum in double.
-  using DeltaAcc = std::conditional_t<kF32, double, float>;
-  const bool do32 = kF32 && (f.bwd_f32 || f.delta_f64) && a.do32 != nullptr;
-  DeltaAcc acc = 0.0f;
-  if (row < T) {
-    const size_t off = base + static_cast<size_t>(row) * D;
-#pragma unroll
-    for (int c = (lane % 4) * 8; c < D; c += 32) {
-      const uint4 dov = *reinterpret_cast<const uint4*>(a.d_o + off + c);
-      const uint32_t dw[4] = {dov.x, dov.y, dov.z, dov.w};
-      float o[8], g[8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        g[2 * i] = bf16_bits_to_float(static_cast<uint16_t>(dw[i] & 0xffffu));
-        g[2 * i + 1] = bf16_bits_to_float(static_cast<uint16_t>(dw[i] >> 16));
-      }
-      if (do32) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) g[i] = a.do32[off + c + i];
-      }
-      if (f.o_f32 || (kF32 && f.delta_f64)) {
-        const float4 lo = *reinterpret_cast<const float4*>(a.o32 + off + c);
-        const float4 hi = *reinterpret_cast<const float4*>(a.o32 + off + c + 4);
-        o[0] = lo.x, o[1] = lo.y, o[2] = lo.z, o[3] = lo.w;
-        o[4] = hi.x, o[5] = hi.y, o[6] = hi.z, o[7] = hi.w;
-      } else {
-        const uint4 ov = *reinterpret_cast<const uint4*>(a.o + off + c);
-        const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          o[2 * i] = bf16_bits_to_float(static_cast<uint16_t>(ow[i] & 0xffffu));
-          o[2 * i + 1] = bf16_bits_to_float(static_cast<uint16_t>(ow[i] >> 16));
-        }
-      }
-      if (kF32 && f.delta_f64) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc += static_cast<double>(g[i]) * o[i];
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc = fmaf(g[i], o[i], static_cast<float>(acc));
-      }
-    }
-  }
-  return static_cast<float>(quad_sum(acc));
-}
 
 // delta and dQ. Grid (ceil(T/64), B*H), 128 threads; warp w owns query rows q0 + 16w ...
 // For delta=dpp heads the key loop runs twice: pass 0 sums dP * P into delta, pass 1 forms dQ.
@@ -294,16 +212,9 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksDq) fla
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int row = row_a + 8 * r;
-    if (row >= T) continue;
-    if ((lane % 4) == 0) a.delta[row_base + row] = delta[r];
-    const size_t off = base + static_cast<size_t>(row) * D;
-#pragma unroll
-    for (int nb = 0; nb < D / 8; ++nb) {
-      *reinterpret_cast<float2*>(a.dq + off + nb * 8 + (lane % 4) * 2) =
-          make_float2(dq[nb][2 * r] * a.scale, dq[nb][2 * r + 1] * a.scale);
-    }
+    if (row_a + 8 * r < T && (lane % 4) == 0) a.delta[row_base + row_a + 8 * r] = delta[r];
   }
+  store_rows_scaled<D>(a.dq, dq, base, row_a, T, a.scale, lane);
 }
 
 // dK and dV. Grid (ceil(T/64), B*H), 128 threads; warp w owns keys k0 + 16w ... as the rows
@@ -474,113 +385,6 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
       *reinterpret_cast<float2*>(a.dk + off + col) =
           make_float2(dk[nb][2 * r] * a.scale, dk[nb][2 * r + 1] * a.scale);
       *reinterpret_cast<float2*>(a.dv + off + col) = make_float2(dv[nb][2 * r], dv[nb][2 * r + 1]);
-    }
-  }
-}
-
-// dS path, step 1: delta = rowsum(dO * O) of its heads, which the dK/dV kernel reads (the
-// recompute dQ kernel forms it otherwise). Grid (ceil(T/32), B*H), 128 threads: a quad of
-// lanes per query row, the arithmetic of flash_dq_kernel (row_delta).
-template <int D>
-__global__ void __launch_bounds__(kThreads) flash_delta_kernel(KernelArgs a) {
-  const int bh = blockIdx.y, h = bh % a.heads, T = a.seq;
-  const FlagView f = decode_flags(a.flags[h]);
-  if (backward_variant(f, a.simt_fp32) != 0 || f.delta_dpp) return;
-  const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 4) + threadIdx.x / 4;
-  const float d = row_delta<D, false>(a, f, static_cast<size_t>(bh) * T * D, row, lane);
-  if (row < T && lane % 4 == 0) a.delta[static_cast<size_t>(bh) * T + row] = d;
-}
-
-// dS path, step 3: dQ_i = alpha * sum_j bf16(dS_ij) K_j over the stored tiles, j ascending with
-// the mma sequence of flash_dq_kernel (same bits). Grid (ceil(T/64), heads of the chunk), 128
-// threads; warp w owns query rows q0 + 16w ...; K tiles double-buffered in shared memory, the
-// dS fragments loaded from global memory straight into registers, kAhead tiles ahead (the
-// kernel streams dS from DRAM). Causal: the last query tiles (most key tiles) start first.
-template <int D, bool kWg = false>
-struct DsDqShape {
-  static constexpr int kKTile = kBlockK * (kWg ? D : D + 8);  // swizzle-128 tiles for wgmma
-  static constexpr int kSmem = 2 * kKTile * static_cast<int>(sizeof(uint16_t)) + (kWg ? 1024 : 0);
-  static constexpr int kAhead = REWIND_DS_AHEAD;
-  static constexpr int kMinBlocks = kAhead >= 2 ? 3 : 4;
-};
-template <int D, bool kWg = false>
-__global__ void __launch_bounds__(kThreads, DsDqShape<D, kWg>::kMinBlocks) flash_dq_ds_kernel(KernelArgs a) {
-  using Sh = DsDqShape<D, kWg>;
-  const int T = a.seq, n_t = (T + kBlockQ - 1) / kBlockQ;
-  const int q_tile = a.causal ? n_t - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
-  const int bh = a.bh0 + blockIdx.y, h = bh % a.heads;
-  const FlagView f = decode_flags(a.flags[h]);
-  if (backward_variant(f, a.simt_fp32) != 0 || f.delta_dpp) return;
-  extern __shared__ __align__(16) uint16_t smem_raw[];
-  uint16_t* s_k = kWg ? reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                                    ~uintptr_t{1023})
-                      : smem_raw;  // [2] tiles
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t base = static_cast<size_t>(bh) * T * D;
-  const int n_kt = a.causal ? q_tile + 1 : n_t;
-  // Tile (q_tile, j): the 16 bytes of key warp kk at k-step `warp` (this warp's query columns)
-  // for each kk, transposed below.
-  const uint4* ds = reinterpret_cast<const uint4*>(a.ds) +
-                    (static_cast<size_t>(blockIdx.y) * ds_tiles_per_head(T, a.causal) +
-                     ds_tile_index(q_tile, 0, T, a.causal)) * (kDsTileElems / 8) + warp * 32 + lane;
-  auto load_ds = [&](int j, uint4 (&frag)[4]) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) frag[kk] = ds[static_cast<size_t>(j) * (kDsTileElems / 8) + kk * 128];
-  };
-  float dq[D / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
-  uint4 fr[Sh::kAhead + 1][4];  // dS fragments of tiles j, j + 1, ...
-  auto load_k = [&](int j, uint16_t* dst) {
-    if constexpr (kWg) {
-      load_tile_sw128<D, kBlockK, kThreads>(dst, a.k + base, j * kBlockK, T);
-    } else {
-      load_tile_async<D>(dst, a.k + base, j * kBlockK, T);
-    }
-    cp_async_commit();
-  };
-  load_k(0, s_k);
-#pragma unroll
-  for (int p = 0; p < Sh::kAhead; ++p) {
-    if (p < n_kt) load_ds(p, fr[p]);
-  }
-  for (int j = 0; j < n_kt; ++j) {
-    cp_async_wait_all();
-    if constexpr (kWg) fence_proxy_async();
-    __syncthreads();  // K_j landed; every warp is done with K_{j-1}'s buffer
-    const int buf = j & 1;
-    if (j + 1 < n_kt) load_k(j + 1, s_k + (buf ^ 1) * Sh::kKTile);
-    if (j + Sh::kAhead < n_kt) load_ds(j + Sh::kAhead, fr[Sh::kAhead]);
-    // The 8 x 8 blocks of dS^T (keys 0-7 | 8-15 x queries 0-7 | 8-15), transposed into dS's
-    // fragment: queries 0-7 x keys 0-7, queries 8-15 x keys 0-7, queries 0-7 x keys 8-15, ...
-    uint32_t af[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      af[kk][0] = movmatrix_trans(fr[0][kk].x), af[kk][1] = movmatrix_trans(fr[0][kk].z);
-      af[kk][2] = movmatrix_trans(fr[0][kk].y), af[kk][3] = movmatrix_trans(fr[0][kk].w);
-    }
-    if constexpr (kWg) {
-      wgmma_pv<D>(reinterpret_cast<float(&)[D / 2]>(dq), af, s_k + buf * Sh::kKTile);  // dQ += bf16(dS) K
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) mma_afrag_b<D>(dq, af[kk], kk, s_k + buf * Sh::kKTile, lane);
-    }
-#pragma unroll
-    for (int p = 0; p < Sh::kAhead; ++p) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) fr[p][kk] = fr[p + 1][kk];
-    }
-  }
-  const int row_a = q_tile * kBlockQ + warp * 16 + lane / 4;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row_a + 8 * r;
-    if (row >= T) continue;
-    const size_t off = base + static_cast<size_t>(row) * D;
-#pragma unroll
-    for (int nb = 0; nb < D / 8; ++nb) {
-      *reinterpret_cast<float2*>(a.dq + off + nb * 8 + (lane % 4) * 2) =
-          make_float2(dq[nb][2 * r] * a.scale, dq[nb][2 * r + 1] * a.scale);
     }
   }
 }

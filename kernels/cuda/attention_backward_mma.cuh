@@ -1,8 +1,13 @@
-// Tile matmuls of the backward kernels (attention_backward.cu) on the tensor cores: the BF16
-// ones, their split-BF16 (FP32 head) variants, and how an FP32 head forms P and loads its planes.
+// Device helpers of the backward kernels (attention_backward.cu): the tile matmuls on the
+// tensor cores (BF16, and the split-BF16 variants of FP32 heads), how an FP32 head forms P and
+// loads its planes, the head's kernel variant, delta = rowsum(dO * O) of a row, and the rows'
+// FP32 gradient stores.
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/attention_split.cuh"
 
 namespace rwd::kernels::cuda {
@@ -210,6 +215,84 @@ __device__ __forceinline__ void load_operand(uint16_t* dst, const uint16_t* b16,
 #pragma unroll
   for (int i = 0; i < kPl; ++i) {
     if (i == 0 || planes) load_tile_async<D>(dst + i * kTile, (planes ? pl[i] : b16) + base, row0, T);
+  }
+}
+
+// Variant of a head's backward kernels: 0 BF16, 1 FP32 (split operands), -1 SIMT.
+__device__ __forceinline__ int backward_variant(const FlagView& f, bool simt_fp32) {
+  return backward_needs_simt(f, simt_fp32) ? -1 : backward_fp32(f) ? 1 : 0;
+}
+
+// delta = rowsum(dO * O) of query row `row` (< T, else 0), shared by the four lanes of a quad:
+// every lane of the warp must call it (quad shuffles).
+template <int D, bool kF32>
+__device__ __forceinline__ float row_delta(const KernelArgs& a, const FlagView& f, size_t base,
+                                           int row, int lane) {
+  const int T = a.seq;
+  // delta = rowsum(dO * O): quad lane l takes the 8-element chunks l, l + 4, ... (16-byte
+  // loads), FMAs in column order within its chunks, then the quad sum.
+  // FP32 heads: dO from its FP32 copy for bwd=fp32 / delta=fp32 (when given), and for
+  // delta=fp32 O = o_f32 and the sum in double.
+  using DeltaAcc = std::conditional_t<kF32, double, float>;
+  const bool do32 = kF32 && (f.bwd_f32 || f.delta_f64) && a.do32 != nullptr;
+  DeltaAcc acc = 0.0f;
+  if (row < T) {
+    const size_t off = base + static_cast<size_t>(row) * D;
+#pragma unroll
+    for (int c = (lane % 4) * 8; c < D; c += 32) {
+      const uint4 dov = *reinterpret_cast<const uint4*>(a.d_o + off + c);
+      const uint32_t dw[4] = {dov.x, dov.y, dov.z, dov.w};
+      float o[8], g[8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        g[2 * i] = bf16_bits_to_float(static_cast<uint16_t>(dw[i] & 0xffffu));
+        g[2 * i + 1] = bf16_bits_to_float(static_cast<uint16_t>(dw[i] >> 16));
+      }
+      if (do32) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) g[i] = a.do32[off + c + i];
+      }
+      if (f.o_f32 || (kF32 && f.delta_f64)) {
+        const float4 lo = *reinterpret_cast<const float4*>(a.o32 + off + c);
+        const float4 hi = *reinterpret_cast<const float4*>(a.o32 + off + c + 4);
+        o[0] = lo.x, o[1] = lo.y, o[2] = lo.z, o[3] = lo.w;
+        o[4] = hi.x, o[5] = hi.y, o[6] = hi.z, o[7] = hi.w;
+      } else {
+        const uint4 ov = *reinterpret_cast<const uint4*>(a.o + off + c);
+        const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          o[2 * i] = bf16_bits_to_float(static_cast<uint16_t>(ow[i] & 0xffffu));
+          o[2 * i + 1] = bf16_bits_to_float(static_cast<uint16_t>(ow[i] >> 16));
+        }
+      }
+      if (kF32 && f.delta_f64) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc += static_cast<double>(g[i]) * o[i];
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc = fmaf(g[i], o[i], static_cast<float>(acc));
+      }
+    }
+  }
+  return static_cast<float>(quad_sum(acc));
+}
+
+// out[rows row_a, row_a + 8 of this thread] = alpha * acc (FP32, the mma C layout, D columns),
+// rows >= T skipped: the dQ (and dK) stores.
+template <int D>
+__device__ __forceinline__ void store_rows_scaled(float* out, const float (&acc)[D / 8][4], size_t base,
+                                                  int row_a, int T, float alpha, int lane) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_a + 8 * r;
+    if (row >= T) continue;
+    const size_t off = base + static_cast<size_t>(row) * D;
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb) {
+      *reinterpret_cast<float2*>(out + off + nb * 8 + (lane % 4) * 2) =
+          make_float2(acc[nb][2 * r] * alpha, acc[nb][2 * r + 1] * alpha);
+    }
   }
 }
 

@@ -24,6 +24,7 @@
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_forward_config.cuh"
+#include "kernels/cuda/attention_forward_output.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/attention_split.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -83,17 +84,17 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     if constexpr (kWg) {
       load_tile_sw128<D, kBlockK, kNThr>(s_k + stage * kKvTile, a.k + base, j * kBlockK, T);
       load_tile_sw128<D, kBlockK, kNThr>(s_v + stage * kKvTile, a.v + base, j * kBlockK, T);
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int i = 0; i < kPl; ++i) {
-      if (i == 0 || qk32) {
-        load_tile_async<D, kBlockK, kNThr>(s_k + (stage * kPl + i) * kKvTile,
-                                           plane(a.k, a.k_pl, qk32, i), j * kBlockK, T);
-      }
-      if (i == 0 || pv32) {
-        load_tile_async<D, kBlockK, kNThr>(s_v + (stage * kPl + i) * kKvTile,
-                                           plane(a.v, a.v_pl, pv32, i), j * kBlockK, T);
+      for (int i = 0; i < kPl; ++i) {
+        if (i == 0 || qk32) {
+          load_tile_async<D, kBlockK, kNThr>(s_k + (stage * kPl + i) * kKvTile,
+                                             plane(a.k, a.k_pl, qk32, i), j * kBlockK, T);
+        }
+        if (i == 0 || pv32) {
+          load_tile_async<D, kBlockK, kNThr>(s_v + (stage * kPl + i) * kKvTile,
+                                             plane(a.v, a.v_pl, pv32, i), j * kBlockK, T);
+        }
       }
     }
   };
@@ -552,42 +553,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     }
   }
 
-  // Epilogue: O = bf16(Ō / l) (optionally faulted), o_f32 = Ō / l, LSE = m + log(l).
-#pragma unroll
-  for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = w_row0 + mt * 16 + lane / 4 + 8 * r;
-      if (row >= T) continue;
-      const size_t off = base + static_cast<size_t>(row) * D;
-      const float inv_l = 1.0f / static_cast<float>(l[mt][r]);
-      // FP32 variant: Ō / l divided as the CPU twin divides (in double for softmax=fp32).
-      auto div_l = [&](float x) {
-        if constexpr (kF32) {
-          return sm64 ? static_cast<float>(x / l[mt][r]) : __fdiv_rn(x, static_cast<float>(l[mt][r]));
-        } else {
-          return x * inv_l;
-        }
-      };
-#pragma unroll
-      for (int nb = 0; nb < D / 8; ++nb) {
-        const int col = nb * 8 + (lane % 4) * 2;
-        const float x0 = div_l(o[mt][nb][2 * r]), x1 = div_l(o[mt][nb][2 * r + 1]);
-        const uint32_t packed =
-            static_cast<uint32_t>(float_to_bf16_bits(o_output(x0, f))) |
-            (static_cast<uint32_t>(float_to_bf16_bits(o_output(x1, f))) << 16);
-        *reinterpret_cast<uint32_t*>(a.o_out + off + col) = packed;
-        if (a.o32_out != nullptr) {
-          *reinterpret_cast<float2*>(a.o32_out + off + col) = make_float2(x0, x1);
-        }
-      }
-      if ((lane % 4) == 0) {
-        a.lse_out[static_cast<size_t>(bh) * T + row] =
-            sm64 ? static_cast<float>(m[mt][r] + log(static_cast<double>(l[mt][r])))
-                 : m[mt][r] + logf(static_cast<float>(l[mt][r]));
-      }
-    }
-  }
+  write_forward_rows<D, kMt, kF32>(a, f, o, m, l, w_row0, base, bh, sm64);
   if (kStats) {
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
