@@ -1,5 +1,5 @@
-// Failure predicate: tokenizer, recursive-descent parser with type checking, printer and
-// evaluator over a window's series. Grammar and semantics are documented in predicate.h.
+// Failure predicate: tokenizer, recursive-descent parser with type checking, printer and the
+// monotonicity rule; the evaluator is predicate_eval.cpp. Grammar and semantics: predicate.h.
 #include "bisect/predicate.h"
 
 #include <algorithm>
@@ -10,37 +10,17 @@
 #include <limits>
 #include <set>
 
+#include "bisect/predicate_internal.h"
 #include "bisect/series_names.h"
 #include "common/error.h"
 
 namespace rwd::bisect {
 
-enum class NodeKind { kNumber, kSeries, kIndex, kFunc, kNanAny, kNeg, kNot, kArith, kCompare,
-                      kAnd, kOr };
-
-struct PredicateNode {
-  NodeKind kind = NodeKind::kNumber;
-  size_t pos = 0;          // 0-based offset of the node's first character, printed 1-based
-  bool boolean = false;    // result type: boolean or number (scalar or series)
-  double number = 0;       // kNumber
-  int64_t step = 0;        // kIndex
-  std::string name;        // series name, function name or operator
-  std::vector<std::shared_ptr<const PredicateNode>> args;
-  int depth = 1;           // levels of the tree below and including this node
-};
-
 namespace {
 
+using namespace predicate_internal;
 using NodePtr = std::shared_ptr<const PredicateNode>;
-constexpr double kInf = std::numeric_limits<double>::infinity();
-const std::set<std::string> kNumFuncs = {"max", "min", "mean", "first", "last", "growth"};
-
-[[noreturn]] void fail_at(size_t pos, const std::string& msg) {
-  throw UsageError("predicate: position " + std::to_string(pos + 1) + ": " + msg);
-}
-
-// Non-finite reads as +inf (predicate.h): a NaN loss is a failure, never silently "small".
-double clean(double x) { return std::isfinite(x) ? x : kInf; }
+const std::set<std::string> kNumFuncs = {"max", "min", "mean", "median", "first", "last", "growth"};
 
 std::string format_number(double v) {
   char buf[40];
@@ -133,8 +113,8 @@ class Parser {
   // Evaluation, printing and the tree's destructor recurse over it; parsing recurses once per
   // '(', function call or unary operator. Both are bounded so that no text overflows the stack.
   static constexpr int kMaxDepth = 256;
-  static NodePtr make(NodeKind kind, size_t pos, bool boolean, std::string name,
-                      std::vector<NodePtr> args) {
+  static std::shared_ptr<PredicateNode> make(NodeKind kind, size_t pos, bool boolean,
+                                             std::string name, std::vector<NodePtr> args) {
     int depth = 1;
     for (const NodePtr& a : args) depth = std::max(depth, a->depth + 1);
     if (depth > kMaxDepth)
@@ -146,6 +126,10 @@ class Parser {
     n->boolean = boolean;
     n->name = std::move(name);
     n->args = std::move(args);
+    // Series-valued: a bare series, rmedian, and - + * / with a series among the operands.
+    n->series = kind == NodeKind::kSeries || (kind == NodeKind::kFunc && n->name == "rmedian");
+    if (kind == NodeKind::kNeg || kind == NodeKind::kArith)
+      for (const NodePtr& a : n->args) n->series = n->series || a->series;
     return n;
   }
   static void want(const NodePtr& n, bool boolean, const std::string& where) {
@@ -257,6 +241,7 @@ class Parser {
     ++k_;
     bool call = is_op("(");
     if (t.text == "nan" && !call) return make(NodeKind::kNanAny, t.pos, true, "nan", {});
+    if (call && t.text == "rmedian") return parse_rmedian(t);
     if (call && (t.text == "nan" || t.text == "spike" || kNumFuncs.count(t.text))) {
       ++k_;
       std::vector<NodePtr> args = {parse_or()};
@@ -270,8 +255,9 @@ class Parser {
       bool boolean = (t.text == "nan" || t.text == "spike");
       return make(NodeKind::kFunc, t.pos, boolean, t.text, std::move(args));
     }
-    if (call) fail_at(t.pos, "unknown function '" + t.text +
-                                 "' (expected max, min, mean, first, last, growth, spike, nan)");
+    if (call)
+      fail_at(t.pos, "unknown function '" + t.text + "' (expected max, min, mean, median, first, "
+                                                     "last, growth, rmedian, spike, nan)");
     if (is_op("[")) {
       ++k_;
       bool neg = is_op("-");
@@ -281,11 +267,31 @@ class Parser {
         fail_at(s.pos, "expected an integer step inside '[ ]', found " + describe(s));
       ++k_;
       expect("]", "after the step");
-      auto n = std::make_shared<PredicateNode>(*make(NodeKind::kIndex, t.pos, false, t.text, {}));
+      auto n = make(NodeKind::kIndex, t.pos, false, t.text, {});
       n->step = static_cast<int64_t>(neg ? -s.number : s.number);
       return n;
     }
     return make(NodeKind::kSeries, t.pos, false, t.text, {});
+  }
+
+  // rmedian '(' sum ',' N ')' after its name: a series and a positive integer literal.
+  NodePtr parse_rmedian(const Token& name) {
+    ++k_;
+    NodePtr x = parse_or();
+    want(x, false, "rmedian()");
+    if (!x->series)
+      fail_at(x->pos, "rmedian() needs a series (e.g. rmedian(grad_norm, 500)), got a scalar");
+    expect(",", "between rmedian's arguments (rmedian(series, N))");
+    const Token& len = peek();
+    if (len.type != Token::kNum || len.number < 1 || len.number != std::floor(len.number) ||
+        len.number > 9e15)
+      fail_at(len.pos, "rmedian()'s N must be a positive integer number of steps, found " +
+                           describe(len));
+    ++k_;
+    expect(")", "to close rmedian(");
+    auto n = make(NodeKind::kFunc, name.pos, false, "rmedian", {x});
+    n->step = static_cast<int64_t>(len.number);
+    return n;
   }
 
   std::vector<Token> toks_;
@@ -319,6 +325,7 @@ std::string print(const PredicateNode& n) {
     case NodeKind::kFunc: {
       std::string s = n.name + "(" + print(*n.args[0]);
       if (n.args.size() > 1) s += ", " + print(*n.args[1]);
+      if (n.name == "rmedian") s += ", " + std::to_string(n.step);
       return s + ")";
     }
     case NodeKind::kNeg: case NodeKind::kNot: return n.name + child(n.args[0], true);
@@ -326,204 +333,52 @@ std::string print(const PredicateNode& n) {
   }
 }
 
+// The monotonicity rule of Predicate::monotone() (predicate.h). A constant: numbers, x[STEP]
+// and arithmetic of them. Elementwise-causal: a number whose value at a window step depends on
+// that step and the steps before it only (constants, bare series, rmedian, arithmetic of them).
+bool constant(const PredicateNode& n) {
+  if (n.kind == NodeKind::kNumber || n.kind == NodeKind::kIndex) return true;
+  if (n.kind != NodeKind::kNeg && n.kind != NodeKind::kArith) return false;
+  return std::all_of(n.args.begin(), n.args.end(), [](const NodePtr& a) { return constant(*a); });
+}
+bool causal(const PredicateNode& n) {
+  if (constant(n) || n.kind == NodeKind::kSeries) return true;
+  if (n.kind == NodeKind::kFunc && n.name == "rmedian") return causal(*n.args[0]);
+  if (n.kind != NodeKind::kNeg && n.kind != NodeKind::kArith) return false;
+  return std::all_of(n.args.begin(), n.args.end(), [](const NodePtr& a) { return causal(*a); });
+}
+// max(e) can only rise and min(e) only fall as the window grows, e elementwise-causal.
+bool rises(const PredicateNode& n) {
+  return n.kind == NodeKind::kFunc && n.name == "max" && causal(*n.args[0]);
+}
+bool falls(const PredicateNode& n) {
+  return n.kind == NodeKind::kFunc && n.name == "min" && causal(*n.args[0]);
+}
+bool monotone_node(const PredicateNode& n) {
+  switch (n.kind) {
+    case NodeKind::kNanAny: return true;
+    case NodeKind::kAnd: case NodeKind::kOr:
+      return monotone_node(*n.args[0]) && monotone_node(*n.args[1]);
+    case NodeKind::kFunc:
+      if (n.name == "nan") return causal(*n.args[0]);
+      return n.name == "spike" && causal(*n.args[0]) && constant(*n.args[1]);
+    case NodeKind::kCompare: {
+      const PredicateNode& a = *n.args[0];
+      const PredicateNode& b = *n.args[1];
+      if (n.name == "==" || n.name == "!=") return false;
+      if (causal(a) && causal(b)) return true;  // any step, each step's values fixed
+      if (n.name == ">" || n.name == ">=")
+        return (rises(a) && constant(b)) || (constant(a) && falls(b));
+      return (falls(a) && constant(b)) || (constant(a) && rises(b));
+    }
+    default: return false;
+  }
+}
+
 void collect_series(const PredicateNode& n, std::set<std::string>& out) {
   if (n.kind == NodeKind::kSeries || n.kind == NodeKind::kIndex) out.insert(n.name);
   for (const auto& a : n.args) collect_series(*a, out);
 }
-
-// A scalar, or a series over history + window: v[0, ctx) is history, v[ctx, end) the window.
-struct Num {
-  bool is_series = false;
-  double scalar = 0;
-  std::vector<double> v;
-  size_t ctx = 0;
-  const std::vector<double>& values() {
-    if (!is_series) v.assign(1, scalar);
-    return v;
-  }
-  std::vector<double> window() {
-    values();
-    return {v.begin() + static_cast<long>(ctx), v.end()};
-  }
-};
-
-class Evaluator {
- public:
-  explicit Evaluator(const Series& s) : s_(s) {}
-
-  bool truth(const PredicateNode& n) {
-    switch (n.kind) {
-      case NodeKind::kOr: return truth(*n.args[0]) || truth(*n.args[1]);
-      case NodeKind::kAnd: return truth(*n.args[0]) && truth(*n.args[1]);
-      case NodeKind::kNot: return !truth(*n.args[0]);
-      case NodeKind::kNanAny:  // the window only: the history is the recording before it
-        for (const auto& [key, vals] : s_.values)
-          for (double x : vals) if (!std::isfinite(x)) return true;
-        return false;
-      case NodeKind::kCompare: return compare(n);
-      default: break;
-    }
-    // nan(x) and spike(x, k).
-    if (n.name == "nan") {
-      for (double x : raw(*n.args[0])) if (!std::isfinite(x)) return true;
-      return false;
-    }
-    Num k = value(*n.args[1]);
-    if (k.is_series) fail_at(n.args[1]->pos, "spike(): k must be a scalar, got a series");
-    nonempty(value(*n.args[0]), n);
-    const std::vector<double>& x = held_.values();
-    // The EMA runs over history and window; only steps of the window can spike.
-    double ema = x[0];
-    for (size_t t = 1; t < x.size(); ++t) {
-      if (t >= held_.ctx && x[t] > k.scalar * ema) return true;
-      ema = 0.9 * ema + 0.1 * x[t];  // EMA with alpha 0.1
-    }
-    return false;
-  }
-
- private:
-  const std::vector<double>& series(const PredicateNode& n) {
-    auto it = s_.values.find(n.name);
-    if (it == s_.values.end()) {
-      std::vector<std::string> keys;
-      for (const auto& kv : s_.values) keys.push_back(kv.first);
-      fail_at(n.pos, "unknown series '" + n.name + "' (" + describe_keys(n.name, keys) + ")");
-    }
-    return it->second;
-  }
-  const std::vector<double>& history(const std::string& name) {
-    static const std::vector<double> kNone;
-    auto it = s_.history.find(name);
-    return it == s_.history.end() ? kNone : it->second;
-  }
-  // Values as recorded in the window (for nan()): a series, an indexed value or an expression.
-  std::vector<double> raw(const PredicateNode& n) {
-    if (n.kind == NodeKind::kSeries) return series(n);
-    if (n.kind == NodeKind::kIndex) return {index(n)};
-    return value(n).window();
-  }
-  // x[STEP]: from the window, else from the history before it.
-  double index(const PredicateNode& n) {
-    const auto& v = series(n);
-    const auto& h = history(n.name);
-    const int64_t i = n.step - s_.first_step;
-    if (i >= 0 && i < static_cast<int64_t>(v.size())) return v[static_cast<size_t>(i)];
-    if (i < 0 && -i <= static_cast<int64_t>(h.size())) return h[h.size() - static_cast<size_t>(-i)];
-    fail_at(n.pos, "step " + std::to_string(n.step) + " is outside the window and its history (" +
-                       n.name + " has steps " +
-                       std::to_string(s_.first_step - static_cast<int64_t>(h.size())) + ".." +
-                       std::to_string(s_.first_step + static_cast<int64_t>(v.size()) - 1) + ")");
-  }
-  // The window part of x (kept whole, history included, in held_).
-  std::vector<double> nonempty(Num&& x, const PredicateNode& at) {
-    held_ = std::move(x);
-    std::vector<double> w = held_.window();
-    if (w.empty())
-      throw Error(ExitCode::kData, "predicate: position " + std::to_string(at.pos + 1) + ": " +
-                                       at.name + "() over a series with no values in the window");
-    return w;
-  }
-
-  Num value(const PredicateNode& n) {
-    Num r;
-    switch (n.kind) {
-      case NodeKind::kNumber: r.scalar = n.number; return r;
-      case NodeKind::kIndex: r.scalar = clean(index(n)); return r;
-      case NodeKind::kSeries:
-        r.is_series = true;
-        for (double x : history(n.name)) r.v.push_back(clean(x));
-        r.ctx = r.v.size();
-        for (double x : series(n)) r.v.push_back(clean(x));
-        return r;
-      case NodeKind::kNeg: {
-        r = value(*n.args[0]);
-        r.scalar = clean(-r.scalar);
-        for (double& x : r.v) x = clean(-x);
-        return r;
-      }
-      case NodeKind::kArith: return arith(n);
-      default: break;
-    }
-    // max/min/mean/first/last/growth
-    const std::vector<double> x = nonempty(value(*n.args[0]), n);
-    if (n.name == "max") r.scalar = *std::max_element(x.begin(), x.end());
-    if (n.name == "min") r.scalar = *std::min_element(x.begin(), x.end());
-    if (n.name == "first") r.scalar = x.front();
-    if (n.name == "last") r.scalar = x.back();
-    if (n.name == "growth") r.scalar = x.back() / (held_.ctx ? held_.v[held_.ctx - 1] : x.front());
-    if (n.name == "mean") {
-      double sum = 0;
-      for (double y : x) sum += y;
-      r.scalar = sum / static_cast<double>(x.size());
-    }
-    r.scalar = clean(r.scalar);
-    return r;
-  }
-
-  static double apply(const std::string& op, double a, double b) {
-    if (op == "+") return clean(a + b);
-    if (op == "-") return clean(a - b);
-    if (op == "*") return clean(a * b);
-    return clean(a / b);
-  }
-  static bool holds(const std::string& op, double a, double b) {
-    if (op == ">") return a > b;
-    if (op == "<") return a < b;
-    if (op == ">=") return a >= b;
-    if (op == "<=") return a <= b;
-    if (op == "==") return a == b;
-    return a != b;
-  }
-
-  // Broadcasts two numbers to a common length (1 if both scalars); two series keep the
-  // history they share (their windows are the same steps).
-  std::pair<Num, Num> pair_of(const PredicateNode& n) {
-    Num a = value(*n.args[0]), b = value(*n.args[1]);
-    if (a.is_series && b.is_series) {
-      for (Num* x : {&a, &b}) {
-        const size_t drop = x->ctx - std::min(a.ctx, b.ctx);
-        x->v.erase(x->v.begin(), x->v.begin() + static_cast<long>(drop));
-        x->ctx -= drop;
-      }
-      if (a.v.size() != b.v.size())
-        throw Error(ExitCode::kData, "predicate: position " + std::to_string(n.pos + 1) +
-                                         ": series of different lengths (" +
-                                         std::to_string(a.v.size() - a.ctx) + " and " +
-                                         std::to_string(b.v.size() - b.ctx) + " steps)");
-    }
-    if ((a.is_series && a.v.size() == a.ctx) || (b.is_series && b.v.size() == b.ctx))
-      throw Error(ExitCode::kData, "predicate: position " + std::to_string(n.pos + 1) +
-                                       ": a series has no values in the window");
-    return {std::move(a), std::move(b)};
-  }
-  Num arith(const PredicateNode& n) {
-    auto [a, b] = pair_of(n);
-    Num r;
-    r.is_series = a.is_series || b.is_series;
-    r.ctx = a.is_series ? a.ctx : b.ctx;
-    if (!r.is_series) {
-      r.scalar = apply(n.name, a.scalar, b.scalar);
-      return r;
-    }
-    size_t len = a.is_series ? a.v.size() : b.v.size();
-    for (size_t i = 0; i < len; ++i)
-      r.v.push_back(
-          apply(n.name, a.is_series ? a.v[i] : a.scalar, b.is_series ? b.v[i] : b.scalar));
-    return r;
-  }
-  bool compare(const PredicateNode& n) {
-    auto [a, b] = pair_of(n);
-    size_t len = a.is_series ? a.v.size() : (b.is_series ? b.v.size() : 1);
-    const size_t from = a.is_series ? a.ctx : b.ctx;
-    for (size_t i = from; i < len; ++i)  // a series comparison holds if it holds at any step
-      if (holds(n.name, a.is_series ? a.v[i] : a.scalar, b.is_series ? b.v[i] : b.scalar))
-        return true;
-    return false;
-  }
-
-  const Series& s_;
-  Num held_;
-};
 
 }  // namespace
 
@@ -536,7 +391,7 @@ Predicate Predicate::parse(const std::string& text) {
 
 bool Predicate::eval(const Series& series) const {
   if (!root_) throw Error(ExitCode::kInternal, "predicate: evaluating an empty predicate");
-  return Evaluator(series).truth(*root_);
+  return evaluate(*root_, series);
 }
 
 bool Predicate::eval_step(const Series& recording, int64_t step) const {
@@ -544,11 +399,16 @@ bool Predicate::eval_step(const Series& recording, int64_t step) const {
   one.first_step = step;
   const size_t i = static_cast<size_t>(step - recording.first_step);
   const std::vector<std::string> used = series_used();
+  // Only the history the predicate reads (all of it for spike and x[STEP], N steps for
+  // rmedian(x, N), one for growth, none for comparisons and aggregates): no O(step) copy per
+  // judged step for `grad_norm > 10 * rmedian(grad_norm, 500)`.
+  const size_t need = root_ ? history_need(*root_) : 0;
   for (const auto& [key, v] : recording.values) {
     if (i >= v.size()) continue;
     one.values[key] = {v[i]};
     if (std::binary_search(used.begin(), used.end(), key))  // only what the predicate reads
-      one.history[key].assign(v.begin(), v.begin() + static_cast<long>(i));
+      one.history[key].assign(v.begin() + static_cast<long>(i - std::min(i, need)),
+                              v.begin() + static_cast<long>(i));
   }
   return eval(one);
 }
@@ -565,6 +425,8 @@ void Predicate::validate(const std::vector<std::string>& keys) const {
     for (auto it = n->args.rbegin(); it != n->args.rend(); ++it) stack.push_back(it->get());
   }
 }
+
+bool Predicate::monotone() const { return root_ && monotone_node(*root_); }
 
 std::string Predicate::text() const { return root_ ? print(*root_) : ""; }
 

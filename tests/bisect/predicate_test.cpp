@@ -1,11 +1,14 @@
-// Failure-predicate language: evaluation over hand-made windows, the NaN rule, spikes,
-// normalized text, and errors with positions.
+// Failure-predicate language: evaluation over hand-made windows, the NaN rule, spikes, medians
+// (median, rmedian), normalized text, errors with positions, and the monotonicity rule.
 #include "bisect/predicate.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "common/error.h"
@@ -14,6 +17,7 @@ namespace rwd::bisect {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 Series window() {
   Series s;
@@ -167,6 +171,9 @@ TEST(Predicate, TextIsNormalizedAndRoundTrips) {
       {"(a*b)+c>=-(d)", "a * b + c >= -d"},
       {"spike( loss ,3 )&&!nan(x)", "spike(loss, 3) && !nan(x)"},
       {"loss[6600]>=1e-3", "loss[6600] >= 0.001"},
+      {"grad_norm>2*rmedian( grad_norm ,500 )", "grad_norm > 2 * rmedian(grad_norm, 500)"},
+      {"median(loss)>=rmedian(loss-1,2e1)", "median(loss) >= rmedian(loss - 1, 20)"},
+      {"rmedian(-(a*b),3.0)<=-median(rmedian(a,1))", "rmedian(-(a * b), 3) <= -median(rmedian(a, 1))"},
   };
   for (const auto& c : cases) {
     Predicate p = Predicate::parse(c[0]);
@@ -176,6 +183,8 @@ TEST(Predicate, TextIsNormalizedAndRoundTrips) {
   }
   EXPECT_EQ(Predicate::parse("max(b) > a[3] || spike(b, 2) || nan").series_used(),
             (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(Predicate::parse("rmedian(a - c, 3) > median(b)").series_used(),  // rmedian reads c
+            (std::vector<std::string>{"a", "b", "c"}));
 }
 
 struct Bad {
@@ -202,6 +211,19 @@ TEST(Predicate, SyntaxAndTypeErrorsNameThePosition) {
       {"!loss", 2, "'!' needs a condition"},
       {"loss > 6 nan", 10, "unexpected 'nan'"},
       {"6abc > 1", 2, "malformed number"},
+      {"rmedian(loss) > 1", 13, "expected ','"},
+      {"rmedian(loss, 0) > 1", 15, "N must be a positive integer"},
+      {"rmedian(loss, 2.5) > 1", 15, "N must be a positive integer"},
+      {"rmedian(loss, -3) > 1", 15, "N must be a positive integer"},
+      {"rmedian(loss, grad_norm) > 1", 15, "N must be a positive integer"},
+      {"rmedian(1, 3) > 1", 9, "rmedian() needs a series"},  // a scalar has no trailing range
+      {"rmedian(max(loss), 3) > 1", 9, "rmedian() needs a series"},
+      {"rmedian(loss[3] * 2, 3) > 1", 9, "rmedian() needs a series"},
+      {"rmedian(loss > 1, 3) > 1", 9, "rmedian() needs a number"},
+      {"rmedian(loss, 3, 4) > 1", 16, "expected ')'"},
+      {"median(loss, 3) > 1", 12, "expected ')'"},
+      {"rmedian(loss, 3)", 1, "is a number, not a condition"},
+      {"medain(loss) > 1", 1, "expected max, min, mean, median"},
   };
   for (const auto& c : cases) {
     try {
@@ -240,6 +262,264 @@ TEST(Predicate, EvaluationErrors) {
   EXPECT_THROW(p.validate({"loss"}), UsageError);
   // The NaN/Inf check short-circuits: the right side is never evaluated when the left holds.
   EXPECT_TRUE(eval("loss > 6 || missing > 1"));
+}
+
+
+TEST(Predicate, MedianOverTheWindow) {
+  EXPECT_TRUE(eval("median(loss) == 2.9"));           // 2.7 2.8 2.9 3.0 6.5
+  Series s = window();
+  s.values["x"] = {4.0, 1.0, 3.0, 2.0};
+  EXPECT_TRUE(eval("median(x) == 2.5", s));           // even count: mean of 2 and 3
+  s.values["x"] = {1.0, kNaN, 2.0};
+  EXPECT_TRUE(eval("median(x) == 2", s));             // 1, 2, +inf
+  s.values["x"] = {1.0, kNaN};
+  EXPECT_TRUE(eval("median(x) > 1e300", s));          // (1 + inf) / 2
+  s.values["x"] = {1e308, 1e308};
+  EXPECT_TRUE(eval("median(x) == 1e308", s));         // no overflow of the two middle values
+  s.history["loss"] = {100.0, 100.0, 100.0, 100.0, 100.0, 100.0};
+  EXPECT_TRUE(eval("median(loss) == 2.9", s));        // history does not count
+  EXPECT_TRUE(eval("median(loss - 2 * grad_norm) < 1", s));
+}
+
+// !(a != b) holds when the two series agree at every step of the window (+inf == +inf).
+bool same_series(const std::string& expr, const std::vector<double>& want, Series s) {
+  s.values["want"] = want;
+  return Predicate::parse("!(" + expr + " != want)").eval(s);
+}
+
+TEST(Predicate, RmedianIsTheTrailingMedianBeforeEachStep) {
+  Series s;
+  s.first_step = 10;
+  s.history["x"] = {5.0, 1.0, 3.0};                   // steps 7..9
+  s.values["x"] = {4.0, 2.0, 100.0, 6.0};             // steps 10..13
+  EXPECT_TRUE(same_series("rmedian(x, 3)", {3, 3, 3, 4}, s));
+  EXPECT_TRUE(same_series("rmedian(x, 2)", {2, 3.5, 3, 51}, s));
+  EXPECT_TRUE(same_series("rmedian(x, 1)", {3, 4, 2, 100}, s));
+  EXPECT_TRUE(same_series("rmedian(x - 1, 3) + 1", {3, 3, 3, 4}, s));
+  EXPECT_FALSE(same_series("rmedian(x, 3)", {3, 3, 3, 5}, s));
+  // +inf until N steps precede the step (history and window together).
+  EXPECT_TRUE(same_series("rmedian(x, 5)", {kInf, kInf, 3, 3}, s));
+  EXPECT_TRUE(same_series("rmedian(x, 6)", {kInf, kInf, kInf, 3.5}, s));
+  EXPECT_TRUE(same_series("rmedian(x, 7)", {kInf, kInf, kInf, kInf}, s));
+  s.history.clear();
+  EXPECT_TRUE(same_series("rmedian(x, 2)", {kInf, kInf, 3, 51}, s));
+  // A non-finite value in the range counts as +inf.
+  s.history["x"] = {5.0, kNaN, 3.0};
+  EXPECT_TRUE(same_series("rmedian(x, 3)", {5, 4, 3, 4}, s));  // {5 3 inf} {3 inf 4} ...
+  EXPECT_TRUE(same_series("rmedian(x, 2)", {kInf, 3.5, 3, 51}, s));
+  // rmedian has values at history steps too: growth's baseline is the one at step 9.
+  s.history["x"] = {1.0, 5.0, 3.0};
+  EXPECT_TRUE(eval("growth(rmedian(x, 2)) == 17", s));  // 51 / median(1, 5)
+}
+
+TEST(Predicate, RmedianAgreesWithANaiveMedianOnLongWindows) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 10.0);
+  Series s;
+  s.first_step = 1000;
+  for (int i = 0; i < 60; ++i) s.history["x"].push_back(i % 17 == 3 ? kNaN : u(rng));
+  for (int i = 0; i < 200; ++i) s.values["x"].push_back(i % 23 == 5 ? kInf : std::round(u(rng)));
+  std::vector<double> all = s.history["x"];
+  all.insert(all.end(), s.values["x"].begin(), s.values["x"].end());
+  for (double& v : all) v = std::isfinite(v) ? v : kInf;
+  for (size_t n : {1, 2, 3, 8, 33, 60, 61, 259, 260, 300}) {
+    std::vector<double> want;
+    for (size_t t = 60; t < all.size(); ++t) {
+      if (t < n) {
+        want.push_back(kInf);
+        continue;
+      }
+      std::vector<double> r(all.begin() + static_cast<long>(t - n), all.begin() + static_cast<long>(t));
+      std::sort(r.begin(), r.end());
+      want.push_back(n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2);
+    }
+    EXPECT_TRUE(same_series("rmedian(x, " + std::to_string(n) + ")", want, s)) << n;
+  }
+}
+
+TEST(Predicate, GradNormLeavesItsRange) {
+  Series s;
+  s.first_step = 0;
+  s.values["grad_norm"] = {1.0, 1.2, 0.9, 1.1, 5.0, 12.0};
+  const Predicate p = Predicate::parse("grad_norm > 10 * rmedian(grad_norm, 3)");
+  EXPECT_TRUE(p.eval(s));                 // 12 > 10 * median(0.9, 1.1, 5)
+  s.values["grad_norm"][5] = 10.9;
+  EXPECT_FALSE(p.eval(s));
+  s.values["grad_norm"] = {1.0, 100.0, 1000.0, 1.0};  // no judgement before 3 steps precede
+  EXPECT_FALSE(p.eval(s));
+  s.values["grad_norm"] = {1.0, 100.0, 1000.0, 1.0, 11000.0};  // median(100, 1000, 1) = 100
+  EXPECT_TRUE(p.eval(s));
+  s.values["grad_norm"] = {1.0, 1.0, 1.0, kNaN};       // NaN reads as +inf: out of range
+  EXPECT_TRUE(p.eval(s));
+  // With history: the range is that of the steps before the window.
+  Series h;
+  h.first_step = 3;
+  h.history["grad_norm"] = {1.0, 1.2, 1.1};
+  h.values["grad_norm"] = {11.5};
+  EXPECT_TRUE(p.eval(h));
+  h.values["grad_norm"] = {10.5};
+  EXPECT_FALSE(p.eval(h));
+}
+
+TEST(Predicate, StepJudgementWithRmedianIsTheOneStepWindow) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.5, 2.0);
+  Series rec;
+  rec.first_step = 100;
+  for (int i = 0; i < 400; ++i) {
+    rec.values["grad_norm"].push_back(i % 97 == 50 ? 40.0 : (i == 123 ? kNaN : u(rng)));
+    rec.values["loss"].push_back(3.0 - i * 0.001 + (i % 61 == 7 ? 2.0 : 0.0));
+  }
+  const char* texts[] = {
+      "grad_norm > 10 * rmedian(grad_norm, 20)",
+      "grad_norm > 5 * rmedian(grad_norm, 3) || loss > rmedian(loss, 50) + 1",
+      "spike(loss, 1.5) || grad_norm > 3 * rmedian(grad_norm, 5)",
+      "growth(rmedian(loss, 2)) > 1.2",
+      "rmedian(rmedian(grad_norm, 3), 4) > 1.8 || loss[110] < 2.8",
+      "loss - rmedian(loss, 7) > 0.5 * rmedian(grad_norm, 2)",
+  };
+  for (const char* text : texts) {
+    const Predicate p = Predicate::parse(text);
+    int held = 0;
+    for (int64_t t = 110; t < 500; ++t) {
+      Series one;
+      one.first_step = t;
+      for (const auto& [key, v] : rec.values) {
+        const size_t i = static_cast<size_t>(t - rec.first_step);
+        one.values[key] = {v[i]};
+        one.history[key].assign(v.begin(), v.begin() + static_cast<long>(i));
+      }
+      const bool want = p.eval(one);
+      ASSERT_EQ(p.eval_step(rec, t), want) << text << " at step " << t;
+      held += want;
+    }
+    EXPECT_GT(held, 0) << text;  // each predicate fires somewhere and not everywhere
+    EXPECT_LT(held, 390) << text;
+  }
+}
+
+TEST(Predicate, MonotoneIsDecidedOnTheSyntax) {
+  const char* yes[] = {
+      "nan", "nan(loss)", "max(loss) > 6", "loss > 6", "nan || max(loss) > 1.5 * loss[40]",
+      "grad_norm > 10 * rmedian(grad_norm, 500)", "spike(grad_norm, 10)", "6 < max(loss)",
+      "max(loss) >= 6 && min(grad_norm) <= 0.1", "2 >= min(loss - grad_norm)", "loss <= lr",
+      "-loss < -6", "max(rmedian(loss, 3)) > 2", "spike(loss / grad_norm, 1 + 1)",
+      "loss[40] > 3", "nan(loss - grad_norm) || loss > 2 * loss[41]",
+  };
+  const char* no[] = {
+      "!nan", "last(loss) > 3", "mean(loss) > 3", "max(loss) < 3", "max(loss) > 1.5 * first(loss)",
+      "growth(loss) > 2", "min(loss) > 2", "median(loss) > 3", "loss == 3", "loss != 3",
+      "loss > max(grad_norm)", "max(loss - mean(loss)) > 1", "spike(loss, max(grad_norm))",
+      "spike(loss - first(loss), 2)", "nan(last(loss))", "!(loss > 6)", "nan && !nan",
+      "first(loss) > 3", "3 > max(loss)", "max(loss) > rmedian(loss, 3)",
+  };
+  for (const char* t : yes) EXPECT_TRUE(Predicate::parse(t).monotone()) << t;
+  for (const char* t : no) EXPECT_FALSE(Predicate::parse(t).monotone()) << t;
+}
+
+// A random predicate of the grammar: series "loss" and "grad_norm" over steps 5..(5+window).
+class RandomPredicate {
+ public:
+  explicit RandomPredicate(std::mt19937& rng) : rng_(rng) {}
+  std::string condition(int depth) {
+    switch (pick(depth > 0 ? 7 : 3)) {
+      case 0: return "nan";
+      case 1: return "nan(" + number(depth - 1) + ")";
+      case 2: return number(depth - 1) + " " + cmp() + " " + number(depth - 1);
+      case 3: return "spike(" + series(depth - 1) + ", " + number(depth - 1) + ")";
+      case 4: return "(" + condition(depth - 1) + " && " + condition(depth - 1) + ")";
+      case 5: return "(" + condition(depth - 1) + " || " + condition(depth - 1) + ")";
+      default: return "!(" + condition(depth - 1) + ")";
+    }
+  }
+
+ private:
+  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
+  std::string cmp() {
+    static const char* ops[] = {">", "<", ">=", "<=", "==", "!="};
+    return ops[pick(6)];
+  }
+  std::string series(int depth) {
+    switch (depth > 0 ? pick(5) : pick(2)) {
+      case 0: return "loss";
+      case 1: return "grad_norm";
+      case 2: return "rmedian(" + series(depth - 1) + ", " + std::to_string(1 + pick(4)) + ")";
+      case 3: return "(" + series(depth - 1) + " " + "+-*/"[pick(4)] + " " + number(depth - 1) + ")";
+      default: return "-" + series(depth - 1);
+    }
+  }
+  std::string number(int depth) {
+    static const char* funcs[] = {"max", "min", "mean", "median", "first", "last", "growth"};
+    switch (depth > 0 ? pick(7) : pick(3)) {
+      case 0: return std::to_string(pick(9));
+      case 1:
+        return std::string(pick(2) ? "loss" : "grad_norm") + "[" + std::to_string(2 + pick(8)) + "]";
+      case 2: case 3: return series(depth);
+      case 4: return std::string(funcs[pick(7)]) + "(" + number(depth - 1) + ")";
+      case 5: return "(" + number(depth - 1) + " " + "+-*/"[pick(4)] + " " + number(depth - 1) + ")";
+      default: return "-" + number(depth - 1);
+    }
+  }
+  std::mt19937& rng_;
+};
+
+// Monotone predicates keep their truth as the window grows: true on [5, 5 + k] implies true on
+// every longer prefix (same history), for random predicates and random series.
+TEST(Predicate, MonotonePredicatesStayTrueOnLongerPrefixes) {
+  std::mt19937 rng(2024);
+  const double values[] = {0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, -1.0, kNaN, kInf, -kInf};
+  auto draw = [&] { return values[std::uniform_int_distribution<int>(0, 10)(rng)]; };
+  // 1 true, 0 false, -1 an error: no verdict (x[STEP] past the prefix's end, in a branch that
+  // a shorter prefix may have skipped).
+  auto verdict = [](const Predicate& p, const Series& s) {
+    try {
+      return p.eval(s) ? 1 : 0;
+    } catch (const Error&) {
+      return -1;
+    }
+  };
+  std::vector<std::string> texts = {"nan", "max(loss) > 3", "loss > 6",
+                                    "nan || max(loss) > 1.5 * loss[6]",
+                                    "grad_norm > 2 * rmedian(grad_norm, 3)", "spike(grad_norm, 2)"};
+  RandomPredicate gen(rng);
+  int monotone = 0, flips = 0;
+  while (texts.size() < 3000) texts.push_back(gen.condition(4));
+  for (const std::string& text : texts) {
+    const Predicate p = Predicate::parse(text);
+    if (!p.monotone()) continue;
+    ++monotone;
+    for (int trial = 0; trial < 20; ++trial) {
+      Series full;
+      full.first_step = 5;
+      const int hist = std::uniform_int_distribution<int>(0, 5)(rng);
+      for (const char* key : {"loss", "grad_norm"}) {
+        for (int i = 0; i < hist; ++i) full.history[key].push_back(draw());
+        for (int i = 0; i < 10; ++i) full.values[key].push_back(draw());
+      }
+      bool was = false;
+      for (size_t k = 1; k <= 10; ++k) {
+        Series prefix = full;
+        for (auto& [key, v] : prefix.values) v.resize(k);
+        const int now = verdict(p, prefix);
+        ASSERT_TRUE(now != 0 || !was) << text << ": true on fewer steps, false on " << k;
+        flips += now == 1 && !was;
+        was = was || now == 1;
+      }
+    }
+  }
+  EXPECT_GT(monotone, 300);  // the generator reaches the monotone forms
+  EXPECT_GT(flips, 1000);    // and their verdicts do change along the prefixes
+  // The rule is not vacuous: predicates it rejects do lose their truth on longer prefixes.
+  Series s;
+  s.first_step = 0;
+  s.values["loss"] = {1.0, 5.0};
+  Series one = s;
+  one.values["loss"].resize(1);
+  for (const char* t :
+       {"max(loss) < 3", "last(loss) < 3", "!(loss > 3)", "min(loss) > 0.5 * max(loss)"}) {
+    EXPECT_TRUE(Predicate::parse(t).eval(one)) << t;
+    EXPECT_FALSE(Predicate::parse(t).eval(s)) << t;
+  }
 }
 
 }  // namespace
