@@ -2,10 +2,11 @@
 #include "train/config.h"
 
 #include <cmath>
-#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/error.h"
+#include "common/json_int.h"
 #include "kernels/attention_params.h"
 
 namespace rwd::train {
@@ -34,13 +35,12 @@ T parse_number(const std::string& key, const std::string& text) {
     if (!std::isfinite(v)) throw std::invalid_argument(text);
     if constexpr (std::is_integral_v<T>) {
       // A whole number inside T's range; the cast of one outside it is undefined behaviour.
-      // 2^digits is exact in a double, and every double below it converts without overflow.
-      if (v != std::floor(v)) throw std::invalid_argument(text);
-      const double top = std::ldexp(1.0, std::numeric_limits<T>::digits);
-      if (v >= top || v < static_cast<double>(std::numeric_limits<T>::min()))
-        throw std::out_of_range(text);
+      const std::optional<T> whole = whole_number<T>(v);
+      if (!whole) throw std::out_of_range(text);
+      return *whole;
+    } else {
+      return v;
     }
-    return static_cast<T>(v);
   } catch (const std::logic_error&) {
     throw UsageError("config: " + key + ": not a number: '" + text + "'");
   }

@@ -2,10 +2,13 @@
 #include "train/plan_schedule.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
 #include "common/error.h"
+#include "common/json_int.h"
 
 namespace rwd::train {
 
@@ -26,22 +29,41 @@ std::string PlanSchedule::to_json() const {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+namespace {
+
+[[noreturn]] void bad(const std::string& key, const std::string& what) {
+  throw Error(ExitCode::kData, "recorded plan schedule is not valid: " + key + " " + what);
+}
+
+}  // namespace
+
 PlanSchedule PlanSchedule::from_json(const std::string& text) {
   PlanSchedule p;
+  nlohmann::json j;
   try {
-    auto j = nlohmann::json::parse(text);
-    if (!j.is_object()) {  // a plain plan string recorded without a schedule
-      p.base = text;
-      return p;
-    }
-    p.base = j.at("base").get<std::string>();
-    // at(): a recorded change that is not a [step, spec] pair is bad data, not a crash.
-    for (const auto& c : j.at("changes")) {
-      p.changes.emplace_back(c.at(0).get<int64_t>(), c.at(1).get<std::string>());
-    }
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception&) {
+    j = nullptr;
+  }
+  if (!j.is_object()) {  // a plain plan string recorded without a schedule
     p.base = text;
-    p.changes.clear();
+    return p;
+  }
+  // A schedule is what to_json writes; anything else in one is bad data, refused naming the
+  // key (a step through get<int64_t>() was a cast of any double, 1.1e28 too: undefined).
+  auto base = j.find("base");
+  if (base == j.end() || !base->is_string()) bad("base", "must be a string");
+  p.base = base->get<std::string>();
+  auto changes = j.find("changes");
+  if (changes == j.end() || !changes->is_array()) bad("changes", "must be an array of [step, spec] pairs");
+  for (size_t i = 0; i < changes->size(); ++i) {
+    const nlohmann::json& c = (*changes)[i];
+    const std::string key = "changes[" + std::to_string(i) + "]";
+    if (!c.is_array() || c.size() != 2) bad(key, "must be a [step, spec] pair");
+    const std::optional<int64_t> step = json_int<int64_t>(c[0], 0);
+    if (!step) bad(key, "step must be a whole number in 0.." + std::to_string(INT64_MAX));
+    if (!c[1].is_string()) bad(key, "spec must be a string");
+    p.changes.emplace_back(*step, c[1].get<std::string>());
   }
   return p;
 }

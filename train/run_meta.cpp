@@ -1,12 +1,14 @@
 // runs.meta JSON read with every value type- and range-checked (nlohmann's value<int>() casts
-// a double like 1e20 to int, which is undefined behaviour).
+// a double like 1e20 to int, which is undefined behaviour; integers go through json_int).
 #include "train/run_meta.h"
 
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/error.h"
+#include "common/json_int.h"
 
 namespace rwd::train {
 
@@ -19,12 +21,10 @@ namespace {
 void read_int(const nlohmann::json& j, const char* key, int lo, int hi, int& out) {
   auto it = j.find(key);
   if (it == j.end()) return;
-  if (!it->is_number_integer()) bad(key, "must be an integer");
-  // is_number_integer() covers nlohmann's unsigned kind too, which may exceed int64's range.
-  const bool too_big = it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(hi);
-  if (too_big || it->get<int64_t>() < lo || it->get<int64_t>() > hi)
-    bad(key, "must be in " + std::to_string(lo) + ".." + std::to_string(hi));
-  out = static_cast<int>(it->get<int64_t>());
+  if (!it->is_number()) bad(key, "must be an integer");
+  const std::optional<int> v = json_int<int>(*it, lo, hi);
+  if (!v) bad(key, "must be a whole number in " + std::to_string(lo) + ".." + std::to_string(hi));
+  out = *v;
 }
 
 void read_string(const nlohmann::json& j, const char* key, std::string& out) {
