@@ -49,7 +49,7 @@ double CostModel::step_cost(const Candidate& c, const SearchSpace& space) const 
     for (const auto& leaf : space.leaves(e)) {
       if (!seen.insert(to_string(leaf)).second) continue;
       ++chosen[leaf.op];
-      if (leaf.head >= 0) ++chosen_attn[static_cast<size_t>(leaf.layer)];
+      if (leaf.head >= 0 && in(kAttnOps, leaf.op)) ++chosen_attn[static_cast<size_t>(leaf.layer)];
     }
   const bool keep_low = c.mode == Mode::kKeepLow;
   const double heads = static_cast<double>(space.n_layer) * space.n_head;

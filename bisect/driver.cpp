@@ -78,7 +78,10 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   rep.from = from;
   rep.to = to;
   rep.recorded_plan = ctx.run.plan.at(from, c.n_layer, c.n_head).canonical();
-  const SearchSpace space = space_for(c);
+  const SearchSpace space = window_space(ctx.run, from, to, o.reference);
+  rep.space = space.ops;
+  for (const auto& m : space.modules) rep.space.push_back(m);
+  if (space.model_head) rep.space.push_back("head");
   ctx.estimate += narrowing_estimate(space);
 
   SearchOptions so;
@@ -107,7 +110,8 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   ctx.phase = "fix";
   std::vector<FixCheck> checks;
   if (!rep.search.fixing_set.empty())
-    checks.push_back({"promote the fixing set " + to_string(rep.search.fixing_set) + " to FP32", "", false, -1});
+    checks.push_back({"promote the fixing set " + to_string(rep.search.fixing_set) +
+                          (o.reference == kFullPrecision ? " to FP32" : " to the reference"), "", false, -1});
   std::map<int, std::set<int>> guilty;
   for (const auto* set : {&rep.search.failing_set, &rep.search.fixing_set})
     for (const auto& e : *set)
@@ -222,15 +226,20 @@ std::string verdict_text(const BisectReport& rep) {
     std::snprintf(buf, sizeof buf, "window %lld:%lld, predicate '%s'\n", static_cast<long long>(rep.from),
                   static_cast<long long>(rep.to), rep.predicate.c_str());
     v += buf;
+    const bool fp32 = rep.reference.empty();
+    const std::string rest = fp32 ? "FP32" : "as the reference '" + rep.reference + "'";
+    if (!fp32 || rep.space.size() < 12)
+      v += "searched: " + join(rep.space, " ") + " (where the recorded plan and " +
+           (fp32 ? std::string("all-FP32") : "the reference") + " differ)\n";
     v += std::string("verdict: ") + status_name(r.status) + " — " + r.summary.substr(r.summary.find(':') + 2) + "\n";
     if (!r.failing_set.empty()) {
       Located l = locate(r.failing_set);
-      v += "  failing set (kept low, everything else FP32, still fails): " + to_string(r.failing_set) + "\n";
+      v += "  failing set (kept low, everything else " + rest + ", still fails): " + to_string(r.failing_set) + "\n";
       v += "  layers: " + join(l.layers, " ") + "   heads: " + (l.heads.empty() ? "-" : join(l.heads, " ")) +
            "   ops: " + join(l.ops, " ") + "\n";
     }
     if (!r.fixing_set.empty())
-      v += "  fixing set (promoted to FP32, the rest as recorded, passes): " + to_string(r.fixing_set) + "\n";
+      v += std::string("  fixing set (promoted to ") + (fp32 ? "FP32" : "the reference") + ", the rest as recorded, passes): " + to_string(r.fixing_set) + "\n";
     for (const auto& f : rep.fixes) v += "  fix check: " + f.name + ": " + (f.fixes ? "FIXES the window" : "does not fix") + "\n";
   }
   const std::string ranks = rep.ranks > 1 ? ", " + std::to_string(rep.ranks) + " ranks per probe" : "";
@@ -263,6 +272,7 @@ ProbeSpec Context::make(int64_t from, int64_t to, const std::string& kind) const
   p.to = to;
   p.predicate = pred.source();
   p.job = job;
+  p.reference = reference;
   return p;
 }
 
@@ -311,12 +321,15 @@ BisectReport run_bisect(const BisectOptions& o) {
                                          : "find-window until " + (o.until ? std::to_string(*o.until) : std::string("auto")) +
                                                " fix " + o.fix) +
                                " fail " + pred.text() +
-                               (!o.group_testing ? " search ddmin" : o.cheap_direction ? " search cheap" : "");
+                               (!o.group_testing ? " search ddmin" : o.cheap_direction ? " search cheap" : "") +
+                               (o.reference != kFullPrecision ? " reference " + o.reference : "");
+  plan::apply(plan::Plan::defaults(run.config.n_layer, run.config.n_head), o.reference);  // a bad --reference fails first
   detail::Context ctx{st, run, pred, ProbePool(st, run, pred, o.pool), rep, hex64(fnv1a64(job_text)).substr(0, 12),
-                      o.progress, 0, t0, ""};
+                      o.progress, 0, t0, "", {}, o.reference};
   rep.run = run.run_id;
   rep.store_path = st.path();
   rep.predicate = pred.source();
+  if (o.reference != kFullPrecision) rep.reference = o.reference;
   rep.n_layer = run.config.n_layer;
   rep.n_head = run.config.n_head;
   rep.jobs = o.pool.jobs;
@@ -352,7 +365,7 @@ BisectReport run_bisect(const BisectOptions& o) {
   rep.executed = ctx.pool.executed();
   rep.cached = ctx.pool.cached();
   rep.wall_s = now_s() - t0;
-  account_costs(rep, space_for(run.config));
+  account_costs(rep, rep.narrowed ? window_space(run, rep.from, rep.to, o.reference) : space_for(run.config));
   if (rep.narrowed) {
     const Status s = rep.search.status;
     rep.exit_code = (s == Status::kLocalized || s == Status::kSeparateFix || s == Status::kNoFixInSpace) ? 4 : 0;

@@ -25,7 +25,8 @@ struct BisectOptions {
   bool find_window = false;                    // --find-window
   std::optional<int64_t> until;                // --until F
   bool window_only = false;                    // --window-only
-  std::string fix = "all=fp32";                // --fix PLAN of the time probes
+  std::string fix = kFullPrecision;            // --fix PLAN of the time probes
+  std::string reference = kFullPrecision;      // --reference PLAN: what candidates promote towards
   bool group_testing = true;                   // --search cheap (default) | groups | ddmin
   bool cheap_direction = false;                // --search cheap (issue 26)
   bool progress = true;                        // progress line on stderr
@@ -76,6 +77,8 @@ struct BisectReport {
   std::string store_path;
   std::string predicate;
   std::string recorded_plan;          // canonical plan at the window start
+  std::string reference;              // --reference as given ("" = the default, full precision)
+  std::vector<std::string> space;     // what the narrowing searched: its op kinds, modules, head
   int n_layer = 0, n_head = 0;
   std::optional<TimeSearch> time;
   std::vector<std::string> widenings; // windows whose recorded-plan replay passed, and why widened
@@ -120,6 +123,7 @@ struct Context {
   double t0 = 0;
   std::string phase;
   std::shared_ptr<Progress> line;  // the progress line (recreated if the estimate grows)
+  std::string reference = kFullPrecision;  // BisectOptions::reference, given to every probe
 
   // Runs a batch in the current phase; appends to the report and the job's log.
   std::vector<ProbeOutcome> probe(const std::vector<ProbeSpec>& batch);

@@ -61,6 +61,7 @@ std::string ProbeSpec::to_json() const {
   j["to"] = to;
   if (candidate) j["candidate"] = to_string(*candidate);
   j["spec"] = spec;
+  if (reference != kFullPrecision) j["reference"] = reference;
   j["predicate"] = predicate;
   j["job"] = job;
   return j.dump();
@@ -76,6 +77,7 @@ ProbeSpec ProbeSpec::from_json(const std::string& text) {
     p.to = j.at("to").get<int64_t>();
     if (j.contains("candidate")) p.candidate = parse_candidate(j["candidate"].get<std::string>());
     p.spec = j.value("spec", "");
+    p.reference = j.value("reference", std::string(kFullPrecision));
     p.predicate = j.at("predicate").get<std::string>();
     p.job = j.value("job", "");
     return p;
@@ -133,13 +135,29 @@ SearchSpace space_for(const train::Config& c) {
   SearchSpace s;
   s.n_layer = c.n_layer;
   s.n_head = c.n_head;
+  s.ops = {"qk", "softmax", "pv", "acc", "o", "delta", "bwd"};
   return s;
+}
+
+SearchSpace window_space(const train::RunSpec& run, int64_t from, int64_t to,
+                         const std::string& reference) {
+  const train::Config& c = run.config;
+  ProbeSpec p;
+  p.from = from;
+  p.to = to;
+  std::vector<plan::Plan> recorded, ref;
+  for (int64_t s : plan_points(p, run)) {
+    recorded.push_back(run.plan.at(s, c.n_layer, c.n_head));
+    ref.push_back(plan::apply(recorded.back(), reference));
+  }
+  return space_between(space_for(c), recorded, ref);
 }
 
 plan::Plan probe_plan(const ProbeSpec& p, const train::RunSpec& run, int64_t step) {
   const train::Config& c = run.config;
   plan::Plan recorded = run.plan.at(step, c.n_layer, c.n_head);
-  if (p.candidate) return candidate_plan(*p.candidate, space_for(c), recorded);
+  if (p.candidate)
+    return candidate_plan(*p.candidate, space_for(c), recorded, plan::apply(recorded, p.reference));
   return plan::apply(recorded, p.spec);
 }
 
@@ -205,7 +223,23 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   // Every rank replays the window in lockstep; the loss is summed in rank order on all of
   // them, so each rank stops at the same non-finite step and judges the same series.
   replay::Restored st = replay::restore_before(s, run.run_id, p.from, "", false, {}, comm);
-  std::vector<replay::ReplayedStep> window;
+  Series series;
+  series.first_step = p.from;
+  // The history: what the predicate reads of the recording before the window (issue 25).
+  const std::vector<std::string> used = pred.series_used();
+  auto range = s.step_range(run.run_id);
+  if (range && range->first < p.from) {
+    Series before = recorded_series(s, run.run_id, range->first, p.from - 1, &used);
+    for (const auto& key : used)
+      if (before.values.count(key)) series.history[key] = std::move(before.values[key]);
+  }
+  // Early verdict (issue 36): a monotone predicate that holds on the steps run so far holds on
+  // the whole window, so the probe stops there. Judging the prefix costs time of its own: alone
+  // in its process the probe judges at most every `every` steps, so that judging takes ~2% of
+  // the steps' time; with ranks it judges every step (the same series on every rank, so every
+  // rank stops at the same step).
+  const bool early = pred.monotone();
+  int64_t every = 1, next_check = p.from;
   std::vector<double> step_times;
   for (int64_t step = p.from; step <= p.to; ++step) {
     st.trainer->set_plan(probe_plan(p, run, step));
@@ -217,24 +251,30 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
     ++out.steps;
     rs.recorded = s.get_step(run.run_id, step);
     const bool finite = std::isfinite(rs.replayed.loss);
-    window.push_back(std::move(rs));
-    if (!finite) break;  // the predicate reads NaN/Inf as +inf: the rest cannot change it
+    for (auto& [key, v] : replay::window_series({rs})) {
+      auto& dst = series.values[key];
+      dst.insert(dst.end(), v.begin(), v.end());
+    }
+    if (!finite) {  // the predicate reads NaN/Inf as +inf: the rest cannot change it
+      if (step < p.to) out.stopped_at = step;
+      break;
+    }
+    if (early && step < p.to && step >= next_check) {
+      const auto e0 = std::chrono::steady_clock::now();
+      const bool holds = pred.eval(series);
+      const double judge_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+      if (holds) {
+        out.stopped_at = step;
+        break;
+      }
+      if (!comm) every = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(judge_s / (0.02 * step_times.back()))));
+      next_check = step + every;
+    }
   }
   if (!step_times.empty()) {
     std::sort(step_times.begin(), step_times.end());
     const size_t n = step_times.size();
     out.step_median_s = n % 2 ? step_times[n / 2] : 0.5 * (step_times[n / 2 - 1] + step_times[n / 2]);
-  }
-  Series series;
-  series.first_step = p.from;
-  series.values = replay::window_series(window);
-  // The history: what the predicate reads of the recording before the window (issue 25).
-  const std::vector<std::string> used = pred.series_used();
-  auto range = s.step_range(run.run_id);
-  if (range && range->first < p.from) {
-    Series before = recorded_series(s, run.run_id, range->first, p.from - 1, &used);
-    for (const auto& key : used)
-      if (before.values.count(key)) series.history[key] = std::move(before.values[key]);
   }
   out.fails = pred.eval(series);
   out.loss = series.values["loss"];
@@ -264,6 +304,7 @@ store::ProbeRecord to_record(const ProbeSpec& p, const ProbeOutcome& o) {
   m["step_s"] = o.step_s;
   m["step_median_s"] = o.step_median_s;
   m["steps"] = o.steps;
+  if (o.stopped_at >= 0) m["stopped_at"] = o.stopped_at;
   r.metrics = m.dump();
   r.wall_s = o.wall_s;
   return r;
@@ -281,6 +322,7 @@ std::optional<ProbeOutcome> from_record(const store::ProbeRecord& r) {
     o.wall_s = r.wall_s;
     o.step_s = m.value("step_s", 0.0);  // 0: stored before issue 26 (no step timing)
     o.steps = m.value("steps", 0);
+    o.stopped_at = m.value("stopped_at", static_cast<int64_t>(-1));
     o.step_median_s = m.value("step_median_s", 0.0);  // 0: stored before the median was kept
     o.cached = true;
     o.device = m.value("device", "cpu");

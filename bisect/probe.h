@@ -23,7 +23,8 @@ class BisectError : public Error {
 };
 
 // What a probe runs in the window [from, to]. The plan of step s inside the window is
-//   candidate set: candidate_plan(candidate, space, recorded plan at s)
+//   candidate set: candidate_plan(candidate, space, recorded plan at s,
+//                                 plan::apply(recorded plan at s, reference))
 //   otherwise:     plan::apply(recorded plan at s, spec)   (time probes, stable-softmax checks)
 // so a plan schedule recorded with --plan-from stays honoured inside the window.
 struct ProbeSpec {
@@ -32,6 +33,7 @@ struct ProbeSpec {
   int64_t from = 0, to = 0;
   std::optional<Candidate> candidate;
   std::string spec;
+  std::string reference = kFullPrecision;  // --reference: what a candidate promotes towards
   std::string predicate;  // source text of the failure predicate
   std::string job;        // the bisect job that first asked for it
 
@@ -51,7 +53,10 @@ struct ProbeOutcome {
   // The median of those steps' times: what a step costs once warm (the first probe of a GPU
   // process pays for lazy initialization in its first steps). 0: not known (stored earlier).
   double step_median_s = 0;
-  int steps = 0;                  // steps run (fewer than the window when stopped at NaN/Inf)
+  int steps = 0;                  // steps run (fewer than the window when stopped early)
+  // The step at which the verdict was decided before the window's end (a NaN/Inf loss, or a
+  // monotone predicate that turned true: an early verdict); -1: the whole window ran.
+  int64_t stopped_at = -1;
   bool cached = false;            // read from the store, not run by this invocation
   std::string device = "cpu";     // "cpu" or "cpu (CUDA_VISIBLE_DEVICES=1)"
   std::string plan;               // canonical plan at `from`
@@ -62,8 +67,13 @@ Element parse_element(const std::string& text);
 // "low{...}" / "fp32{...}" as printed by to_string(Candidate); throws UsageError.
 Candidate parse_candidate(const std::string& text);
 
-// The search space of a recorded model: every op, module and the model head.
+// The search space of a recorded model: every op (the accumulator pseudo-op `acc` too), module
+// and the model head.
 SearchSpace space_for(const train::Config& c);
+// The space a bisect of [from, to] searches: space_for(c) without what the recorded plans of
+// the window and their reference agree on (space_between).
+SearchSpace window_space(const train::RunSpec& run, int64_t from, int64_t to,
+                         const std::string& reference);
 
 // The plan a probe runs at step s (see ProbeSpec).
 plan::Plan probe_plan(const ProbeSpec& p, const train::RunSpec& run, int64_t step);

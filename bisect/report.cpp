@@ -86,6 +86,8 @@ std::string report_json(const BisectReport& r) {
     nlohmann::ordered_json w;
     w["window"] = {r.from, r.to};
     w["recorded_plan"] = r.recorded_plan;
+    w["reference"] = r.reference.empty() ? std::string("all-FP32") : r.reference;
+    w["space"] = r.space;
     w["status"] = status_name(s.status);
     w["summary"] = s.summary;
     w["failing_set"] = elements(s.failing_set);
@@ -121,6 +123,7 @@ std::string report_json(const BisectReport& r) {
     pj["step_s"] = p.outcome.step_s;
     pj["step_median_s"] = p.outcome.step_median_s;
     pj["steps"] = p.outcome.steps;
+    if (p.outcome.stopped_at >= 0) pj["stopped_at"] = p.outcome.stopped_at;
     pj["predicted_cost"] = cost_json(p.predicted_cost);
     pj["measured_cost"] = cost_json(p.measured_cost);
     pj["device"] = p.outcome.device;
@@ -147,6 +150,14 @@ std::string report_json(const BisectReport& r) {
   return j.dump(2);
 }
 
+namespace {
+std::string join_words(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& w : v) out += (out.empty() ? "" : " ") + w;
+  return out.empty() ? "-" : out;
+}
+}  // namespace
+
 std::string report_markdown(const BisectReport& r) {
   std::string m = "# rewind bisect report\n\n";
   m += "- store: `" + r.store_path + "`, run " + std::to_string(r.run) + "\n";
@@ -165,6 +176,8 @@ std::string report_markdown(const BisectReport& r) {
   if (r.narrowed) {
     m += "## Narrowing (window " + std::to_string(r.from) + ":" + std::to_string(r.to) + ")\n\n";
     m += "Recorded plan at the window start: `" + (r.recorded_plan.empty() ? std::string("(defaults)") : r.recorded_plan) + "`\n\n";
+    m += "Reference (what a promoted element becomes): " +
+         (r.reference.empty() ? std::string("all-FP32") : "`" + r.reference + "`") + "; searched: " + join_words(r.space) + "\n\n";
     m += "| phase | probes |\n|---|---|\n";
     for (const auto& p : r.search.phases) m += "| " + p.phase + " | " + std::to_string(p.probes) + " |\n";
     if (!r.fixes.empty()) {
@@ -175,12 +188,13 @@ std::string report_markdown(const BisectReport& r) {
   }
   m += "## Every probe\n\nCosts in recorded steps (predicted: " + r.cost_model +
        " model; measured: step time over the recorded plan's in this bisect).\n\n"
-       "| # | phase | candidate / plan | window | verdict | cached | wall s | predicted cost | measured cost | last loss |\n"
-       "|---|---|---|---|---|---|---|---|---|---|\n";
+       "| # | phase | candidate / plan | window | verdict | steps run | cached | wall s | predicted cost | measured cost | last loss |\n"
+       "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& p : r.probes) {
     const double last = p.outcome.loss.empty() ? NAN : p.outcome.loss.back();
     m += "| " + std::to_string(p.index) + " | " + p.phase + " | `" + p.spec.label() + "` | " + std::to_string(p.spec.from) +
          ":" + std::to_string(p.spec.to) + " | " + (p.outcome.fails ? "fail" : "pass") + " | " +
+         std::to_string(p.outcome.steps) + (p.outcome.stopped_at >= 0 ? " (stopped at " + std::to_string(p.outcome.stopped_at) + ")" : "") + " | " +
          (p.outcome.cached ? "yes" : "no") + " | " + fmt("%.2f", p.outcome.wall_s) + " | " + cost_text(p.predicted_cost) +
          " | " + cost_text(p.measured_cost) + " | " + fmt("%.4g", last) + " |\n";
   }

@@ -10,6 +10,7 @@ namespace rwd::bisect {
 namespace {
 
 constexpr const char* kAllOps[] = {"qk", "softmax", "pv", "o", "delta", "bwd"};
+constexpr const char* kAccOp = "acc";  // the accumulator pseudo-op (HeadFlags::acc_bf16)
 constexpr const char* kAllModules[] = {"qkv", "proj", "mlp", "ln"};
 
 int index_of(const std::vector<std::string>& v, const std::string& s) {
@@ -55,7 +56,7 @@ std::string to_string(const Candidate& c) {
 void SearchSpace::validate() const {
   if (n_layer < 0 || n_head < 0) throw UsageError("bisect: negative model size in search space");
   for (const auto& op : ops)
-    if (op_index(op) < 0) throw UsageError("bisect: unknown op '" + op + "' in search space");
+    if (op_index(op) < 0 && op != kAccOp) throw UsageError("bisect: unknown op '" + op + "' in search space");
   for (const auto& m : modules)
     if (module_index(m) < 0) throw UsageError("bisect: unknown module '" + m + "' in search space");
 }
@@ -116,41 +117,112 @@ bool SearchSpace::before(const Element& a, const Element& b) const {
   return op_rank(a) < op_rank(b);
 }
 
+namespace {
+
+// Copies what leaf op `op` of a head stands for from `src` into `dst` (space.h).
+void take_op(kernels::HeadFlags& dst, const kernels::HeadFlags& src, const std::string& op) {
+  if (op == kAccOp) {
+    dst.acc_bf16 = src.acc_bf16;
+    return;
+  }
+  const int k = op_index(op);
+  if (k < 0) throw Error(ExitCode::kInternal, "bisect: unknown element op '" + op + "'");
+  dst.prec[k] = src.prec[k];
+  dst.fault[k] = src.fault[k];
+  if (k == static_cast<int>(kernels::Op::kQk)) dst.s_bf16 = src.s_bf16;
+  if (k == static_cast<int>(kernels::Op::kSoftmax)) {
+    dst.stable = src.stable;
+    dst.beta = src.beta;
+    dst.eps = src.eps;
+  }
+  if (k == static_cast<int>(kernels::Op::kDelta)) dst.delta_dpp = src.delta_dpp;
+}
+
+bool same_op(const kernels::HeadFlags& a, const kernels::HeadFlags& b, const std::string& op) {
+  if (op == kAccOp) return a.acc_bf16 == b.acc_bf16;
+  const int k = op_index(op);
+  if (a.prec[k] != b.prec[k] || (a.prec[k] == kernels::Prec::kFault && a.fault[k] != b.fault[k]))
+    return false;
+  if (k == static_cast<int>(kernels::Op::kQk)) return a.s_bf16 == b.s_bf16;
+  if (k == static_cast<int>(kernels::Op::kSoftmax))
+    return a.stable == b.stable && (!a.stable || (a.beta == b.beta && a.eps == b.eps));
+  if (k == static_cast<int>(kernels::Op::kDelta)) return a.delta_dpp == b.delta_dpp;
+  return true;
+}
+
+}  // namespace
+
 plan::Plan candidate_plan(const Candidate& c, const SearchSpace& space,
-                          const plan::Plan& recorded) {
-  if (recorded.n_layer != space.n_layer || recorded.n_head != space.n_head)
-    throw Error(ExitCode::kInternal, "bisect: plan is " + std::to_string(recorded.n_layer) + "x" +
-                                         std::to_string(recorded.n_head) + ", search space is " +
-                                         std::to_string(space.n_layer) + "x" +
-                                         std::to_string(space.n_head));
-  bool keep_low = (c.mode == Mode::kKeepLow);
-  plan::Plan p = keep_low ? plan::apply(recorded, "all=fp32") : recorded;
+                          const plan::Plan& recorded, const plan::Plan& reference) {
+  for (const plan::Plan* p : {&recorded, &reference})
+    if (p->n_layer != space.n_layer || p->n_head != space.n_head)
+      throw Error(ExitCode::kInternal, "bisect: plan is " + std::to_string(p->n_layer) + "x" +
+                                           std::to_string(p->n_head) + ", search space is " +
+                                           std::to_string(space.n_layer) + "x" +
+                                           std::to_string(space.n_head));
+  const bool keep_low = (c.mode == Mode::kKeepLow);
+  const plan::Plan& src = keep_low ? recorded : reference;
+  plan::Plan p = keep_low ? reference : recorded;
   for (const auto& e : c.elements) {
     for (const auto& leaf : space.leaves(e)) {
+      const bool head_op = op_index(leaf.op) >= 0 || leaf.op == kAccOp;
       bool bad_layer = leaf.layer >= space.n_layer || (leaf.layer < 0 && leaf.op != "head");
-      bool bad_head = leaf.head >= space.n_head || (leaf.head < 0 && op_index(leaf.op) >= 0);
+      bool bad_head = leaf.head >= space.n_head || (leaf.head < 0 && head_op);
       if (bad_layer || bad_head)
         throw Error(ExitCode::kInternal, "bisect: element " + to_string(leaf) +
                                              " is outside the model");
       if (leaf.op == "head") {
-        p.head_fp32 = keep_low ? recorded.head_fp32 : true;
+        p.head_fp32 = src.head_fp32;
         continue;
       }
       int m = module_index(leaf.op);
       if (m >= 0) {
-        p.layers[leaf.layer].module_fp32[m] =
-            keep_low ? recorded.layers[leaf.layer].module_fp32[m] : true;
+        p.layers[leaf.layer].module_fp32[m] = src.layers[leaf.layer].module_fp32[m];
         continue;
       }
-      int op = op_index(leaf.op);
-      if (op < 0) throw Error(ExitCode::kInternal, "bisect: unknown element op '" + leaf.op + "'");
-      auto& dst = p.layers[leaf.layer].heads[leaf.head];
-      const auto& src = recorded.layers[leaf.layer].heads[leaf.head];
-      dst.prec[op] = keep_low ? src.prec[op] : kernels::Prec::kFp32;
-      dst.fault[op] = keep_low ? src.fault[op] : 0.0f;
+      take_op(p.layers[leaf.layer].heads[leaf.head], src.layers[leaf.layer].heads[leaf.head], leaf.op);
     }
   }
   return p;
+}
+
+plan::Plan candidate_plan(const Candidate& c, const SearchSpace& space,
+                          const plan::Plan& recorded) {
+  return candidate_plan(c, space, recorded, plan::apply(recorded, kFullPrecision));
+}
+
+SearchSpace space_between(const SearchSpace& space, const std::vector<plan::Plan>& recorded,
+                          const std::vector<plan::Plan>& reference) {
+  if (recorded.size() != reference.size())
+    throw Error(ExitCode::kInternal, "bisect: space_between needs one reference per plan");
+  SearchSpace out = space;
+  auto differs = [&](auto&& pred) {
+    for (size_t i = 0; i < recorded.size(); ++i)
+      if (pred(recorded[i], reference[i])) return true;
+    return false;
+  };
+  out.ops.clear();
+  for (const auto& op : space.ops)
+    if (differs([&](const plan::Plan& a, const plan::Plan& b) {
+          for (int l = 0; l < space.n_layer; ++l)
+            for (int h = 0; h < space.n_head; ++h)
+              if (!same_op(a.layers[l].heads[h], b.layers[l].heads[h], op)) return true;
+          return false;
+        }))
+      out.ops.push_back(op);
+  out.modules.clear();
+  for (const auto& m : space.modules) {
+    const int k = module_index(m);
+    if (differs([&](const plan::Plan& a, const plan::Plan& b) {
+          for (int l = 0; l < space.n_layer; ++l)
+            if (a.layers[l].module_fp32[k] != b.layers[l].module_fp32[k]) return true;
+          return false;
+        }))
+      out.modules.push_back(m);
+  }
+  out.model_head = space.model_head &&
+                   differs([](const plan::Plan& a, const plan::Plan& b) { return a.head_fp32 != b.head_fp32; });
+  return out;
 }
 
 }  // namespace rwd::bisect

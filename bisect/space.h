@@ -37,9 +37,15 @@ struct Candidate {
 };
 std::string to_string(const Candidate& c);  // "low{...}" or "fp32{...}"
 
+// The plan the bisect moves elements towards: everything in FP32, the rounding regimes too (S
+// and the running O, l in FP32: `qk=sbf16` and `acc=bf16` off); algorithmic choices (stable
+// softmax, delta=dpp, naive attention, tiles) stay as recorded. `--reference PLAN` replaces it.
+constexpr const char* kFullPrecision = "all=fp32;L*.H*.qk=low;L*.H*.qk=fp32;L*.H*.acc=fp32";
+
 struct SearchSpace {
   int n_layer = 0, n_head = 0;
-  std::vector<std::string> ops = {"qk", "softmax", "pv", "o", "delta", "bwd"};  // per head
+  // Per head; "acc" is the accumulator pseudo-op (running O and l, HeadFlags::acc_bf16).
+  std::vector<std::string> ops = {"qk", "softmax", "pv", "o", "delta", "bwd"};
   std::vector<std::string> modules = {"qkv", "proj", "mlp", "ln"};             // per layer
   bool model_head = true;  // include the model-level "head" element
 
@@ -60,12 +66,22 @@ struct SearchSpace {
   bool before(const Element& a, const Element& b) const;
 };
 
-// The plan a candidate stands for, on top of the recorded plan (regimes such as sbf16, stable
-// softmax, naive attention and tiling always stay as recorded):
-//   kPromote: recorded, with every leaf of the elements set to FP32.
-//   kKeepLow: recorded with `all=fp32` applied, then every leaf of the elements restored to its
-//             recorded precision (and fault strength).
+// The plan a candidate stands for, between the recorded plan and the reference plan (what
+// `all=fp32` means to the search; default kFullPrecision applied to the recorded plan). A leaf
+// carries its op's precision, fault strength and the regime of that op (qk: sbf16; softmax:
+// stable; delta: dpp; acc: acc=bf16); a module leaf its FP32 flag; `head` the model head's.
+//   kPromote: recorded, with every leaf of the elements taken from the reference.
+//   kKeepLow: the reference, with every leaf of the elements taken from the recording.
+// Naive attention and tiles are those of the base plan of each mode.
 plan::Plan candidate_plan(const Candidate& c, const SearchSpace& space,
-                          const plan::Plan& recorded);
+                          const plan::Plan& recorded, const plan::Plan& reference);
+plan::Plan candidate_plan(const Candidate& c, const SearchSpace& space,
+                          const plan::Plan& recorded);  // reference: kFullPrecision
+
+// `space` without the op kinds, modules and model head on which every plan of `recorded` and
+// its reference (reference[i] for recorded[i]) agree: promoting them changes nothing. The
+// recorded plans are those of every step where the window's plan may change.
+SearchSpace space_between(const SearchSpace& space, const std::vector<plan::Plan>& recorded,
+                          const std::vector<plan::Plan>& reference);
 
 }  // namespace rwd::bisect

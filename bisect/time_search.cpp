@@ -111,11 +111,11 @@ bool find_window(Context& ctx, const BisectOptions& o) {
       lo = points[i];
     }
   }
-  const std::string fix = "'" + o.fix + "'";
+  const std::string fix = o.fix == kFullPrecision ? std::string("all-FP32") : "'" + o.fix + "'";
   if (lo < 0) {
     t.c_star = t.checkpoints.front();
     // From the very first step under all-FP32 and still failing: no precision plan caused it.
-    const bool at_start = t.c_star <= range->first && o.fix == "all=fp32";
+    const bool at_start = t.c_star <= range->first && (o.fix == kFullPrecision || o.fix == "all=fp32");
     t.status = at_start ? TimeSearch::Status::kNotPrecision : TimeSearch::Status::kBakedIn;
     t.message = at_start ? "not a precision failure: replaying from the first step (" + std::to_string(t.c_star) +
                                ") to " + std::to_string(t.fail_step) + " under " + fix + " still fails"

@@ -108,7 +108,11 @@ int run_bisect(int argc, char** argv) {
       ("find-window", "bisect the checkpoints in time to find the causal window first")
       ("until", "failure step F for --find-window (default: where --fail first turns true)", cxxopts::value<int64_t>())
       ("window-only", "with --find-window: stop after the time bisection")
-      ("fix", "plan of the time probes", cxxopts::value<std::string>()->default_value("all=fp32"))
+      ("fix", "plan of the time probes (default: the reference)", cxxopts::value<std::string>())
+      ("reference", "the healthy end of the search: the plan a promoted element takes its settings from "
+                    "(default: everything FP32, S and the accumulators too; e.g. "
+                    "'L*.H*.qk=low;L*.H*.acc=fp32' asks which heads' eager-regime roundings matter)",
+       cxxopts::value<std::string>())
       ("search", "narrowing engine: groups (default: group testing, the engine of issue 25), cheap "
                  "(a single culprit first sought with the cheaper probes, then group testing: less "
                  "FP32 for one culprit, a little more with several) or ddmin (the engine before "
@@ -137,7 +141,8 @@ int run_bisect(int argc, char** argv) {
   o.find_window = r.count("find-window") > 0;
   if (r.count("until")) o.until = r["until"].as<int64_t>();
   o.window_only = r.count("window-only") > 0;
-  o.fix = r["fix"].as<std::string>();
+  if (r.count("reference")) o.reference = r["reference"].as<std::string>();
+  o.fix = r.count("fix") ? r["fix"].as<std::string>() : o.reference;
   o.progress = r.count("quiet") == 0;
   const std::string engine = r["search"].as<std::string>();
   if (engine != "cheap" && engine != "groups" && engine != "ddmin")

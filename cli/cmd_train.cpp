@@ -72,7 +72,8 @@ int run_train(int argc, char** argv) {
                         "train a GPT with BF16 mixed precision under a precision plan\n\n"
                         "  rewind train --data train.bin --steps 200 --record run.db\n"
                         "  rewind train --preset small-cpu --data train.bin --plan 'L*.H*.softmax=stable(beta=2)'\n"
-                        "  rewind train --resume run.db --steps 400\n");
+                        "  rewind train --resume run.db --steps 400\n"
+                        "  rewind train --fork run.db --at 4500 --plan 'L2.H*.qk=fp32' --record fixed.db --steps 8000\n");
   add_config_options(opts);
   opts.add_options()
       ("data", "nanoGPT uint16 token file", cxxopts::value<std::string>())
@@ -86,6 +87,10 @@ int run_train(int argc, char** argv) {
       ("threads", "CPU threads (recorded; replay uses the same)", cxxopts::value<int>()->default_value("1"))
       ("record", "record into this store (created; never overwritten)", cxxopts::value<std::string>())
       ("resume", "continue the last run recorded in this store", cxxopts::value<std::string>())
+      ("fork", "start a new run from step --at of the last run recorded in this store (read only), "
+               "with --plan applied on top of its recorded plan", cxxopts::value<std::string>())
+      ("at", "with --fork: the step to start from (restored from the checkpoint at or before it)",
+       cxxopts::value<int64_t>())
       ("checkpoint-every", "checkpoint every K steps (later while the writer is busy)", cxxopts::value<int>()->default_value("20"))
       ("checkpoint-wait", "wait for a busy checkpoint writer: checkpoints exactly K apart")
       ("digest-every", "parameter digest every N steps", cxxopts::value<int>()->default_value("1"))
@@ -116,8 +121,53 @@ int run_train(int argc, char** argv) {
   std::unique_ptr<train::TokenFile> data;
   std::unique_ptr<train::Trainer> trainer;
   int64_t recorded_last = -1;  // resume: steps up to here are already in the store
+  int64_t fork_at = -1;        // fork: the new recording starts with a checkpoint at this step
+  std::string forked_from;
 
-  if (r.count("resume")) {
+  if (r.count("fork") + r.count("resume") + (r.count("at") && !r.count("fork")) > 1 || (r.count("fork") && !r.count("at")))
+    throw UsageError("train: --fork STORE needs --at STEP and excludes --resume");
+  if (r.count("fork")) {
+    // A branch of a recorded run: the same model, data and batches from step --at on, under
+    // another plan. The source store is only read; the branch is a new run (--record) or none.
+    store::Store src = store::Store::open(r["fork"].as<std::string>(), store::Mode::kReadOnly, so);
+    spec = train::RunSpec::load(src, 0);
+    fork_at = r["at"].as<int64_t>();
+    auto range = src.step_range(spec.run_id);
+    if (!range || fork_at < range->first || fork_at > range->second + 1)
+      throw UsageError("train: --at " + std::to_string(fork_at) + " is outside the recording" +
+                       (range ? " (steps " + std::to_string(range->first) + ".." + std::to_string(range->second) + ")"
+                              : " (no recorded steps)"));
+    if (spec.world_size != env.world)
+      throw UsageError("run " + std::to_string(spec.run_id) + " was recorded on " + std::to_string(spec.world_size) +
+                       " rank(s); fork it with --nproc-per-node " + std::to_string(spec.world_size));
+    set_threads(spec.threads);
+    comm = train::connect_ranks(env, spec.device);
+    replay::Restored rs = replay::restore_before(src, spec.run_id, fork_at, r.count("data") ? r["data"].as<std::string>() : "",
+                                                 false, {}, comm.get());
+    data = std::move(rs.data);
+    trainer = std::move(rs.trainer);
+    // The branch's schedule: the recorded plan at --at with --plan on top, and every later
+    // recorded change with --plan on top of it too, so the branch keeps its plan throughout.
+    const std::string extra = r["plan"].as<std::string>();
+    const auto& c = spec.config;
+    train::PlanSchedule branch;
+    branch.base = plan::apply(spec.plan.at(fork_at, c.n_layer, c.n_head), extra).canonical();
+    for (const auto& ch : spec.plan.changes)
+      if (ch.first > fork_at) branch.changes.push_back({ch.first, ch.second + ";" + extra});
+    for (const auto& ch : branch.changes) branch.at(ch.first, c.n_layer, c.n_head);  // bad --plan: fails now
+    spec.plan = branch;
+    if (r.count("steps")) spec.config.max_iters = r["steps"].as<int>();
+    if (r.count("checkpoint-every")) spec.checkpoint_every = r["checkpoint-every"].as<int>();
+    forked_from = src.path() + " run " + std::to_string(spec.run_id) + " step " + std::to_string(fork_at);
+    std::printf("forking run %lld at step %lld (checkpoint %lld) under plan '%s'\n",
+                static_cast<long long>(spec.run_id), static_cast<long long>(fork_at),
+                static_cast<long long>(rs.checkpoint_step), branch.base.c_str());
+    if (r.count("record") && env.rank == 0) {
+      st = std::make_unique<store::Store>(store::Store::create(r["record"].as<std::string>(), so));
+      spec.run_id = st->add_run(spec.config.to_json(), spec.plan.to_json(), spec.meta_json());
+      st->put_kv(spec.run_id, "forked_from", forked_from);
+    }
+  } else if (r.count("resume")) {
     if (r.count("record")) throw UsageError("--resume and --record are exclusive");
     // Every rank reads the checkpoint; rank 0 alone writes.
     st = std::make_unique<store::Store>(store::Store::open(
@@ -203,7 +253,7 @@ int run_train(int argc, char** argv) {
     trainer->set_plan(spec.plan.at(s, cfg.n_layer, cfg.n_head));
     const bool already = s <= recorded_last;
     RecordingMs rms;
-    if (rec && !already && rec->checkpoint_due(s) && st->nearest_checkpoint(spec.run_id, s) != s) {
+    if (rec && !already && (rec->checkpoint_due(s) || s == fork_at) && st->nearest_checkpoint(spec.run_id, s) != s) {
       const auto tc = std::chrono::steady_clock::now();
       rec->checkpoint(s, *trainer);
       rms.checkpoint = ms_since(tc);

@@ -163,5 +163,62 @@ TEST_F(BisectCli, TwoFaultsFoundAndParallelMatchesSerial) {
     EXPECT_EQ(serial["narrowing"]["fix_checks"][i]["fixes"], par["narrowing"]["fix_checks"][i]["fixes"]);
 }
 
+// --reference names the healthy end of the search: with the fault's removal as the reference
+// the space is that one op kind, and failing probes stop at the step where the predicate
+// (monotone: `nan || max(loss) > 3`) first holds (issues 36 and 38).
+TEST_F(BisectCli, ReferencePlanNarrowsItsSpaceAndFailingProbesStopEarly) {
+  const std::string store = record("ref_pv", std::string("L1.H0.pv=") + kStrong);
+  nlohmann::json r = bisect(store, "ref_pv_report", "--reference 'L1.H0.pv=low'", 4);
+  const auto& w = r["narrowing"];
+  EXPECT_EQ(w["status"], "localized");
+  EXPECT_EQ(strings(w["failing_set"]), std::vector<std::string>{"L1.H0.pv"});
+  EXPECT_EQ(strings(w["space"]), std::vector<std::string>{"pv"});
+  EXPECT_EQ(w["reference"], "L1.H0.pv=low");
+  int early = 0;
+  for (const auto& p : r["probes"]) {
+    if (!p.contains("stopped_at")) continue;
+    ++early;
+    EXPECT_EQ(p["verdict"], "fail");
+    EXPECT_LT(p["stopped_at"].get<int>(), 39);
+    EXPECT_EQ(p["steps"].get<int>(), p["stopped_at"].get<int>() - 20 + 1);
+  }
+  EXPECT_GE(early, 1);
+  // A predicate that is not monotone (last) never stops a probe early.
+  Cmd c = rewind_cmd("bisect --store " + store + " --window 20:39 --fail 'last(loss) > 3' --fresh --quiet --report " +
+                     dir_ + "/ref_pv_last --reference 'L1.H0.pv=low'");
+  nlohmann::json l = read_json(dir_ + "/ref_pv_last/report.json");
+  for (const auto& p : l["probes"]) EXPECT_FALSE(p.contains("stopped_at")) << p.dump();
+}
+
+// `train --fork STORE --at S`: a new run from step S; with no plan of its own it continues the
+// recording bit for bit, and it replays bitwise from the checkpoint it starts with.
+TEST_F(BisectCli, ForkContinuesTheRecordingAndTakesAPlan) {
+  const std::string store = record("fork_src", "");
+  const std::string same = dir_ + "/fork_same.db", fixed = dir_ + "/fork_fixed.db";
+  Cmd a = rewind_cmd("train --fork " + store + " --at 25 --record " + same + " --steps 40 --log-every 1000");
+  ASSERT_EQ(a.code, 0) << a.out;
+  Cmd b = rewind_cmd("train --fork " + store + " --at 25 --plan 'L1.H2.pv=fp32' --record " + fixed +
+                     " --steps 40 --log-every 1000");
+  ASSERT_EQ(b.code, 0) << b.out;
+  auto losses = [&](const std::string& db, const std::string& name) {
+    Cmd c = rewind_cmd("replay --store " + db + " --from 30 --to 39 --json " + dir_ + "/" + name + ".json");
+    EXPECT_EQ(c.code, 0) << c.out;
+    std::vector<double> v;
+    const nlohmann::json j = read_json(dir_ + "/" + name + ".json");
+    for (const auto& row : j["steps"]) v.push_back(row["recorded_loss"]);
+    return v;
+  };
+  const std::vector<double> orig = losses(store, "orig"), cont = losses(same, "same"), fix = losses(fixed, "fixed");
+  ASSERT_EQ(orig.size(), 10u);
+  EXPECT_EQ(cont, orig);
+  EXPECT_NE(fix, orig);
+  Cmd v = rewind_cmd("replay --store " + fixed + " --from 25 --to 39 --verify");
+  EXPECT_EQ(v.code, 0) << v.out;
+  EXPECT_EQ(rewind_cmd("train --fork " + store + " --steps 40").code, 2);
+  EXPECT_EQ(rewind_cmd("train --fork " + store + " --at 500 --steps 40").code, 2);
+  EXPECT_EQ(rewind_cmd("train --fork " + store + " --at 25 --resume " + store).code, 2);
+  EXPECT_EQ(rewind_cmd("train --fork " + store + " --at 25 --record " + same).code, 3);  // never overwritten
+}
+
 }  // namespace
 }  // namespace rwd::bisect::testing

@@ -72,5 +72,63 @@ TEST(Space, KeepLowCandidateRestoresRecordedLeaves) {
   EXPECT_THROW(candidate_plan(Candidate{}, s, plan::Plan::defaults(2, 2)), Error);
 }
 
+// Issue 38: the paper's regimes (S rounded to BF16, running O and l in BF16) are roundings
+// too. The default reference (kFullPrecision) removes them; a leaf carries its op's regime.
+TEST(Space, RegimesAreLowPrecisionTheReferenceRemoves) {
+  SearchSpace s = small_space();
+  s.ops.push_back("acc");
+  const plan::Plan rec = plan::parse("L*.H*.qk=sbf16;L*.H*.acc=bf16", 3, 2);
+  const plan::Plan all = candidate_plan(Candidate{Mode::kKeepLow, {}}, s, rec);
+  for (const auto& l : all.layers)
+    for (const auto& h : l.heads) {
+      EXPECT_FALSE(h.s_bf16);
+      EXPECT_FALSE(h.acc_bf16);
+      EXPECT_EQ(h.prec[static_cast<int>(Op::kQk)], Prec::kFp32);
+    }
+  // Keeping L1.H0's qk low keeps its S rounding (and nothing else's); its acc stays FP32.
+  const plan::Plan low = candidate_plan(Candidate{Mode::kKeepLow, {{1, 0, "qk"}}}, s, rec);
+  EXPECT_TRUE(low.layers[1].heads[0].s_bf16);
+  EXPECT_EQ(low.layers[1].heads[0].prec[static_cast<int>(Op::kQk)], Prec::kLow);
+  EXPECT_FALSE(low.layers[1].heads[0].acc_bf16);
+  EXPECT_FALSE(low.layers[1].heads[1].s_bf16);
+  // Promoting L2.H1's acc removes only its BF16 accumulator.
+  const plan::Plan up = candidate_plan(Candidate{Mode::kPromote, {{2, 1, "acc"}}}, s, rec);
+  EXPECT_EQ(up.canonical(), plan::apply(rec, "L2.H1.acc=fp32").canonical());
+  // A recording without regimes gets exactly the plans of before (probe cache keys hold).
+  const plan::Plan plain = plan::parse("L1.H0.pv=fault(strength=3)", 3, 2);
+  EXPECT_EQ(candidate_plan(Candidate{Mode::kKeepLow, {{1, 0, "pv"}}}, s, plain).canonical(),
+            plan::apply(plan::apply(plain, "all=fp32"), "L1.H0.pv=fault(strength=3)").canonical());
+}
+
+// --reference: a candidate moves its leaves to the reference's settings, and the space keeps
+// only what the recorded plan and the reference disagree on.
+TEST(Space, ReferencePlanAndTheSpaceBetween) {
+  SearchSpace s = small_space();
+  s.ops.push_back("acc");
+  const plan::Plan rec = plan::parse("L*.H*.qk=sbf16;L*.H*.acc=bf16", 3, 2);
+  const plan::Plan ref = plan::apply(rec, "L*.H*.qk=low;L*.H*.acc=fp32");  // FA2's numerics
+  const plan::Plan up = candidate_plan(Candidate{Mode::kPromote, {{1, 0, "attn"}}}, s, rec, ref);
+  EXPECT_EQ(up.canonical(), plan::apply(rec, "L1.H0.qk=low;L1.H0.acc=fp32").canonical());
+  const plan::Plan low = candidate_plan(Candidate{Mode::kKeepLow, {{2, -1, "attn"}}}, s, rec, ref);
+  EXPECT_EQ(low.canonical(), plan::parse("L2.H*.qk=sbf16;L2.H*.acc=bf16", 3, 2).canonical());
+  EXPECT_EQ(candidate_plan(Candidate{Mode::kKeepLow, {}}, s, rec, ref), ref);
+
+  SearchSpace between = space_between(s, {rec}, {ref});
+  EXPECT_EQ(between.ops, (std::vector<std::string>{"qk", "acc"}));
+  EXPECT_TRUE(between.modules.empty());
+  EXPECT_FALSE(between.model_head);
+  // Against all-FP32 a default recording differs everywhere but in the accumulator.
+  s.model_head = true;
+  const plan::Plan d = plan::Plan::defaults(3, 2);
+  SearchSpace full = space_between(s, {d}, {plan::apply(d, kFullPrecision)});
+  EXPECT_EQ(full.ops, (std::vector<std::string>{"qk", "softmax", "pv", "o", "delta"}));
+  EXPECT_EQ(full.modules, s.modules);
+  EXPECT_TRUE(full.model_head);
+  // A fault switched on inside the window (a second recorded plan) keeps its op in the space.
+  const plan::Plan faulted = plan::parse("L0.H1.pv=fault(strength=2)", 3, 2);
+  SearchSpace sched = space_between(s, {d, faulted}, {d, d});
+  EXPECT_EQ(sched.ops, (std::vector<std::string>{"pv"}));
+}
+
 }  // namespace
 }  // namespace rwd::bisect

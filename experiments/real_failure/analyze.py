@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""Reads rewind stores and bisect reports for experiments/real_failure/run.sh (stdlib only).
+
+  analyze.py last-step DB                  the last recorded step (exit 1: no store)
+  analyze.py series DB CSV                 step,loss,grad_norm,lr of every step; where candidate
+                                           predicates first fire; a table every 250 steps
+  analyze.py window REPORT                 "FROM TO" of the bisected window
+  analyze.py fixing-plan REPORT REF        the fixing set as a plan: each element at REF's setting
+  analyze.py monitors DB REPORT CSV SVG    per-head monitors, guilty heads against the others
+  analyze.py lead CSV FAIL [RATIO]         from that CSV: when the guilty heads stand out
+  analyze.py plot SVG NAME:CSV ...         loss and gradient norm of several runs
+  analyze.py confirm FAIL NAME:CSV ...     per run: where the predicate first holds, grad norms
+"""
+import csv, json, math, os, re, sqlite3, statistics, struct, sys
+
+
+def f32(bits):
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+
+
+def connect(db):
+    if not os.path.exists(db):
+        sys.exit(1)
+    return sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+
+
+def last_run(c):
+    return c.execute("select max(id) from runs").fetchone()[0]
+
+
+def steps(db):
+    c = connect(db)
+    run = last_run(c)
+    rows = c.execute("select step, loss_bits, grad_norm_bits, lr from steps where run=? order by step", (run,))
+    return [(s, f32(l), f32(g), lr) for s, l, g, lr in rows]
+
+
+def rmedian_first(gn, first_step, k, n):
+    """First step t (after a step where it was false) with gn[t] > k * median(gn[t-n:t])."""
+    was_false = False
+    for i in range(n, len(gn)):
+        g = gn[i] if math.isfinite(gn[i]) else math.inf
+        med = statistics.median(x if math.isfinite(x) else math.inf for x in gn[i - n:i])
+        holds = g > k * med
+        if holds and was_false:
+            return first_step + i
+        was_false = was_false or not holds
+    return None
+
+
+def cmd_series(db, out):
+    rows = steps(db)
+    with open(out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "loss", "grad_norm", "lr"])
+        for s, l, g, lr in rows:
+            w.writerow([s, f"{l:.6g}", f"{g:.6g}", f"{lr:.6g}"])
+    if not rows:
+        print("no steps"); return
+    first = rows[0][0]
+    gn = [r[2] for r in rows]
+    print(f"{db}: steps {first}..{rows[-1][0]}")
+    for n in (250, 500, 1000):
+        print(f"  'grad_norm > 10 * rmedian(grad_norm, {n})' first turns true at step {rmedian_first(gn, first, 10, n)}")
+    for thr in (2, 5, 10):
+        t = next((s for s, l, g, lr in rows if s > first + 2500 and not (g <= thr)), None)
+        print(f"  grad_norm > {thr} (after the warmup) first at step {t}")
+    nan = next((s for s, l, g, lr in rows if not math.isfinite(l)), None)
+    print(f"  first non-finite loss: {nan}")
+    print("  step    loss   grad_norm  (mean of the 50 steps up to it)")
+    for s0 in range(first, rows[-1][0] + 1, 250):
+        win = [r for r in rows if s0 - 49 <= r[0] <= s0]
+        if win:
+            ml = sum(r[1] for r in win) / len(win)
+            mg = sum(r[2] for r in win) / len(win)
+            print(f"  {s0:5d}  {ml:6.3f}  {mg:9.3f}")
+
+
+def report(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def cmd_window(path):
+    r = report(path)
+    if "narrowing" in r:
+        a, b = r["narrowing"]["window"]
+    elif r.get("time", {}).get("status") == "window":
+        a, b = r["time"]["c_star"], r["time"]["fail_step"]
+    else:
+        sys.exit(1)
+    print(a, b)
+
+
+def element_plan(e, ref):
+    """Element 'L2.H3.qk' / 'L2.H3' / 'L2.attn' / 'L2.mlp' at the settings REF gives it."""
+    m = re.fullmatch(r"L(\d+)(?:\.H(\d+))?(?:\.(\w+))?", e)
+    if not m:
+        return []
+    layer, head, op = m.group(1), m.group(2), m.group(3)
+    out = []
+    for a in ref.split(";"):
+        a = a.strip()
+        mm = re.fullmatch(r"L[^.]+\.H[^.]+\.(\w+)=(.+)", a)
+        if not mm:
+            continue
+        rop, mode = mm.groups()
+        if head is None and op not in (None, "attn"):
+            continue  # a module: not an attention setting
+        if op not in (None, "attn") and op != rop:
+            continue
+        hs = head if head is not None else "*"
+        out.append(f"L{layer}.H{hs}.{rop}={mode}")
+    return out
+
+
+def cmd_fixing_plan(path, ref):
+    r = report(path)
+    fix = r.get("narrowing", {}).get("fixing_set", [])
+    parts = [p for e in fix for p in element_plan(e, ref)]
+    print(";".join(parts) if parts else ref)
+
+
+def guilty_heads(r):
+    n = r.get("narrowing", {})
+    heads = set()
+    for e in n.get("fixing_set", []) + n.get("failing_set", []):
+        m = re.match(r"L(\d+)\.H(\d+)", e)
+        if m:
+            heads.add((int(m.group(1)), int(m.group(2))))
+        else:
+            m = re.match(r"L(\d+)\.attn", e)
+            if m:
+                heads.update((int(m.group(1)), h) for h in range(r["model"]["n_head"]))
+    return heads
+
+
+def cmd_lead(path, fail, ratio=3.0):
+    """From monitors.csv: per monitor, the first sampled step from which the guilty heads' mean
+    stays above `ratio` x the other heads' mean up to the failure step (the lead time)."""
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    for key in ("pbar_one", "repmax_rate", "wq_sn", "max_logit"):
+        pts = [(int(r["step"]), float(r["guilty_mean"]), float(r["others_mean"])) for r in rows if r["monitor"] == key]
+        pts = [p for p in pts if p[0] <= fail]
+        lead = None
+        for s_, g, o in pts:
+            if g > ratio * o:
+                lead = s_ if lead is None else lead
+            else:
+                lead = None
+        at = next(((g, o) for s_, g, o in reversed(pts)), (math.nan, math.nan))
+        lt = f"lead time {fail - lead} steps" if lead is not None else "does not stand out"
+        print(f"  {key:12s}: guilty mean > {ratio:g}x the others' mean from step {lead} to the failure at {fail}: {lt} "
+              f"(at step {pts[-1][0] if pts else '-'}: {at[0]:.4g} vs {at[1]:.4g})")
+
+
+def cmd_monitors(db, rpath, out_csv, out_svg, every=50):
+    r = report(rpath)
+    guilty = guilty_heads(r)
+    c = connect(db)
+    run = last_run(c)
+    keys = ("pbar_one", "repmax_rate", "wq_sn", "max_logit")
+    data = {}  # (key, layer, head) -> {step: value}
+    for step, key, value in c.execute(
+            "select step, key, value from metrics where run=? and step % ? = 0 and key like 'L%'", (run, every)):
+        m = re.fullmatch(r"L(\d+)\.H(\d+)\.(\w+)", key)
+        if m and m.group(3) in keys:
+            data.setdefault((m.group(3), int(m.group(1)), int(m.group(2))), {})[step] = value
+    steps_ = sorted({s for d in data.values() for s in d})
+    fail = r.get("time", {}).get("fail_step")
+    with open(out_csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "monitor", "guilty_mean", "others_mean", "others_p99", "guilty_max_head"])
+        lines = {}
+        for key in keys:
+            lead = None
+            for s in steps_:
+                g = [d[s] for (k, l, h), d in data.items() if k == key and (l, h) in guilty and s in d]
+                o = sorted(d[s] for (k, l, h), d in data.items() if k == key and (l, h) not in guilty and s in d)
+                if not g or not o:
+                    continue
+                p99 = o[min(len(o) - 1, int(0.99 * len(o)))]
+                gm, om = sum(g) / len(g), sum(o) / len(o)
+                w.writerow([s, key, f"{gm:.6g}", f"{om:.6g}", f"{p99:.6g}", f"{max(g):.6g}"])
+                lines.setdefault(key, []).append((s, gm, om, max(g), p99))
+                # Stands out: a guilty head above every other head's 99th percentile, from here on.
+                if max(g) > p99 and lead is None:
+                    lead = s
+                elif max(g) <= p99:
+                    lead = None
+            lt = f"{fail - lead} steps before the failure step {fail}" if (lead is not None and fail) else "-"
+            print(f"  {key:12s}: guilty heads stand out (max over them > 99th percentile of the {len(o) if steps_ else 0} others, "
+                  f"to the end) from step {lead}: lead time {lt}")
+    print(f"  guilty heads: {sorted(guilty)}")
+    if fail:
+        cmd_lead(out_csv, fail)
+    svg_panels(out_svg, [(f"{k}: guilty heads (max, mean) vs the others (mean, p99)",
+                          [("guilty max", [(x[0], x[3]) for x in pts]),
+                           ("guilty mean", [(x[0], x[1]) for x in pts]),
+                           ("others mean", [(x[0], x[2]) for x in pts]),
+                           ("others p99", [(x[0], x[4]) for x in pts])], False, fail)
+                         for k, pts in lines.items()])
+
+
+COLORS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+
+
+def svg_panels(path, panels, width=900, height=260):
+    """panels: [(title, [(label, [(x, y)])], log_y, marker_x)] -> one SVG, panels stacked."""
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height * len(panels)}" '
+           f'font-family="sans-serif" font-size="12" role="img">']
+    for i, (title, series, log_y, mark) in enumerate(panels):
+        y0 = i * height
+        pts = [(x, y) for _, s in series for x, y in s if math.isfinite(y) and (y > 0 or not log_y)]
+        if not pts:
+            continue
+        fy = (lambda v: math.log10(v)) if log_y else (lambda v: v)
+        xs = [p[0] for p in pts]; ys = [fy(p[1]) for p in pts]
+        x_lo, x_hi, y_lo, y_hi = min(xs), max(xs), min(ys), max(ys)
+        if y_hi == y_lo: y_hi = y_lo + 1
+        L, R, T, B = 70, width - 170, y0 + 28, y0 + height - 30
+        px = lambda x: L + (x - x_lo) / max(1, x_hi - x_lo) * (R - L)
+        py = lambda v: B - (fy(v) - y_lo) / (y_hi - y_lo) * (B - T)
+        out.append(f'<text x="{L}" y="{y0 + 16}" font-weight="bold">{title}</text>')
+        out.append(f'<rect x="{L}" y="{T}" width="{R - L}" height="{B - T}" fill="none" stroke="#999"/>')
+        for k in range(5):
+            v = y_lo + (y_hi - y_lo) * k / 4
+            lab = f"{10 ** v:.3g}" if log_y else f"{v:.3g}"
+            out.append(f'<text x="{L - 6}" y="{B - (B - T) * k / 4 + 4:.1f}" text-anchor="end">{lab}</text>')
+        for k in range(5):
+            x = x_lo + (x_hi - x_lo) * k / 4
+            out.append(f'<text x="{px(x):.1f}" y="{B + 16}" text-anchor="middle">{x:.0f}</text>')
+        if mark is not None and x_lo <= mark <= x_hi:
+            out.append(f'<line x1="{px(mark):.1f}" y1="{T}" x2="{px(mark):.1f}" y2="{B}" stroke="#000" stroke-dasharray="4 3"/>')
+        for j, (label, s) in enumerate(series):
+            s = [(x, y) for x, y in s if math.isfinite(y) and (y > 0 or not log_y)]
+            if not s:
+                continue
+            col = COLORS[j % len(COLORS)]
+            d = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in s)
+            out.append(f'<polyline fill="none" stroke="{col}" stroke-width="1.2" points="{d}"/>')
+            out.append(f'<text x="{R + 8}" y="{T + 14 + 16 * j}" fill="{col}">{label}</text>')
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def read_csv(path, every=10):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for k in range(0, len(rows), every):  # the mean of each `every` steps, so the curve is readable
+        chunk = rows[k:k + every]
+        vals = lambda key: [float(r[key]) for r in chunk]
+        loss, gn = vals("loss"), vals("grad_norm")
+        fin = lambda v: [x for x in v if math.isfinite(x)]
+        out.append((int(chunk[-1]["step"]), sum(fin(loss)) / max(1, len(fin(loss))) if fin(loss) else math.nan,
+                    sum(fin(gn)) / max(1, len(fin(gn))) if fin(gn) else math.nan))
+    return out
+
+
+def cmd_confirm(fail, specs):
+    """Each NAME:CSV run from its first step: does the failure stay away (FAIL = the failure step)?"""
+    print(f"{'run':44s} {'predicate first true':>20s} {'max grad norm':>14s} {'steps > 2':>10s} "
+          f"{'median grad norm, last 500':>27s} {'mean loss, last 500':>20s}")
+    for name, path in (x.split(":", 1) for x in specs):
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            rows = [(int(r["step"]), float(r["loss"]), float(r["grad_norm"])) for r in csv.DictReader(f)]
+        if not rows:
+            continue
+        gn = [g for _, _, g in rows]
+        first = rmedian_first(gn, rows[0][0], 10, 500)
+        after = [g for s_, _, g in rows if s_ >= fail]
+        tail = rows[-500:]
+        print(f"{name:44s} {str(first):>20s} {max(after) if after else math.nan:14.3f} "
+              f"{sum(1 for g in after if not g <= 2):10d} {statistics.median(g for _, _, g in tail):27.3f} "
+              f"{sum(l for _, l, _ in tail) / len(tail):20.3f}")
+
+
+def cmd_plot(path, specs):
+    runs = [(name, read_csv(p)) for name, p in (s.split(":", 1) for s in specs)]
+    runs = [(n, r) for n, r in runs if r]
+    svg_panels(path, [("loss (mean of 10 steps)", [(n, [(s, l) for s, l, g in r]) for n, r in runs], False, None),
+                      ("gradient norm before clipping (mean of 10 steps, log scale)",
+                       [(n, [(s, g) for s, l, g in r]) for n, r in runs], True, None)])
+    print(f"plot: {path} ({', '.join(n for n, _ in runs)})")
+
+
+def main(a):
+    if len(a) < 2:
+        sys.exit(__doc__)
+    cmd = a[1]
+    if cmd == "last-step":
+        c = connect(a[2])
+        last = c.execute("select max(step) from steps where run=?", (last_run(c),)).fetchone()[0]
+        print(-1 if last is None else last)
+    elif cmd == "series": cmd_series(a[2], a[3])
+    elif cmd == "window": cmd_window(a[2])
+    elif cmd == "fixing-plan": cmd_fixing_plan(a[2], a[3])
+    elif cmd == "monitors": cmd_monitors(a[2], a[3], a[4], a[5])
+    elif cmd == "lead": cmd_lead(a[2], int(a[3]), float(a[4]) if len(a) > 4 else 3.0)
+    elif cmd == "plot": cmd_plot(a[2], a[3:])
+    elif cmd == "confirm": cmd_confirm(int(a[2]), a[3:])
+    else: sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Issue 38: a gpt2-small run that breaks on its own in the paper's numerics (S rounded to BF16
+# before the softmax, running O and l in BF16), recorded, its window found, bisected, explained
+# with rewind's monitors, and the fix confirmed by training on past the failure.
+#
+# Usage (GPU machine, after scripts/gpu_build.sh or with BUILD unbuilt: it builds `rewind`):
+#   bash experiments/real_failure/run.sh [stage ...]
+# Stages, in order (default: all); each one skips what an earlier call already finished, so a
+# call that ran out of time is continued by running the script again on the same machine:
+#   data record series bisect explain confirm plots
+# Environment: BUILD (build-gpu), W (work dir, /tmp/rewind_real_failure: stores, corpus),
+#   OUT (results, $W/out), STEPS (8000: how far the failing run is recorded), EVERY (250:
+#   checkpoint spacing), FAIL (the failure predicate), REF (the healthy end of the bisect),
+#   DEADLINE (seconds since the epoch after which a stage starts nothing new).
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-$ROOT/build-gpu}
+W=${W:-/tmp/rewind_real_failure}
+OUT=${OUT:-$W/out}
+STEPS=${STEPS:-8000}
+EVERY=${EVERY:-250}
+PAPER='L*.H*.qk=sbf16;L*.H*.acc=bf16'   # the paper's numerics
+REF=${REF:-L*.H*.qk=low;L*.H*.acc=fp32}   # FlashAttention-2's numerics: the control that trains on
+FAIL=${FAIL:-grad_norm > 10 * rmedian(grad_norm, 500)}
+DEADLINE=${DEADLINE:-0}
+R=$BUILD/rewind
+PY=${PY:-python3}
+A="$PY $ROOT/experiments/real_failure/analyze.py"
+mkdir -p "$W" "$OUT"
+STAGES=("$@"); [[ ${#STAGES[@]} -eq 0 ]] && STAGES=(data record series bisect explain confirm plots)
+log() { echo "== $(date +%T) $*" | tee -a "$OUT/run.log"; }
+left() { [[ $DEADLINE == 0 ]] && echo 100000 || echo $((DEADLINE - $(date +%s))); }
+MODEL=(--preset gpt2-small --device cuda --data "$W/train.bin" --vocab-size 256 --batch-size 8
+       --gradient-accumulation-steps 1 --learning-rate 1e-3 --warmup-iters 2000 --lr-decay-iters 600000
+       --min-lr 1e-5 --weight-decay 0 --beta2 0.95 --grad-clip 1.0)
+
+if [[ ! -x $R ]]; then
+  log "building rewind"
+  TARGET=rewind BUILD=$BUILD OUT=$OUT bash "$ROOT/scripts/gpu_build.sh" || exit 1
+fi
+D=$ROOT/.gpu-deps/root
+export LD_LIBRARY_PATH=$D/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+
+# The causal window and the fixing set, as the bisect report says them (empty until known).
+window() { [[ -f $OUT/bisect/report.json ]] && $A window "$OUT/bisect/report.json"; }
+fixing_plan() { [[ -f $OUT/bisect/report.json ]] && $A fixing-plan "$OUT/bisect/report.json" "$REF"; }
+
+for stage in "${STAGES[@]}"; do
+  (( $(left) > 30 )) || { log "deadline: stopping before $stage"; exit 0; }
+  case $stage in
+  data)
+    if [[ ! -f $W/train.bin ]]; then
+      find /usr/lib/python3* -name "*.py" | sort | head -4000 | xargs cat > "$W/corpus.txt"
+      "$R" data text "$W/corpus.txt" -o "$W/train.bin" | tee -a "$OUT/run.log"
+    fi
+    log "train.bin: $(stat -c %s "$W/train.bin") bytes, md5 $(md5sum < "$W/train.bin" | cut -c1-32)" \
+        "(issue 38's machine: 19584982 tokens, md5 890dc03c00dc1d67a959ddd05ef46130)"
+    ;;
+  record)   # the failing run, resumed where an earlier call stopped (kill -9 keeps the store whole)
+    last=$($A last-step "$W/fail.db" 2>/dev/null || echo -1)
+    if (( last + 1 < STEPS )); then
+      if [[ -f $W/fail.db ]]; then args=(--resume "$W/fail.db" --steps "$STEPS")
+      else args=("${MODEL[@]}" --steps "$STEPS" --plan "$PAPER" --record "$W/fail.db" --checkpoint-every "$EVERY"); fi
+      log "recording the failing run to step $STEPS (from $((last + 1)))"
+      timeout --signal=KILL $(( $(left) - 20 )) "$R" train "${args[@]}" --log-every 250 2>&1 | tee -a "$OUT/record.log" | grep -E "^step|error|recorded|resum"
+    fi
+    log "failing run recorded to step $($A last-step "$W/fail.db")"
+    ;;
+  series)   # every step's loss and gradient norm; where each candidate predicate first fires
+    $A series "$W/fail.db" "$OUT/fail_series.csv" | tee "$OUT/triggers.txt"
+    ;;
+  bisect)   # the causal window (time search under the reference), then layers, heads, ops
+    log "bisect --find-window --fail '$FAIL' --reference '$REF'"
+    timeout --signal=KILL $(( $(left) - 10 )) "$R" bisect --store "$W/fail.db" --find-window --fail "$FAIL" \
+      --reference "$REF" --report "$OUT/bisect" --quiet 2>&1 | tee "$OUT/bisect.txt"
+    ;;
+  explain)  # per-head monitors over the run; one step inside the window, fixing set vs recorded
+    read -r from to <<< "$(window)"
+    [[ -n ${from:-} ]] || { log "explain: no window yet"; continue; }
+    fix=$(fixing_plan)
+    $A monitors "$W/fail.db" "$OUT/bisect/report.json" "$OUT/monitors.csv" "$OUT/monitors.svg" | tee "$OUT/explain.txt"
+    s=$(( (from + to) / 2 ))
+    log "rewind step at $s with the fixing set at the reference: $fix"
+    "$R" step --store "$W/fail.db" --step "$s" --fp32 "$fix" --json "$OUT/step.json" 2>&1 | tail -40 | tee -a "$OUT/explain.txt"
+    ;;
+  confirm)  # from the window's start: the fixing set at the reference, and every head at it
+    read -r from to <<< "$(window)"
+    [[ -n ${from:-} ]] || { log "confirm: no window yet"; continue; }
+    fix=$(fixing_plan)
+    until=$(( to + 3000 ))
+    for name in fixset reference; do
+      [[ -f $W/$name.db ]] && continue
+      plan=$fix; [[ $name == reference ]] && plan=$REF
+      log "fork at $from under '$plan' to step $until ($name)"
+      timeout --signal=KILL $(( $(left) - 10 )) "$R" train --fork "$W/fail.db" --at "$from" --plan "$plan" \
+        --record "$W/$name.db" --steps "$until" --checkpoint-every 100000 --log-every 500 > "$OUT/confirm_$name.log" 2>&1 &
+    done
+    wait
+    tail -3 "$OUT"/confirm_*.log
+    for name in fixset reference; do $A series "$W/$name.db" "$OUT/${name}_series.csv" > /dev/null || true; done
+    ;;
+  plots)
+    $A plot "$OUT/curves.svg" "paper numerics:$OUT/fail_series.csv" "fixing set from the window:$OUT/fixset_series.csv" \
+      "FA2 numerics from the window:$OUT/reference_series.csv" | tee -a "$OUT/run.log"
+    ;;
+  *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
