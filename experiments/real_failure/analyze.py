@@ -6,6 +6,8 @@
                                            predicates first fire; a table every 250 steps
   analyze.py window REPORT                 "FROM TO" of the bisected window
   analyze.py fixing-plan REPORT REF        the fixing set as a plan: each element at REF's setting
+  analyze.py set-plan REPORT REF failing|layers|stable   the failing set, its layers, or the
+                                           stabilized softmax in the fixing set's heads
   analyze.py monitors DB REPORT CSV SVG    per-head monitors, guilty heads against the others
   analyze.py lead CSV FAIL [RATIO]         from that CSV: when the guilty heads stand out
   analyze.py plot SVG NAME:CSV ...         loss and gradient norm of several runs
@@ -119,6 +121,22 @@ def cmd_fixing_plan(path, ref):
     fix = r.get("narrowing", {}).get("fixing_set", [])
     parts = [p for e in fix for p in element_plan(e, ref)]
     print(";".join(parts) if parts else ref)
+
+
+def cmd_set_plan(path, ref, which):
+    """failing: the failing set at REF; layers: every head of its layers at REF; stable: the
+    fixing set's heads with the stabilized softmax."""
+    r = report(path)
+    heads = sorted(guilty_heads(r))
+    if which == "failing":
+        parts = [p for e in r.get("narrowing", {}).get("failing_set", []) for p in element_plan(e, ref)]
+    elif which == "layers":
+        parts = [p for l in sorted({l for l, _ in heads}) for p in element_plan(f"L{l}.attn", ref)]
+    else:
+        fix = r.get("narrowing", {}).get("fixing_set", [])
+        hs = sorted({m.groups() for m in (re.match(r"L(\d+)\.H(\d+)", e) for e in fix) if m})
+        parts = [f"L{l}.H{h}.softmax=stable(beta=2)" for l, h in hs]
+    print(";".join(parts))
 
 
 def guilty_heads(r):
@@ -302,6 +320,7 @@ def main(a):
     elif cmd == "series": cmd_series(a[2], a[3])
     elif cmd == "window": cmd_window(a[2])
     elif cmd == "fixing-plan": cmd_fixing_plan(a[2], a[3])
+    elif cmd == "set-plan": cmd_set_plan(a[2], a[3], a[4])
     elif cmd == "monitors": cmd_monitors(a[2], a[3], a[4], a[5])
     elif cmd == "lead": cmd_lead(a[2], int(a[3]), float(a[4]) if len(a) > 4 else 3.0)
     elif cmd == "plot": cmd_plot(a[2], a[3:])

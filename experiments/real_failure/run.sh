@@ -7,7 +7,7 @@
 #   bash experiments/real_failure/run.sh [stage ...]
 # Stages, in order (default: all); each one skips what an earlier call already finished, so a
 # call that ran out of time is continued by running the script again on the same machine:
-#   data record series bisect explain confirm plots
+#   data record series bisect explain confirm widen summary
 # Environment: BUILD (build-gpu), W (work dir, /tmp/rewind_real_failure: stores, corpus),
 #   OUT (results, $W/out), STEPS (8000: how far the failing run is recorded), EVERY (250:
 #   checkpoint spacing), FAIL (the failure predicate), REF (the healthy end of the bisect),
@@ -27,7 +27,7 @@ R=$BUILD/rewind
 PY=${PY:-python3}
 A="$PY $ROOT/experiments/real_failure/analyze.py"
 mkdir -p "$W" "$OUT"
-STAGES=("$@"); [[ ${#STAGES[@]} -eq 0 ]] && STAGES=(data record series bisect explain confirm plots)
+STAGES=("$@"); [[ ${#STAGES[@]} -eq 0 ]] && STAGES=(data record series bisect explain confirm widen summary)
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/run.log"; }
 left() { [[ $DEADLINE == 0 ]] && echo 100000 || echo $((DEADLINE - $(date +%s))); }
 MODEL=(--preset gpt2-small --device cuda --data "$W/train.bin" --vocab-size 256 --batch-size 8
@@ -83,25 +83,49 @@ for stage in "${STAGES[@]}"; do
     log "rewind step at $s with the fixing set at the reference: $fix"
     "$R" step --store "$W/fail.db" --step "$s" --fp32 "$fix" --json "$OUT/step.json" 2>&1 | tail -40 | tee -a "$OUT/explain.txt"
     ;;
-  confirm)  # from the window's start: the fixing set at the reference, and every head at it
+  confirm|widen)
+    # confirm: from the window's start, the bisect's fixing set at the reference, and every
+    # head at it (FA2 numerics), each trained 3000 steps past the failure step. widen: larger
+    # sets, for when the fixing set does not hold that long (the smallest that does).
     read -r from to <<< "$(window)"
-    [[ -n ${from:-} ]] || { log "confirm: no window yet"; continue; }
-    fix=$(fixing_plan)
+    [[ -n ${from:-} ]] || { log "$stage: no window yet"; continue; }
     until=$(( to + 3000 ))
-    for name in fixset reference; do
-      [[ -f $W/$name.db ]] && continue
-      plan=$fix; [[ $name == reference ]] && plan=$REF
+    if [[ $stage == confirm ]]; then
+      runs=("fixset|$(fixing_plan)" "reference|$REF")
+    else
+      # The failing set's heads, their layer, then halves of the model (their qk and acc at the
+      # reference), and the stabilized softmax in the fixing set's head.
+      rp=$OUT/bisect/report.json
+      runs=("heads|$($A set-plan "$rp" "$REF" failing)" "layer|$($A set-plan "$rp" "$REF" layers)"
+            "stable|$($A set-plan "$rp" "$REF" stable)" "l0_2|L{0-2}.H*.qk=low;L{0-2}.H*.acc=fp32"
+            "l0_5|L{0-5}.H*.qk=low;L{0-5}.H*.acc=fp32" "l1_6_11|L{1,6-11}.H*.qk=low;L{1,6-11}.H*.acc=fp32")
+    fi
+    for r in "${runs[@]}"; do   # three at a time on one GPU: ~75 ms a step each on the H100
+      name=${r%%|*}; plan=${r#*|}
+      [[ $($A last-step "$W/$name.db" 2>/dev/null) == $((until - 1)) ]] && continue
+      rm -f "$W/$name.db" "$W/$name.db-wal" "$W/$name.db-shm"   # a branch cut short starts again
       log "fork at $from under '$plan' to step $until ($name)"
       timeout --signal=KILL $(( $(left) - 10 )) "$R" train --fork "$W/fail.db" --at "$from" --plan "$plan" \
         --record "$W/$name.db" --steps "$until" --checkpoint-every 100000 --log-every 500 > "$OUT/confirm_$name.log" 2>&1 &
+      (( $(jobs -r | wc -l) >= 3 )) && wait -n
     done
     wait
-    tail -3 "$OUT"/confirm_*.log
-    for name in fixset reference; do $A series "$W/$name.db" "$OUT/${name}_series.csv" > /dev/null || true; done
+    for r in "${runs[@]}"; do name=${r%%|*}; $A series "$W/$name.db" "$OUT/${name}_series.csv" > "$OUT/${name}_triggers.txt" || true; done
     ;;
-  plots)
-    $A plot "$OUT/curves.svg" "paper numerics:$OUT/fail_series.csv" "fixing set from the window:$OUT/fixset_series.csv" \
-      "FA2 numerics from the window:$OUT/reference_series.csv" | tee -a "$OUT/run.log"
+  summary)
+    read -r from to <<< "$(window)"
+    S=$OUT
+    $A confirm "$to" "paper numerics, recorded (0..$((STEPS - 1))):$S/fail_series.csv" \
+      "L1.H2 qk+acc (the bisect's fixing set):$S/fixset_series.csv" "L1.H2 stable(beta=2):$S/stable_series.csv" \
+      "L1.H{0,2,3} qk+acc (failing set):$S/heads_series.csv" "L1 qk+acc (12 heads):$S/layer_series.csv" \
+      "L0-2 qk+acc (36 heads):$S/l0_2_series.csv" "L1, L6-11 qk+acc (84 heads):$S/l1_6_11_series.csv" \
+      "L0-5 qk+acc (72 heads):$S/l0_5_series.csv" "every head qk+acc (FA2 numerics):$S/reference_series.csv" | tee "$OUT/confirm.txt"
+    $A plot "$OUT/curves.svg" "paper numerics (recorded):$S/fail_series.csv" \
+      "from $from, FA2 numerics in every head:$S/reference_series.csv" "from $from, fixing set L1.H2:$S/fixset_series.csv" \
+      "from $from, FA2 numerics in L0-5:$S/l0_5_series.csv"
+    $A plot "$OUT/fixes.svg" "L1.H2 (bisect's fixing set):$S/fixset_series.csv" "L1.H2 stable(beta=2):$S/stable_series.csv" \
+      "L1.H{0,2,3} (failing set):$S/heads_series.csv" "L1 (12 heads):$S/layer_series.csv" "L0-2:$S/l0_2_series.csv" \
+      "L1, L6-11:$S/l1_6_11_series.csv" "L0-5:$S/l0_5_series.csv" "every head:$S/reference_series.csv"
     ;;
   *) echo "unknown stage $stage"; exit 2 ;;
   esac
