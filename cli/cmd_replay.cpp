@@ -28,15 +28,25 @@ int run_replay(int argc, char** argv) {
       ("verify", "compare loss, grad norm, batch and digest bits with the recording")
       ("data", "token file (default: the recorded path; its fingerprint must match)", cxxopts::value<std::string>())
       ("json", "write the per-step curve (replayed vs recorded) to this file", cxxopts::value<std::string>())
-      ("nproc-per-node", "data-parallel ranks on this machine (a run recorded on N ranks replays "
-       "bitwise on N; on another count it gives the divergence curve)", cxxopts::value<int>()->default_value("1"))
+      ("nproc-per-node", "data-parallel ranks on this machine (default: the recording's count; a run "
+       "recorded on N ranks replays bitwise on N, on another count it gives the divergence curve)",
+       cxxopts::value<int>())
       ("h,help", "show help");
   auto r = opts.parse(argc, argv);
   if (wants_help(opts, r)) return 0;
   if (!r.count("store") || !r.count("from") || !r.count("to"))
     throw UsageError("replay: --store, --from and --to are required");
-  if (const int nproc = r["nproc-per-node"].as<int>(); nproc != 1 && !inside_job())
-    return launch_local_ranks(nproc, argc, argv);
+  // Ranks: as many as recorded unless asked otherwise (as bisect does), so `replay --verify`
+  // of an N-rank recording verifies without flags.
+  int nproc = 1;
+  if (r.count("nproc-per-node")) {
+    nproc = r["nproc-per-node"].as<int>();
+  } else if (!inside_job()) {
+    store::Store peek = store::Store::open(r["store"].as<std::string>(), store::Mode::kReadOnly);
+    nproc = train::RunSpec::load(peek, r["run"].as<int64_t>()).world_size;
+  }
+  if (nproc < 1) throw UsageError("replay: --nproc-per-node must be at least 1");
+  if (nproc != 1 && !inside_job()) return launch_local_ranks(nproc, argc, argv);
   const train::DistEnv env = train::DistEnv::from_env();
   quiet_unless_rank0(env.rank);
 
@@ -87,8 +97,13 @@ int run_replay(int argc, char** argv) {
       std::printf("divergence curve stored as kv '%s'\n", key.c_str());
     }
   } else if (o.verify) {
-    std::printf("verified: every step from %lld to %lld is bitwise identical to the recording\n",
+    // Replay starts at a checkpoint: every step from there is verified, not only the window's.
+    std::printf("verified: every step from %lld to %lld is bitwise identical to the recording",
                 static_cast<long long>(res.checkpoint_step), static_cast<long long>(o.to));
+    if (res.checkpoint_step < o.from)
+      std::printf(" (replayed from the checkpoint at step %lld, the nearest at or before %lld)",
+                  static_cast<long long>(res.checkpoint_step), static_cast<long long>(o.from));
+    std::printf("\n");
   }
   if (r.count("json") && env.rank == 0) {
     const std::string path = r["json"].as<std::string>();

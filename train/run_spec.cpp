@@ -41,7 +41,18 @@ torch::Device setup_device(const std::string& device) {
   at::globalContext().setBenchmarkCuDNN(false);
   at::globalContext().setAllowTF32CuBLAS(false);
   at::globalContext().setAllowTF32CuDNN(false);
-  return torch::Device(device);
+  const torch::Device d(device);
+#ifdef REWIND_CUDA
+  // The rank's GPU becomes this thread's current device: our kernels launch on the current
+  // device's stream, so a rank on cuda:1 that left device 0 current ran them on GPU 0 against
+  // GPU 1's memory (issue 32: error 700, an illegal address, at the first step of rank 1).
+  if (d.has_index()) {
+    const cudaError_t e = cudaSetDevice(d.index());
+    if (e != cudaSuccess)
+      throw UsageError("--device " + device + ": " + cudaGetErrorString(e));
+  }
+#endif
+  return d;
 }
 
 std::string device_name(const torch::Device& device) {

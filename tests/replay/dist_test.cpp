@@ -80,7 +80,11 @@ TEST_F(Dist, SameBatchesAsOneProcessAndCurveOnOtherRankCounts) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].batch_hash, b[i].batch_hash) << "step " << i;
   EXPECT_EQ(a[0].loss_bits, b[0].loss_bits);  // step 0: same weights, same batches, one loss sum
 
-  Cmd c = sh(kBin + " replay --store " + store_ + " --from 20 --to 25 --verify");
+  // replay defaults to the recording's rank count (issue 32 item 4): bitwise without flags.
+  Cmd v = sh(kBin + " replay --store " + store_ + " --from 20 --to 25 --verify");
+  EXPECT_EQ(v.code, 0) << v.out;
+  EXPECT_NE(v.out.find("bitwise identical"), std::string::npos) << v.out;
+  Cmd c = sh(kBin + " replay --nproc-per-node 1 --store " + store_ + " --from 20 --to 25 --verify");
   EXPECT_EQ(c.code, 0) << c.out;
   EXPECT_NE(c.out.find("recorded on 2 rank(s); this computes it on 1"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("the curve, not bits, is compared"), std::string::npos) << c.out;
