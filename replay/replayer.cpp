@@ -4,6 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <list>
+#include <mutex>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -41,11 +45,109 @@ void check_dataset(const train::RunSpec& run, const train::TokenFile& data) {
                                      data.fingerprint() + ", recorded " + run.data_fingerprint + ")");
 }
 
+// The warm cache behind read_checkpoint_warm: entries in recency order (front: most recent).
+struct WarmCache {
+  struct Entry {
+    std::string key;
+    train::NamedTensors state;
+    int64_t bytes = 0;
+  };
+  std::mutex mu;
+  std::list<Entry> lru;
+  std::unordered_map<std::string, std::list<Entry>::iterator> index;
+  WarmStats stats;
+
+  void evict_to(int64_t cap) {  // caller holds mu
+    while (!lru.empty() && stats.bytes > cap) {
+      stats.bytes -= lru.back().bytes;
+      --stats.entries;
+      index.erase(lru.back().key);
+      lru.pop_back();
+    }
+  }
+};
+
+WarmCache& warm_cache() {
+  static WarmCache* c = new WarmCache;  // never destroyed: no tensor freed after LibTorch exits
+  return *c;
+}
+
+// REWIND_WARM_BYTES: a whole number of bytes; unset or unreadable: 8 GiB (warned once).
+int64_t warm_capacity() {
+  constexpr int64_t kDefault = int64_t{8} << 30;
+  const char* e = std::getenv("REWIND_WARM_BYTES");
+  if (e == nullptr || *e == '\0') return kDefault;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  if (*end != '\0') {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      std::fprintf(stderr, "warning: REWIND_WARM_BYTES='%s' is no number of bytes; using 8 GiB\n", e);
+    });
+    return kDefault;
+  }
+  return v > 0 ? v : 0;
+}
+
 }  // namespace
+
+train::NamedTensors read_checkpoint_warm(store::Store& s, int64_t run, int64_t step) {
+  WarmCache& c = warm_cache();
+  const int64_t cap = warm_capacity();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.stats.capacity = cap;
+    c.evict_to(cap);
+  }
+  if (cap == 0) return train::read_checkpoint(s, run, step);
+  // The key names the content: every tensor's blob hash (get_blob checks it on every read).
+  std::string key = s.path() + "\n" + std::to_string(run) + "\n" + std::to_string(step);
+  for (const store::TensorInfo& t : s.checkpoint_entries(run, step)) {
+    key += "\n" + t.key.name + " " + std::to_string(static_cast<int>(t.dtype)) + " " + t.blob;
+    for (int64_t d : t.shape) key += " " + std::to_string(d);
+  }
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (auto it = c.index.find(key); it != c.index.end()) {
+      c.lru.splice(c.lru.begin(), c.lru, it->second);
+      ++c.stats.hits;
+      return it->second->state;
+    }
+    ++c.stats.misses;
+  }
+  train::NamedTensors state = train::read_checkpoint(s, run, step);
+  int64_t bytes = 0;
+  for (const auto& nt : state) bytes += static_cast<int64_t>(nt.second.numel() * nt.second.element_size());
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (bytes <= cap && !c.index.count(key)) {
+    c.lru.push_front({key, state, bytes});
+    c.index[key] = c.lru.begin();
+    c.stats.bytes += bytes;
+    ++c.stats.entries;
+    c.evict_to(cap);
+  }
+  return state;
+}
+
+WarmStats warm_stats() {
+  WarmCache& c = warm_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.stats;
+}
+
+void warm_clear() {
+  WarmCache& c = warm_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.lru.clear();
+  c.index.clear();
+  const int64_t cap = c.stats.capacity;
+  c.stats = WarmStats{};
+  c.stats.capacity = cap;
+}
 
 Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path,
                         bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
-                        train::Comm* comm) {
+                        train::Comm* comm, bool warm) {
   Restored r;
   r.run = train::RunSpec::load(s, run_id);
   auto range = s.step_range(r.run.run_id);
@@ -67,7 +169,9 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
                                         device, train::attention_impl(r.run.attention));
   r.trainer->set_comm(comm);
   if (world != r.run.world_size) verify = false;  // bits may differ: the caller reports a curve
-  r.trainer->load_state(train::read_checkpoint(s, r.run.run_id, *ckpt));
+  // load_state copies every tensor into the trainer's own: the warm cache's stay unchanged.
+  r.trainer->load_state(warm ? read_checkpoint_warm(s, r.run.run_id, *ckpt)
+                             : train::read_checkpoint(s, r.run.run_id, *ckpt));
   if (r.trainer->step() != *ckpt)
     throw Error(ExitCode::kData, "checkpoint at step " + std::to_string(*ckpt) + " holds step " +
                                      std::to_string(r.trainer->step()));

@@ -57,10 +57,29 @@ struct Restored {
   std::unique_ptr<train::Trainer> trainer;
   int64_t checkpoint_step = 0;
 };
-// comm: the job's ranks (nullptr: one process).
+// comm: the job's ranks (nullptr: one process). warm: take the checkpoint from this process's
+// warm cache (read_checkpoint_warm) instead of reading and decompressing it again; bisect probes
+// do, which restore the same checkpoint dozens of times in one process.
 Restored restore_before(store::Store& s, int64_t run, int64_t step, const std::string& data_path,
                         bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
-                        train::Comm* comm = nullptr);
+                        train::Comm* comm = nullptr, bool warm = false);
+
+// Warm probes (issue 36): a per-process cache of decompressed checkpoints, bounded by
+// REWIND_WARM_BYTES (bytes of tensor data, default 8 GiB; 0 turns it off), least recently used
+// evicted first. An entry is keyed by the store's path, the run, the step and every tensor's
+// name, dtype, shape and content hash, so another store, run or checkpoint never hits. The
+// state is exactly what train::read_checkpoint returned (CPU tensors, fresh on a miss).
+// The tensors returned are the cached ones (shared handles): read them, never write them or
+// keep them past the load (Trainer::load_state copies every tensor into its own).
+train::NamedTensors read_checkpoint_warm(store::Store& s, int64_t run, int64_t step);
+struct WarmStats {
+  int64_t hits = 0, misses = 0;  // read_checkpoint_warm calls served from / not from the cache
+  int64_t bytes = 0;             // tensor bytes held
+  int64_t entries = 0;           // checkpoints held
+  int64_t capacity = 0;          // REWIND_WARM_BYTES as last read
+};
+WarmStats warm_stats();
+void warm_clear();  // drops every entry and zeroes the counters
 
 // The per-step series of a window as predicate/report inputs: loss, grad_norm, lr and every
 // monitor "L<l>.H<h>.<name>".
