@@ -233,7 +233,11 @@ std::string verdict_text(const BisectReport& rep) {
            (fp32 ? std::string("all-FP32") : "the reference") + " differ)\n";
     v += std::string("verdict: ") + status_name(r.status) + " — " + r.summary.substr(r.summary.find(':') + 2) + "\n";
     if (!r.failing_set.empty()) {
-      Located l = locate(r.failing_set);
+      // Every culprit: the failing set's and the fixing set's (a second culprit may show only there).
+      std::vector<Element> culprits = r.failing_set;
+      for (const auto& e : r.fixing_set)
+        if (std::find(culprits.begin(), culprits.end(), e) == culprits.end()) culprits.push_back(e);
+      Located l = locate(culprits);
       v += "  failing set (kept low, everything else " + rest + ", still fails): " + to_string(r.failing_set) + "\n";
       v += "  layers: " + join(l.layers, " ") + "   heads: " + (l.heads.empty() ? "-" : join(l.heads, " ")) +
            "   ops: " + join(l.ops, " ") + "\n";

@@ -29,8 +29,10 @@ std::vector<std::string> worker_env(const std::string& gpu, const std::string& f
   for (char** e = environ; *e; ++e) {
     if (!gpu.empty() && std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) == 0) continue;
     if (!facts.empty() && std::strncmp(*e, "REWIND_TOKEN_FILE_FACTS=", 24) == 0) continue;
+    if (std::strncmp(*e, "REWIND_WARM_BYTES=", 18) == 0) continue;
     env.emplace_back(*e);
   }
+  env.push_back("REWIND_WARM_BYTES=0");  // a worker runs one probe: a kept checkpoint is only memory
   if (!gpu.empty()) env.push_back("CUDA_VISIBLE_DEVICES=" + gpu);
   if (!facts.empty()) env.push_back(facts);
   return env;

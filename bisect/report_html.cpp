@@ -58,8 +58,10 @@ std::string chart(const std::string& title, const std::vector<Line>& lines, int6
   if (x1 <= x0) x1 = x0 + 1;
   auto X = [&](double s) { return L + (s - x0) / double(x1 - x0) * (W - L - R); };
   auto Y = [&](double v) { return T + (hi - v) / (hi - lo) * (H - T - B); };
-  std::string s = "<svg xmlns='http://www.w3.org/2000/svg' width='" + num(W) + "' height='" + num(H) +
-                  "' font-family='sans-serif' font-size='11'>\n";
+  // viewBox + max-width: the chart scales down to a phone's width instead of widening the page.
+  std::string s = "<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 " + num(W) + " " + num(H) + "' width='" +
+                  num(W) + "' height='" + num(H) + "' role='img' aria-label='" + esc(title) +
+                  "' font-family='sans-serif' font-size='11'>\n<title>" + esc(title) + "</title>\n";
   s += "<text x='" + num(L) + "' y='18' font-size='13' font-weight='bold'>" + esc(title) + "</text>\n";
   s += "<rect x='" + num(L) + "' y='" + num(T) + "' width='" + num(W - L - R) + "' height='" + num(H - T - B) +
        "' fill='none' stroke='#999'/>\n";
@@ -122,8 +124,9 @@ std::string tree(const BisectReport& r) {
              esc(label) + "</text></g>\n";
   }
   const double height = 20 + rows.size() * rowh;
-  std::string s = "<svg xmlns='http://www.w3.org/2000/svg' width='" + num(width) + "' height='" + num(height) +
-                  "' font-family='sans-serif' font-size='11'>\n";
+  std::string s = "<svg xmlns='http://www.w3.org/2000/svg' class='tree' width='" + num(width) + "' height='" +
+                  num(height) + "' role='img' aria-label='narrowing tree: one row per phase, one box per probe' "
+                  "font-family='sans-serif' font-size='11'>\n";
   for (size_t i = 0; i < rows.size(); ++i)
     s += "<text x='4' y='" + num(10 + i * rowh + 17) + "' font-weight='bold'>" + esc(rows[i]) + "</text>\n";
   return s + boxes + "</svg>\n";
@@ -138,13 +141,23 @@ const ProbeEntry* find_probe(const BisectReport& r, const std::string& label, co
 }  // namespace
 
 std::string report_html(const BisectReport& r) {
-  std::string h = "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>rewind bisect report</title>\n"
-                  "<style>body{font-family:sans-serif;margin:24px;max-width:1100px}pre{background:#f5f5f5;padding:10px}"
-                  "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;font-size:12px}"
-                  ".fail{background:#fbe0e0}.pass{background:#e0f4e0}</style></head><body>\n";
+  // Readable on a phone and a laptop: the page never gets wider than the screen (the verdict and
+  // long plans wrap, charts scale, the tree and the probe table scroll inside their own box).
+  std::string h = "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+                  "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+                  "<title>rewind bisect report</title>\n"
+                  "<style>body{font-family:sans-serif;margin:0 auto;padding:12px;max-width:1100px}"
+                  "pre{background:#f5f5f5;padding:10px;white-space:pre-wrap;overflow-wrap:anywhere}"
+                  "code{overflow-wrap:anywhere}svg{max-width:100%;height:auto}svg.tree{max-width:none}"
+                  ".scroll{overflow-x:auto}table{border-collapse:collapse}"
+                  "td,th{border:1px solid #ccc;padding:3px 8px;font-size:12px}"
+                  ".fail{background:#fbe0e0}.pass{background:#e0f4e0}</style></head><body><main>\n";
   h += "<h1>rewind bisect report</h1>\n<p>store <code>" + esc(r.store_path) + "</code>, run " + std::to_string(r.run) +
        ", predicate <code>" + esc(r.predicate) + "</code>, model " + std::to_string(r.n_layer) + " layers x " +
-       std::to_string(r.n_head) + " heads</p>\n<h2>Verdict</h2>\n<pre>" + esc(r.verdict) + "</pre>\n";
+       std::to_string(r.n_head) + " heads" +
+       (r.narrowed ? ", reference <code>" + esc(r.reference.empty() ? std::string("all-FP32") : r.reference) + "</code>"
+                   : std::string()) +
+       "</p>\n<h2>Verdict</h2>\n<pre>" + esc(r.verdict) + "</pre>\n";
   if (r.time && !r.time->probes.empty()) {
     const TimeSearch& t = *r.time;
     std::vector<Line> lines = {{"recorded run", "#000", t.recorded_from, t.recorded_loss, 2.0, true}};
@@ -172,7 +185,7 @@ std::string report_html(const BisectReport& r) {
     if (const ProbeEntry* b = find_probe(r, "fp32{}", "window"))
       lines.push_back({"baseline (recorded plan)", "#d62728", b->spec.from, b->outcome.loss, 2.0, true});
     if (const ProbeEntry* a = find_probe(r, "low{}", "window"))
-      lines.push_back({"all-FP32", "#1f77b4", a->spec.from, a->outcome.loss, 2.0, true});
+      lines.push_back({r.reference.empty() ? "all-FP32" : "reference", "#1f77b4", a->spec.from, a->outcome.loss, 2.0, true});
     if (!r.fixes.empty() && r.fixes.front().probe >= 0) {
       const auto& f = r.probes[r.fixes.front().probe];
       lines.push_back({"fix: fp32" + to_string(r.search.fixing_set), "#2ca02c", f.spec.from, f.outcome.loss, 2.0, true});
@@ -181,19 +194,21 @@ std::string report_html(const BisectReport& r) {
     h += "<h2>Loss per probe over the window " + std::to_string(r.from) + ":" + std::to_string(r.to) + "</h2>\n" +
          chart("loss per step (grey: every narrowing probe)", lines, r.from, r.to);
   }
-  h += "<h2>Narrowing tree (red: fails, green: passes)</h2>\n<div style='overflow-x:auto'>" + tree(r) + "</div>\n";
-  h += "<h2>Every probe</h2>\n<table><tr><th>#</th><th>phase</th><th>candidate / plan</th><th>window</th>"
-       "<th>verdict</th><th>cached</th><th>wall s</th><th>predicted cost</th><th>measured cost</th>"
-       "<th>device</th></tr>\n";
+  h += "<h2>Narrowing tree (red: fails, green: passes)</h2>\n<div class='scroll'>" + tree(r) + "</div>\n";
+  h += "<h2>Every probe</h2>\n<div class='scroll'><table><tr><th>#</th><th>phase</th><th>candidate / plan</th>"
+       "<th>window</th><th>verdict</th><th>steps run</th><th>cached</th><th>wall s</th><th>predicted cost</th>"
+       "<th>measured cost</th><th>device</th></tr>\n";
   for (const auto& p : r.probes) {
     const char* v = p.outcome.fails ? "fail" : "pass";
     h += "<tr class='" + std::string(v) + "'><td>" + std::to_string(p.index) + "</td><td>" + esc(p.phase) +
          "</td><td><code>" + esc(p.spec.label()) + "</code></td><td>" + std::to_string(p.spec.from) + ":" +
-         std::to_string(p.spec.to) + "</td><td>" + v + "</td><td>" + (p.outcome.cached ? "yes" : "no") + "</td><td>" +
+         std::to_string(p.spec.to) + "</td><td>" + v + "</td><td>" + std::to_string(p.outcome.steps) +
+         (p.outcome.stopped_at >= 0 ? " (stopped at " + std::to_string(p.outcome.stopped_at) + ")" : "") + "</td><td>" +
+         (p.outcome.cached ? "yes" : "no") + "</td><td>" +
          g4(p.outcome.wall_s) + "</td><td>" + cost_text(p.predicted_cost) + "</td><td>" + cost_text(p.measured_cost) +
          "</td><td>" + esc(p.outcome.device) + "</td></tr>\n";
   }
-  return h + "</table>\n</body></html>\n";
+  return h + "</table></div>\n</main></body></html>\n";
 }
 
 }  // namespace rwd::bisect

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <thread>
 #include <vector>
@@ -183,6 +185,12 @@ TEST_F(BisectCli, ReferencePlanNarrowsItsSpaceAndFailingProbesStopEarly) {
     EXPECT_EQ(p["steps"].get<int>(), p["stopped_at"].get<int>() - 20 + 1);
   }
   EXPECT_GE(early, 1);
+  // The page fits a phone: viewport, wrapping verdict, the culprit and the early stops named.
+  std::ifstream f(dir_ + "/ref_pv_report/report.html");
+  const std::string html((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (const char* want : {"<meta name='viewport'", "<html lang='en'>", "<main>", "white-space:pre-wrap",
+                           "L1.H0.pv", "stopped at", "reference <code>L1.H0.pv=low</code>"})
+    EXPECT_NE(html.find(want), std::string::npos) << want;
   // A predicate that is not monotone (last) never stops a probe early.
   Cmd c = rewind_cmd("bisect --store " + store + " --window 20:39 --fail 'last(loss) > 3' --fresh --quiet --report " +
                      dir_ + "/ref_pv_last --reference 'L1.H0.pv=low'");
