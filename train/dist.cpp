@@ -62,6 +62,14 @@ class C10dComm : public Comm {
     return out[0];
   }
 
+  torch::Tensor all_to_all(const torch::Tensor& t) override {
+    torch::Tensor in = t.to(device_).contiguous();
+    torch::Tensor out = torch::empty_like(in);
+    std::vector<int64_t> equal;  // empty counts: equal chunks of the first dimension
+    pg_->alltoall_base(out, in, equal, equal)->wait();
+    return out;
+  }
+
  private:
   c10::intrusive_ptr<c10d::Store> store_;  // the rendezvous; kept alive with the group
   c10::intrusive_ptr<GroupBase> pg_;
@@ -141,10 +149,27 @@ std::unique_ptr<Comm> connect_ranks(const DistEnv& env, const std::string& devic
 }
 
 torch::Tensor Comm::sum_in_rank_order(const torch::Tensor& t) {
-  std::vector<torch::Tensor> all = allgather(t);
-  torch::Tensor acc = all[0].clone();
-  for (size_t r = 1; r < all.size(); ++r) acc.add_(all[r]);
-  return acc;
+  const int n = world();
+  const int64_t numel = t.numel();
+  static const bool gather_all = [] {
+    const char* v = std::getenv("REWIND_GRAD_EXCHANGE");
+    if (v == nullptr || *v == '\0' || std::string(v) == "sharded") return false;
+    if (std::string(v) == "allgather") return true;
+    throw UsageError(std::string("REWIND_GRAD_EXCHANGE='") + v + "': expected sharded or allgather");
+  }();
+  if (gather_all || n == 1 || numel < int64_t{4096} * n) {
+    std::vector<torch::Tensor> all = allgather(t);
+    torch::Tensor acc = all[0].clone();
+    for (size_t r = 1; r < all.size(); ++r) acc.add_(all[r]);
+    return acc;
+  }
+  const int64_t shard = (numel + n - 1) / n;
+  torch::Tensor flat = t.reshape({-1});
+  if (shard * n != numel) flat = torch::cat({flat, torch::zeros({shard * n - numel}, flat.options())});
+  const torch::Tensor parts = all_to_all(flat).view({n, shard});
+  torch::Tensor acc = parts[0].clone();
+  for (int r = 1; r < n; ++r) acc.add_(parts[r]);
+  return torch::cat(allgather(acc)).slice(0, 0, numel).view(t.sizes());
 }
 
 std::vector<int64_t> Comm::allgather_int64(int64_t v) {

@@ -45,7 +45,14 @@ class Comm {
   int world() const { return env().world; }
   // Every rank's `t` (same shape and dtype on all ranks), in rank order.
   virtual std::vector<torch::Tensor> allgather(const torch::Tensor& t) = 0;
-  // Sum over the ranks in rank order: identical bits on every rank.
+  // Rank r receives chunk `rank` of rank r's `t` as its chunk r (t's first dimension split into
+  // `world` equal chunks; every rank's t has the same shape).
+  virtual torch::Tensor all_to_all(const torch::Tensor& t) = 0;
+  // Sum over the ranks in rank order: identical bits on every rank. Large tensors go sharded
+  // (issue 32): an all-to-all gives rank r shard r of every rank's tensor, rank r sums them in
+  // rank order, an allgather returns the summed shards. Each element is still r0 + r1 + ...,
+  // so the bits are those of gathering everything, but a rank receives 2(N-1)/N of the tensor
+  // instead of (N-1) times it. REWIND_GRAD_EXCHANGE=allgather keeps the whole-tensor allgather.
   torch::Tensor sum_in_rank_order(const torch::Tensor& t);
   // Every rank's 64-bit value, in rank order (on the host).
   std::vector<int64_t> allgather_int64(int64_t v);

@@ -242,7 +242,7 @@ void Trainer::set_comm(Comm* comm) {
 void Trainer::reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<uint64_t>& batch_hashes,
                                   std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) {
   torch::NoGradGuard no_grad;
-  // Gradients laid end to end in parameter order, one allgather, summed in rank order.
+  // Gradients laid end to end in parameter order, summed in rank order (sharded: dist.h).
   std::vector<torch::Tensor> grads, flat;
   for (auto& p : params_) {
     if (!p.grad().defined()) continue;
