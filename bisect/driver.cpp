@@ -11,6 +11,7 @@
 #include <set>
 
 #include "common/hash.h"
+#include "common/json_int.h"
 #include "common/progress.h"
 
 namespace rwd::bisect {
@@ -390,7 +391,7 @@ std::string bisect_log(store::Store& s, int64_t run_id) {
     out += "# bisect job " + job + ": " + s.get_kv(run.run_id, "bisect/job/" + job).value_or("?") + "\n";
     auto log = nlohmann::json::parse(s.get_kv(run.run_id, k).value_or("[]"));
     for (const auto& e : log) {
-      std::snprintf(buf, sizeof buf, "probe %3d  %-16s %-4s  %-10s %-7s %7.2fs %s  %s\n", e.value("index", 0),
+      std::snprintf(buf, sizeof buf, "probe %3d  %-16s %-4s  %-10s %-7s %7.2fs %s  %s\n", static_cast<int>(json_int<int>(e.value("index", nlohmann::json(0))).value_or(-1)),
                     e.value("phase", "").c_str(), e.value("verdict", "").c_str(), e.value("window", "").c_str(),
                     e.value("kind", "").c_str(), e.value("wall_s", 0.0), e.value("cached", false) ? "cached" : "run   ",
                     e.value("label", "").c_str());

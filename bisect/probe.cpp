@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/hash.h"
+#include "common/json_int.h"
 #include "replay/replayer.h"
 
 namespace rwd::bisect {
@@ -72,9 +73,14 @@ ProbeSpec ProbeSpec::from_json(const std::string& text) {
     auto j = nlohmann::json::parse(text);
     ProbeSpec p;
     p.kind = j.at("kind").get<std::string>();
-    p.run = j.at("run").get<int64_t>();
-    p.from = j.at("from").get<int64_t>();
-    p.to = j.at("to").get<int64_t>();
+    auto step = [&](const char* key) {
+      auto v = json_int<int64_t>(j.at(key), 0);
+      if (!v) throw UsageError(std::string("bisect: bad probe description: '") + key + "' is not a whole number >= 0");
+      return *v;
+    };
+    p.run = step("run");
+    p.from = step("from");
+    p.to = step("to");
     if (j.contains("candidate")) p.candidate = parse_candidate(j["candidate"].get<std::string>());
     p.spec = j.value("spec", "");
     p.reference = j.value("reference", std::string(kFullPrecision));
@@ -327,8 +333,15 @@ std::optional<ProbeOutcome> from_record(const store::ProbeRecord& r) {
     o.grad_norm = uncurve(m.at("grad_norm"));
     o.wall_s = r.wall_s;
     o.step_s = m.value("step_s", 0.0);  // 0: stored before issue 26 (no step timing)
-    o.steps = m.value("steps", 0);
-    o.stopped_at = m.value("stopped_at", static_cast<int64_t>(-1));
+    // Counts through json_int: a tampered row is unreadable (nullopt below), never a bad cast.
+    auto count = [&](const char* key, int64_t fallback) -> std::optional<int64_t> {
+      if (!m.contains(key)) return fallback;
+      return json_int<int64_t>(m[key], -1);
+    };
+    const auto steps = count("steps", 0), stopped = count("stopped_at", -1);
+    if (!steps || !stopped || *steps > std::numeric_limits<int>::max()) return std::nullopt;
+    o.steps = static_cast<int>(*steps);
+    o.stopped_at = *stopped;
     o.step_median_s = m.value("step_median_s", 0.0);  // 0: stored before the median was kept
     o.cached = true;
     o.device = m.value("device", "cpu");

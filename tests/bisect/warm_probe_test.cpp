@@ -154,5 +154,24 @@ TEST_F(WarmProbe, KeysAndLeastRecentlyUsedEviction) {
   EXPECT_EQ(st.misses, 7);
 }
 
+// Issue 39: the probe rows and probe descriptions read their integers with a range check.
+TEST(ProbeJson, OutOfRangeNumbersAreRefusedNotCast) {
+  store::ProbeRecord r;
+  r.verdict = "fail";
+  r.metrics = R"({"format":"rewind-probe-v1","loss":[1.0],"grad_norm":[1.0],"steps":1})";
+  ASSERT_TRUE(from_record(r).has_value());
+  for (const char* bad : {R"("steps":1.1e28)", R"("steps":1.5)", R"("steps":-3)", R"("stopped_at":1e300)"}) {
+    r.metrics = std::string(R"({"format":"rewind-probe-v1","loss":[1.0],"grad_norm":[1.0],)") + bad + "}";
+    EXPECT_FALSE(from_record(r).has_value()) << bad;
+  }
+  ProbeSpec p;
+  p.from = 3;
+  p.to = 9;
+  EXPECT_EQ(ProbeSpec::from_json(p.to_json()).to, 9);
+  std::string text = p.to_json();
+  text.replace(text.find("\"to\":9"), 6, "\"to\":1.1e28");
+  EXPECT_THROW(ProbeSpec::from_json(text), UsageError);
+}
+
 }  // namespace
 }  // namespace rwd::bisect::testing
