@@ -1,9 +1,12 @@
 // `rewind export nanogpt`: the training state at a step of a recording written as nanoGPT's
 // ckpt.pt (loadable by its GPT with strict=True, resumable by train.py).
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cxxopts.hpp>
 #include <string>
 
@@ -39,8 +42,23 @@ int run_export(int argc, char** argv) {
   for (const char* k : {"store", "step", "output"})
     if (!r.count(k)) throw UsageError(std::string("export: --") + k + " is required");
   const std::string out = r["output"].as<std::string>();
-  if (access(out.c_str(), F_OK) == 0) throw UsageError("export: " + out + " already exists; refusing to overwrite it");
+  // An existing output is never overwritten: exit 3, as for an existing `train --record` store.
+  if (access(out.c_str(), F_OK) == 0)
+    throw Error(ExitCode::kData, "export: " + out + ": already exists; refusing to overwrite it");
   const int64_t step = r["step"].as<int64_t>();
+  // The file is written as OUT.partial and renamed: whether OUT's folder takes it is known
+  // before any replay, and said with OUT's name and the reason.
+  const std::string tmp = out + ".partial";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(ExitCode::kData, "export: cannot write '" + out + "': " + std::strerror(errno));
+  ::close(fd);
+  struct RemoveTmp {  // every failure below leaves nothing behind
+    std::string path;
+    bool keep = false;
+    ~RemoveTmp() {
+      if (!keep) std::remove(path.c_str());
+    }
+  } guard{tmp};
 
   store::Store s = store::Store::open(r["store"].as<std::string>(), store::Mode::kReadOnly);
   const train::RunSpec spec = train::RunSpec::load(s, r["run"].as<int64_t>());
@@ -53,17 +71,19 @@ int run_export(int argc, char** argv) {
     replay::Restored rs = replay::restore_before(s, spec.run_id, step, r["data"].as<std::string>(), false, {});
     state = rs.trainer->state();
   }
-  const std::string tmp = out + ".partial";
+  errno = 0;
   try {
     interop::write_nanogpt(tmp, spec.config, state, step, interop::imported_extra(s, spec.run_id));
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
+  } catch (const Error& e) {
+    // The writer names the temporary file: say OUT instead, with the reason when it has none.
+    std::string what = e.what();
+    for (size_t at; (at = what.find(tmp)) != std::string::npos;) what.replace(at, tmp.size(), out);
+    if (errno != 0 && what.back() == '\'') what += std::string(": ") + std::strerror(errno);
+    throw Error(e.code(), "export: " + what);
   }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(ExitCode::kData, "export: cannot write " + out);
-  }
+  if (std::rename(tmp.c_str(), out.c_str()) != 0)
+    throw Error(ExitCode::kData, "export: cannot write '" + out + "': " + std::strerror(errno));
+  guard.keep = true;
   std::printf("wrote run %lld step %lld as a nanoGPT checkpoint to %s\n",
               static_cast<long long>(spec.run_id), static_cast<long long>(step), out.c_str());
   return 0;

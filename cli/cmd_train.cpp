@@ -1,5 +1,7 @@
 // `rewind train`: train a GPT under a precision plan, optionally recording into a store;
-// `--resume STORE` continues a recording bitwise from its last checkpoint.
+// `--resume STORE` continues a recording bitwise from its last checkpoint (--plan, --plan-from
+// and the recording options apply from its next step on; what cannot apply is refused);
+// `--fork STORE --at S` starts a new run from step S of a recording.
 #include <ATen/Parallel.h>
 
 #include <chrono>
@@ -65,6 +67,95 @@ void check_replicas(train::Comm& comm, const std::string& digest, int64_t step) 
                                            std::to_string(r) + "'s parameters differ from rank 0's");
 }
 
+std::string dashed(std::string key) {
+  for (char& c : key)
+    if (c == '_') c = '-';
+  return key;
+}
+
+// A run that goes on from a recording (`how`: "--resume" or "--fork") has the recording's
+// model and optimisation: --preset, --config and the config keys (but --max-iters, the same
+// as --steps) are refused, as is --device, --attention or --threads other than the recorded
+// one (the run goes on bitwise only there), each in one line naming the option.
+void refuse_new_run_options(const cxxopts::ParseResult& r, const std::string& how) {
+  std::vector<std::string> keys = {"preset", "config"};
+  for (int i = 0; i < train::kNumConfigKeys; ++i) keys.push_back(dashed(train::kConfigKeys[i]));
+  for (const std::string& k : keys)
+    if (k != "max-iters" && r.count(k))
+      throw UsageError("train " + how + ": --" + k + " cannot apply: the model and optimisation are the recorded " +
+                       "run's (a new run takes them)");
+}
+
+void refuse_other_recorded(const cxxopts::ParseResult& r, const train::RunSpec& spec, const std::string& how) {
+  const std::string run = "run " + std::to_string(spec.run_id);
+  auto differs = [&](const char* key, const std::string& given, const std::string& recorded, const std::string& what) {
+    if (r.count(key) && given != recorded)
+      throw UsageError("train " + how + ": --" + key + " " + given + " cannot apply: " + run + " was recorded " + what +
+                       " and goes on bitwise only there");
+  };
+  differs("device", r["device"].as<std::string>(), spec.device, "on " + spec.device);
+  differs("attention", r["attention"].as<std::string>(), spec.attention, "with --attention " + spec.attention);
+  differs("threads", std::to_string(r["threads"].as<int>()), std::to_string(spec.threads),
+          "with " + std::to_string(spec.threads) + " thread(s)");
+}
+
+// --steps (or --max-iters): the total step count; `next`: the first step this run would train.
+void set_total(const cxxopts::ParseResult& r, train::RunSpec& spec, int64_t next, const std::string& recorded_to) {
+  if (r.count("max-iters")) train::set_config_value(spec.config, "max-iters", r["max-iters"].as<std::string>());
+  if (r.count("steps")) spec.config.max_iters = r["steps"].as<int>();
+  if (spec.config.max_iters > next) return;
+  const std::string total = std::to_string(spec.config.max_iters);
+  throw UsageError("nothing to do: " + recorded_to + " and " +
+                   (r.count("steps") || r.count("max-iters") ? "--steps " + total + " asks for no step after it"
+                                                              : "its max_iters is " + total + " (no --steps given)") +
+                   "; --steps is the total step count (max_iters): give more than " + std::to_string(next));
+}
+
+// The recording options a resumed or forked run takes from the command line when given
+// (--checkpoint-every, --digest-every, --batches); otherwise the recorded ones.
+void recording_options(const cxxopts::ParseResult& r, train::RunSpec& spec) {
+  if (r.count("checkpoint-every")) spec.checkpoint_every = r["checkpoint-every"].as<int>();
+  if (r.count("digest-every")) spec.digest_every = r["digest-every"].as<int>();
+  if (r.count("batches")) {
+    const std::string batches = r["batches"].as<std::string>();
+    if (batches != "offsets" && batches != "full") throw UsageError("--batches must be offsets or full");
+    spec.full_batches = batches == "full";
+  }
+}
+
+// --plan-from STEP:SPEC on a run that goes on from step `from` (resume, fork): a change of the
+// schedule at STEP, which must be `from` or later (earlier steps are the recording's).
+void add_plan_from(train::PlanSchedule& sched, const cxxopts::ParseResult& r, int64_t from, const std::string& how) {
+  if (!r.count("plan-from")) return;
+  for (const auto& a : r["plan-from"].as<std::vector<std::string>>()) {
+    train::PlanSchedule one;
+    one.add_change(a);
+    if (one.changes[0].first < from)
+      throw UsageError("train " + how + ": --plan-from " + a + " cannot apply: step " +
+                       std::to_string(one.changes[0].first) + " is recorded; this run goes on from step " +
+                       std::to_string(from) + " (a plan change starts there or later)");
+    sched.add_change(a);
+  }
+}
+
+// --plan SPEC on `train --resume`: on top of the recorded plan from step `next` (the first
+// step the resume records) on, as a change of the schedule at `next` and on top of every
+// recorded change after it; then --plan-from. Steps before `next` keep their recorded plan.
+// Every plan is parsed now, before anything is written. Returns whether the schedule changed.
+bool resume_plan(train::RunSpec& spec, const cxxopts::ParseResult& r, int64_t next) {
+  const std::string extra = r["plan"].as<std::string>();
+  train::PlanSchedule& sched = spec.plan;
+  const size_t before = sched.changes.size();
+  if (!extra.empty()) {
+    for (auto& ch : sched.changes)
+      if (ch.first >= next) ch.second += ";" + extra;
+    sched.add_change(std::to_string(next) + ":" + extra);
+  }
+  add_plan_from(sched, r, next, "--resume");
+  for (const auto& ch : sched.changes) sched.at(ch.first, spec.config.n_layer, spec.config.n_head);
+  return sched.changes.size() != before;
+}
+
 }  // namespace
 
 int run_train(int argc, char** argv) {
@@ -77,8 +168,9 @@ int run_train(int argc, char** argv) {
   add_config_options(opts);
   opts.add_options()
       ("data", "nanoGPT uint16 token file", cxxopts::value<std::string>())
-      ("steps", "number of steps (max_iters)", cxxopts::value<int>())
-      ("plan", "precision plan (see README: plan language)", cxxopts::value<std::string>()->default_value(""))
+      ("steps", "total number of steps (max_iters; with --resume the step to train to)", cxxopts::value<int>())
+      ("plan", "precision plan (see README: plan language); with --resume or --fork on top of the recorded one",
+       cxxopts::value<std::string>()->default_value(""))
       ("plan-from", "STEP:SPEC: apply SPEC on top of the plan from STEP on (repeatable)",
        cxxopts::value<std::vector<std::string>>())
       ("device", "cpu | cuda[:N] (CUDA builds; deterministic mode)", cxxopts::value<std::string>()->default_value("cpu"))
@@ -86,7 +178,8 @@ int run_train(int argc, char** argv) {
        cxxopts::value<std::string>()->default_value("rewind"))
       ("threads", "CPU threads (recorded; replay uses the same)", cxxopts::value<int>()->default_value("1"))
       ("record", "record into this store (created; never overwritten)", cxxopts::value<std::string>())
-      ("resume", "continue the last run recorded in this store", cxxopts::value<std::string>())
+      ("resume", "continue the last run recorded in this store from its last checkpoint (--plan, --plan-from "
+                 "and the recording options apply from its next step on)", cxxopts::value<std::string>())
       ("fork", "start a new run from step --at of the last run recorded in this store (read only), "
                "with --plan applied on top of its recorded plan", cxxopts::value<std::string>())
       ("at", "with --fork: the step to start from (restored from the checkpoint at or before it)",
@@ -129,6 +222,7 @@ int run_train(int argc, char** argv) {
   if (r.count("fork")) {
     // A branch of a recorded run: the same model, data and batches from step --at on, under
     // another plan. The source store is only read; the branch is a new run (--record) or none.
+    refuse_new_run_options(r, "--fork");
     store::Store src = store::Store::open(r["fork"].as<std::string>(), store::Mode::kReadOnly, so);
     spec = train::RunSpec::load(src, 0);
     fork_at = r["at"].as<int64_t>();
@@ -140,6 +234,9 @@ int run_train(int argc, char** argv) {
     if (spec.world_size != env.world)
       throw UsageError("run " + std::to_string(spec.run_id) + " was recorded on " + std::to_string(spec.world_size) +
                        " rank(s); fork it with --nproc-per-node " + std::to_string(spec.world_size));
+    refuse_other_recorded(r, spec, "--fork");
+    set_total(r, spec, fork_at, "the branch starts at step " + std::to_string(fork_at));
+    recording_options(r, spec);
     set_threads(spec.threads);
     comm = train::connect_ranks(env, spec.device);
     replay::Restored rs = replay::restore_before(src, spec.run_id, fork_at, r.count("data") ? r["data"].as<std::string>() : "",
@@ -154,10 +251,9 @@ int run_train(int argc, char** argv) {
     branch.base = plan::apply(spec.plan.at(fork_at, c.n_layer, c.n_head), extra).canonical();
     for (const auto& ch : spec.plan.changes)
       if (ch.first > fork_at) branch.changes.push_back({ch.first, ch.second + ";" + extra});
+    add_plan_from(branch, r, fork_at, "--fork");
     for (const auto& ch : branch.changes) branch.at(ch.first, c.n_layer, c.n_head);  // bad --plan: fails now
     spec.plan = branch;
-    if (r.count("steps")) spec.config.max_iters = r["steps"].as<int>();
-    if (r.count("checkpoint-every")) spec.checkpoint_every = r["checkpoint-every"].as<int>();
     forked_from = src.path() + " run " + std::to_string(spec.run_id) + " step " + std::to_string(fork_at);
     std::printf("forking run %lld at step %lld (checkpoint %lld) under plan '%s'\n",
                 static_cast<long long>(spec.run_id), static_cast<long long>(fork_at),
@@ -168,7 +264,10 @@ int run_train(int argc, char** argv) {
       st->put_kv(spec.run_id, "forked_from", forked_from);
     }
   } else if (r.count("resume")) {
-    if (r.count("record")) throw UsageError("--resume and --record are exclusive");
+    if (r.count("record"))
+      throw UsageError("train --resume: --record cannot apply: a resumed run records into its own store "
+                       "(--fork STORE --at S --record NEW starts a new one)");
+    refuse_new_run_options(r, "--resume");
     // Every rank reads the checkpoint; rank 0 alone writes.
     st = std::make_unique<store::Store>(store::Store::open(
         r["resume"].as<std::string>(), env.rank == 0 ? store::Mode::kReadWrite : store::Mode::kReadOnly, so));
@@ -176,21 +275,41 @@ int run_train(int argc, char** argv) {
     if (spec.world_size != env.world)
       throw UsageError("run " + std::to_string(spec.run_id) + " was recorded on " + std::to_string(spec.world_size) +
                        " rank(s); resume it with --nproc-per-node " + std::to_string(spec.world_size));
-    set_threads(spec.threads);
-    comm = train::connect_ranks(env, spec.device);
+    refuse_other_recorded(r, spec, "--resume");
     auto ckpts = st->checkpoint_steps(spec.run_id);
     if (ckpts.empty()) throw Error(ExitCode::kData, "missing checkpoint: nothing to resume from");
     auto range = st->step_range(spec.run_id);
     recorded_last = range ? range->second : -1;
+    // The first step this resume records: after the last recorded one, or the checkpoint of a
+    // run with no step yet (an import). Steps from the checkpoint to there are rerun and checked.
+    const int64_t next = std::max(recorded_last + 1, ckpts.back());
+    const std::string run = "run " + std::to_string(spec.run_id);
+    const std::string recorded =
+        range ? "steps " + std::to_string(range->first) + ".." + std::to_string(range->second) + " recorded"
+              : "no step recorded yet";
+    set_total(r, spec, next, run + " is recorded to step " + std::to_string(next) + " (" + recorded + ")");
+    recording_options(r, spec);
+    const bool plan_changed = resume_plan(spec, r, next);
+    set_threads(spec.threads);
+    comm = train::connect_ranks(env, spec.device);
     replay::Restored rs = replay::restore_before(*st, spec.run_id, ckpts.back(),
                                                  r.count("data") ? r["data"].as<std::string>() : "", false, {},
                                                  comm.get());
     data = std::move(rs.data);
     trainer = std::move(rs.trainer);
-    if (r.count("steps")) spec.config.max_iters = r["steps"].as<int>();
-    std::printf("resuming run %lld from checkpoint at step %lld (recorded up to step %lld)\n",
-                static_cast<long long>(spec.run_id), static_cast<long long>(ckpts.back()),
-                static_cast<long long>(recorded_last));
+    const std::string rerun = ckpts.back() < next ? "; " + std::to_string(ckpts.back()) + ".." +
+                                                        std::to_string(next - 1) + " are rerun and checked against them"
+                                                  : "";
+    std::printf("resuming %s from its checkpoint at step %lld (%s%s); training steps %lld..%lld\n", run.c_str(),
+                static_cast<long long>(ckpts.back()), recorded.c_str(), rerun.c_str(), static_cast<long long>(next),
+                static_cast<long long>(spec.config.max_iters - 1));
+    if (plan_changed) {
+      // Recorded as a change of the run's schedule at `next`, so replay and bisect of the
+      // resumed steps use the plan they were trained under.
+      if (env.rank == 0) st->update_run_plan(spec.run_id, spec.plan.to_json());
+      std::printf("plan from step %lld on: '%s' (recorded in the run's plan schedule)\n", static_cast<long long>(next),
+                  spec.plan.at(next, spec.config.n_layer, spec.config.n_head).canonical().c_str());
+    }
   } else {
     if (!r.count("data")) throw UsageError("train: --data is required (make one with `rewind data synth`)");
     spec.config = config_from(r);

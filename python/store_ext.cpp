@@ -2,7 +2,9 @@
 // (rewind/store.py) turns the lists into numpy arrays / pandas frames.
 #include "python/store_ext.h"
 
+#include "interop/nanogpt.h"
 #include "store/store.h"
+#include "train/config.h"
 #include "train/tensor_io.h"
 
 namespace rwd::python {
@@ -45,8 +47,9 @@ void bind_store(py::module_& m) {
   m.def("store_steps", [](const std::string& path, int64_t run) {
     std::vector<int64_t> step;
     std::vector<double> lr, loss, grad_norm;
-    std::vector<std::string> digest, batch_hash;
+    std::vector<std::string> digest, batch_hash, extra;
     for (const store::StepRecord& s : open_ro(path).steps(run, INT64_MIN, INT64_MAX)) {
+      extra.push_back(s.extra.value_or(""));
       step.push_back(s.step);
       lr.push_back(s.lr);
       loss.push_back(s.loss());
@@ -61,7 +64,16 @@ void bind_store(py::module_& m) {
     d["grad_norm"] = grad_norm;
     d["param_digest"] = digest;
     d["batch_hash"] = batch_hash;
+    d["extra"] = extra;  // JSON text: the sample offsets per micro-batch, the step's seconds
     return d;
+  });
+  // nanoGPT's parameter names beside rewind's for a run's config JSON, in nanoGPT's
+  // named_parameters() order: the map `rewind export nanogpt` writes with.
+  m.def("nanogpt_names", [](const std::string& config_json) {
+    py::list out;
+    for (const interop::ParamName& p : interop::param_names(train::Config::from_json(config_json)))
+      out.append(py::make_tuple(p.nanogpt, p.rewind));
+    return out;
   });
   m.def("store_metrics", [](const std::string& path, int64_t run, const std::string& prefix) {
     std::vector<int64_t> step;

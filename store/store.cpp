@@ -366,6 +366,14 @@ int64_t Store::add_run(const std::string& config_json, const std::string& plan,
   return sqlite3_last_insert_rowid(db_.get());
 }
 
+void Store::update_run_plan(int64_t run, const std::string& plan) {
+  require_writable("changing a run's plan");
+  Statement st(db_, "UPDATE runs SET plan=? WHERE id=?");
+  st.bind(1, plan).bind(2, run);
+  st.run();
+  if (sqlite3_changes(db_.get()) != 1) throw data_error("store " + path() + ": has no run " + std::to_string(run));
+}
+
 std::vector<RunInfo> Store::runs() {
   std::vector<RunInfo> out;
   Statement st(db_, "SELECT id, created, config, plan, meta FROM runs ORDER BY id");

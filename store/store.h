@@ -131,6 +131,9 @@ class Store {
                   const std::string& meta_json);
   std::vector<RunInfo> runs();
   std::optional<RunInfo> run(int64_t id);
+  // Replaces a run's plan (the schedule JSON): `train --resume` under another plan records
+  // the change at the resume step. StoreError(kData) when the run does not exist.
+  void update_run_plan(int64_t run, const std::string& plan);
 
   // Steps; ranges are inclusive [from, to]. put_step refuses a step that already exists.
   void put_step(const StepRecord& step);

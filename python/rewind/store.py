@@ -4,15 +4,29 @@ attention tensors and checkpoints as torch tensors, and bisect reports as dicts.
 import json
 
 import numpy as np
+import torch
 
 from . import _C
 
 
 def _frame(columns, as_frame):
     if as_frame:
-        import pandas  # only when asked for: pandas is optional
+        try:
+            import pandas  # only when asked for: pandas is optional
+        except ImportError:
+            raise ImportError("as_frame=True needs pandas: pip install pandas (Debian: apt-get install "
+                              "python3-pandas); without it the columns come as numpy arrays") from None
         return pandas.DataFrame(columns)
     return columns
+
+
+def _offsets(extra):
+    """A step's sample offsets, (micro-batches, batch) int64, from its extra JSON (None if absent)."""
+    try:
+        offsets = json.loads(extra).get("offsets") if extra else None
+    except ValueError:
+        return None
+    return None if offsets is None else np.asarray(offsets, dtype=np.int64)
 
 
 class Run:
@@ -22,6 +36,7 @@ class Run:
         self.path = path
         self.id = row["id"]
         self.created = row["created"]
+        self._config_json = row["config"]
         self.config = json.loads(row["config"])
         self.meta = json.loads(row["meta"])
         try:
@@ -34,14 +49,33 @@ class Run:
 
     def steps(self, as_frame=False):
         """step, lr, loss, grad_norm (numpy arrays; loss and grad norm are the recorded FP32
-        values), param_digest and batch_hash (lists of str)."""
+        values), param_digest and batch_hash (lists of str), and offsets: per step the sample
+        offsets into the token file, an int64 array (gradient_accumulation_steps, batch_size)
+        (row i of micro-batch m is tokens offsets[m, i] .. + block_size; None where not
+        recorded). as_frame=True: a pandas DataFrame (needs pandas)."""
         raw = _C.store_steps(self.path, self.id)
         cols = {"step": np.asarray(raw["step"], dtype=np.int64),
                 "lr": np.asarray(raw["lr"], dtype=np.float64),
                 "loss": np.asarray(raw["loss"], dtype=np.float32),
                 "grad_norm": np.asarray(raw["grad_norm"], dtype=np.float32),
-                "param_digest": raw["param_digest"], "batch_hash": raw["batch_hash"]}
+                "param_digest": raw["param_digest"], "batch_hash": raw["batch_hash"],
+                "offsets": [_offsets(e) for e in raw["extra"]]}
         return _frame(cols, as_frame)
+
+    def batch(self, step, data=None):
+        """The batch a recorded step trained on, as nanoGPT's get_batch makes it: (x, y) int64
+        torch tensors of shape (micro-batches, batch_size, block_size), y = x shifted by one
+        token. `data`: the token file (default: the recorded path; uint16 like train.bin)."""
+        s = self.steps()
+        where = np.flatnonzero(s["step"] == step)
+        if len(where) == 0 or s["offsets"][where[0]] is None:
+            raise KeyError(f"run {self.id} of {self.path} has no recorded offsets for step {step}")
+        offsets = s["offsets"][where[0]]
+        tokens = np.memmap(data or self.meta["data_path"], dtype=np.uint16, mode="r")
+        t = self.config["block_size"]
+        rows = np.stack([tokens[o:o + t + 1].astype(np.int64) for o in offsets.reshape(-1)])
+        rows = torch.from_numpy(rows).view(*offsets.shape, t + 1)
+        return rows[..., :-1].contiguous(), rows[..., 1:].contiguous()
 
     def metrics(self, prefix="", as_frame=False):
         """Per-step metrics (lr, step time, per-head monitors such as "L1.H2.max_logit") as
@@ -60,10 +94,30 @@ class Run:
     def checkpoint_steps(self):
         return list(_C.store_checkpoint_steps(self.path, self.id))
 
-    def checkpoint(self, step):
+    def checkpoint(self, step, names="rewind"):
         """The training state at a checkpoint: {"param/<name>", "adam_m/<name>",
-        "adam_v/<name>", "step", ...} -> torch tensors."""
-        return _C.store_checkpoint(self.path, self.id, step)
+        "adam_v/<name>", "step", ...} -> torch tensors.
+
+        names="nanogpt": the model's state_dict under nanoGPT's names instead
+        ("transformer.wte.weight", "transformer.h.0.attn.c_attn.weight", ..., "lm_head.weight",
+        tied to wte), which nanoGPT's GPT.load_state_dict(..., strict=True) takes; the map is
+        the one `rewind export nanogpt` writes with (with the causal-mask buffers attn.bias of
+        a run imported from a checkpoint that had them). The AdamW state: `rewind export`."""
+        state = _C.store_checkpoint(self.path, self.id, step)
+        if names == "rewind":
+            return state
+        if names != "nanogpt":
+            raise ValueError(f"names must be 'rewind' or 'nanogpt', not {names!r}")
+        extra = self.kv("nanogpt").get("nanogpt")
+        masks = bool(extra) and json.loads(extra).get("mask_buffers", False)
+        t = self.config["block_size"]
+        model = {}
+        for nano, ours in _C.nanogpt_names(self._config_json):
+            if masks and nano.endswith(".attn.c_attn.weight"):  # the buffer precedes the children
+                model[nano[:-len("c_attn.weight")] + "bias"] = torch.ones(t, t).tril().view(1, 1, t, t)
+            model[nano] = state["param/" + ours]
+        model["lm_head.weight"] = model["transformer.wte.weight"]
+        return model
 
     def tensors(self):
         """Captured attention tensors: dicts with step, layer, head, name, dtype, shape."""

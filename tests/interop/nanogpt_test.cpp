@@ -97,7 +97,7 @@ TEST_P(NanoGpt, ExportOfImportIsBitIdenticalAndResumable) {
   ASSERT_EQ(c.code, 0) << c.out;
   EXPECT_TRUE(slurp(out) == slurp(again));  // deterministic bytes, whatever the file's name
   c = rewind_cmd("export nanogpt --store " + store + " --step 5 -o " + out);
-  EXPECT_EQ(c.code, 2) << c.out;       // never overwrites
+  EXPECT_EQ(c.code, 3) << c.out;       // never overwrites (exit 3, as an existing --record store)
   c = run_shell(python("resume " + out + " " + dir_ + "/train.bin"));
   EXPECT_EQ(c.code, 0) << c.out;
 }

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -132,12 +133,56 @@ class StoreRead(unittest.TestCase):
         self.assertIsInstance(job["log"], list)
         self.assertTrue(self.store.probes())
 
-    def test_frames_when_pandas_is_present(self):
+    def test_frames_with_pandas_and_how_to_get_it_without(self):
         try:
             import pandas  # noqa: F401
         except ImportError:
-            self.skipTest("pandas not installed")
+            with self.assertRaisesRegex(ImportError, r"pip install pandas .*apt-get install python3-pandas"):
+                self.store.run().steps(as_frame=True)
+            return
         self.assertEqual(len(self.store.run().steps(as_frame=True)), 6)
+
+    def test_offsets_give_the_recorded_batch(self):
+        run = self.store.run()
+        s = run.steps()
+        c = run.config
+        self.assertEqual(s["offsets"][2].shape, (c["gradient_accumulation_steps"], c["batch_size"]))
+        x, y = run.batch(2)
+        self.assertEqual(tuple(x.shape), (c["gradient_accumulation_steps"], c["batch_size"], c["block_size"]))
+        self.assertTrue(torch.equal(x[..., 1:], y[..., :-1]))
+        # The recorded batch hash (FNV-1a over each row's block_size + 1 tokens, then over the
+        # micro-batches' hashes) of the tokens at those offsets.
+        def fnv(data, h=0xcbf29ce484222325):
+            for b in data:
+                h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+            return h
+        step = 0xcbf29ce484222325
+        for m in range(x.shape[0]):
+            h = 0xcbf29ce484222325
+            for row in range(x.shape[1]):
+                h = fnv(torch.cat([x[m, row], y[m, row, -1:]]).numpy().astype("<u2").tobytes(), h)
+            step = fnv(h.to_bytes(8, "little"), step)
+        self.assertEqual(f"{step:016x}", s["batch_hash"][2])
+        with self.assertRaises(KeyError):
+            run.batch(99)
+
+    def test_checkpoint_in_nanogpt_names_loads_into_nanogpt(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
+        from nanogpt_fixture import GPT  # nanoGPT's model.py names and math
+        run = self.store.run()
+        sd = run.checkpoint(3, names="nanogpt")
+        ours = run.checkpoint(3)
+        self.assertTrue(torch.equal(sd["transformer.h.1.attn.c_attn.weight"], ours["param/h.1.c_attn"]))
+        self.assertTrue(torch.equal(sd["lm_head.weight"], ours["param/wte"]))
+        c = run.config
+        model = GPT(dict(c, bias=c.get("bias", False), dropout=0.0))
+        model.load_state_dict(sd, strict=True)
+        x, y = run.batch(3)
+        with torch.no_grad():
+            loss = model(x[0], y[0]).item()  # FP32, against the recorded BF16 step
+        self.assertAlmostEqual(loss, float(run.steps()["loss"][3]), delta=0.02 * loss)
+        with self.assertRaises(ValueError):
+            run.checkpoint(3, names="hf")
 
     def test_not_a_store(self):
         path = os.path.join(self.dir, "junk")
