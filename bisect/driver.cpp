@@ -192,13 +192,27 @@ void account_costs(BisectReport& rep, const SearchSpace& space) {
       rep.recorded_step_s = warm_step_s(p.outcome);
       break;
     }
-  rep.predicted_cost = rep.measured_cost = 0;
+  rep.predicted_cost = rep.measured_cost = rep.calibrated_cost = rep.reference_step_ratio = 0;
   rep.predicted_probes = rep.measured_probes = 0;
+  const Candidate reference_run{Mode::kKeepLow, {}};
+  if (rep.recorded_step_s > 0)
+    for (const auto& p : rep.probes)
+      if (p.spec.kind == "window" && p.spec.candidate && p.spec.candidate->mode == Mode::kKeepLow &&
+          p.spec.candidate->elements.empty() && p.outcome.steps > 0 && p.outcome.step_s > 0) {
+        rep.reference_step_ratio = warm_step_s(p.outcome) / rep.recorded_step_s;
+        break;
+      }
+  const double model_all = model.step_cost(reference_run, space);
+  const bool calibrate = rep.reference_step_ratio > 0 && model_all > 1;
+  const double scale = calibrate ? (rep.reference_step_ratio - 1) / (model_all - 1) : 0;
   for (auto& p : rep.probes) {
     p.predicted_cost = p.measured_cost = NAN;
     if (p.spec.candidate) {
-      p.predicted_cost = model.step_cost(*p.spec.candidate, space) * static_cast<double>(p.spec.to - p.spec.from + 1);
+      const double steps = static_cast<double>(p.spec.to - p.spec.from + 1);
+      const double m = model.step_cost(*p.spec.candidate, space);
+      p.predicted_cost = m * steps;
       rep.predicted_cost += p.predicted_cost;
+      if (calibrate) rep.calibrated_cost += (1 + (m - 1) * scale) * steps;
       ++rep.predicted_probes;
     }
     if (rep.recorded_step_s > 0 && p.outcome.steps > 0) {
@@ -258,6 +272,11 @@ std::string verdict_text(const BisectReport& rep) {
     if (rep.measured_probes > 0) {
       std::snprintf(buf, sizeof buf, ", measured %.1f recorded steps (%d probes; recorded step %.3f s here)",
                     rep.measured_cost, rep.measured_probes, rep.recorded_step_s);
+      v += buf;
+    }
+    if (rep.calibrated_cost > 0) {
+      std::snprintf(buf, sizeof buf, "; calibrated here (the reference run's step %.2fx the recorded one) %.1f",
+                    rep.reference_step_ratio, rep.calibrated_cost);
       v += buf;
     }
     v += "\n";

@@ -98,6 +98,11 @@ struct BisectReport {
   double recorded_step_s = 0;          // per-step time of the recorded plan's probe (0: none)
   double predicted_cost = 0, measured_cost = 0;
   int predicted_probes = 0, measured_probes = 0;
+  // Issue 36 item 4: the cost model calibrated on this machine and plan pair. The reference
+  // run's probe (low{}) measures what promoting everything costs here (reference_step_ratio,
+  // 0: not measured); each candidate's model cost above 1 is scaled so that the model's
+  // low{} lands on it. calibrated_cost sums the candidates' calibrated predictions.
+  double reference_step_ratio = 0, calibrated_cost = 0;
   std::string verdict;                // human text, several lines
   int exit_code = 0;
 };

@@ -245,7 +245,10 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   // in its process the probe judges at most every `every` steps, so that judging takes ~2% of
   // the steps' time; with ranks it judges every step (the same series on every rank, so every
   // rank stops at the same step).
-  const bool early = pred.monotone();
+  // The recorded plan's probe (fp32{}) always runs whole: its median step is the recorded step
+  // every probe's measured cost is counted in (a one-step probe would time lazy initialization).
+  const bool baseline = p.candidate && p.candidate->mode == Mode::kPromote && p.candidate->elements.empty();
+  const bool early = pred.monotone() && !baseline;
   int64_t every = 1, next_check = p.from;
   std::vector<double> step_times;
   for (int64_t step = p.from; step <= p.to; ++step) {

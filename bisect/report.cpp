@@ -146,7 +146,9 @@ std::string report_json(const BisectReport& r) {
                {"predicted_total", r.predicted_cost},
                {"predicted_probes", r.predicted_probes},
                {"measured_total", r.measured_cost},
-               {"measured_probes", r.measured_probes}};
+               {"measured_probes", r.measured_probes},
+               {"reference_step_ratio", r.reference_step_ratio},
+               {"calibrated_total", r.calibrated_cost}};
   return j.dump(2);
 }
 
