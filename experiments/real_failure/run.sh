@@ -7,7 +7,8 @@
 #   bash experiments/real_failure/run.sh [stage ...]
 # Stages, in order (default: all); each one skips what an earlier call already finished, so a
 # call that ran out of time is continued by running the script again on the same machine:
-#   data record series bisect explain confirm widen summary
+#   data record series bisect explain confirm widen summary   (and, not in the default list:
+#   controls, the same run from step 0 in FA2's numerics and with the stabilized softmax)
 # Environment: BUILD (build-gpu), W (work dir, /tmp/rewind_real_failure: stores, corpus),
 #   OUT (results, $W/out), STEPS (8000: how far the failing run is recorded), EVERY (250:
 #   checkpoint spacing), FAIL (the failure predicate), REF (the healthy end of the bisect),
@@ -65,6 +66,20 @@ for stage in "${STAGES[@]}"; do
       timeout --signal=KILL $(( $(left) - 20 )) "$R" train "${args[@]}" --log-every 250 2>&1 | tee -a "$OUT/record.log" | grep -E "^step|error|recorded|resum"
     fi
     log "failing run recorded to step $($A last-step "$W/fail.db")"
+    ;;
+  controls) # from step 0: FA2's numerics, and the paper's with stable(beta=2); two at once
+    for r in "fa2|" "stable|$PAPER;L*.H*.softmax=stable(beta=2)"; do
+      name=control_${r%%|*}; plan=${r#*|}
+      [[ $($A last-step "$W/$name.db" 2>/dev/null) == $((STEPS - 1)) ]] && continue
+      rm -f "$W/$name.db" "$W/$name.db-wal" "$W/$name.db-shm"
+      log "control $name to step $STEPS under '$plan'"
+      timeout --signal=KILL $(( $(left) - 10 )) "$R" train "${MODEL[@]}" --steps "$STEPS" --plan "$plan" \
+        --record "$W/$name.db" --checkpoint-every 100000 --log-every 500 > "$OUT/$name.log" 2>&1 &
+    done
+    wait
+    for n in fa2 stable; do $A series "$W/control_$n.db" "$OUT/control_${n}_series.csv" > "$OUT/control_${n}_triggers.txt" || true; done
+    $A plot "$OUT/controls.svg" "paper numerics:$OUT/fail_series.csv" "FA2 numerics:$OUT/control_fa2_series.csv" \
+      "paper numerics + stable(beta=2):$OUT/control_stable_series.csv"
     ;;
   series)   # every step's loss and gradient norm; where each candidate predicate first fires
     $A series "$W/fail.db" "$OUT/fail_series.csv" | tee "$OUT/triggers.txt"
