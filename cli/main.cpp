@@ -1,7 +1,11 @@
 // `rewind` entry point: dispatches to subcommands and is the only place errors are printed.
+#include <c10/util/Exception.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <string>
 
 #include <cxxopts.hpp>
 
@@ -42,6 +46,13 @@ void print_help() {
       "  4  finding: replay diverged, or bisect localized a precision failure\n");
 }
 
+// LibTorch's messages run on with a C++ backtrace; the error line is their first line.
+std::string first_line(const char* what) {
+  std::string s = what ? what : "";
+  const size_t nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,6 +71,15 @@ int main(int argc, char** argv) {
     } catch (const cxxopts::exceptions::exception& e) {
       std::fprintf(stderr, "rewind: error: %s (try rewind %s --help)\n", e.what(), c.name);
       return static_cast<int>(rwd::ExitCode::kUsage);
+    } catch (const c10::OutOfMemoryError& e) {
+      // One line, no backtrace: which rank ran out and what it asked for (LibTorch's first line).
+      const char* rank = std::getenv("RANK");
+      std::fprintf(stderr, "rewind: error: out of device memory%s%s: %s\n", rank ? " on rank " : "", rank ? rank : "",
+                   first_line(e.what_without_backtrace()).c_str());
+      return static_cast<int>(rwd::ExitCode::kInternal);
+    } catch (const c10::Error& e) {
+      std::fprintf(stderr, "rewind: error: internal: %s\n", first_line(e.what_without_backtrace()).c_str());
+      return static_cast<int>(rwd::ExitCode::kInternal);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rewind: error: internal: %s\n", e.what());
       return static_cast<int>(rwd::ExitCode::kInternal);
