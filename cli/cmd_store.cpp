@@ -114,6 +114,19 @@ int cmd_info(int argc, char** argv) {
               sizes_text(info.raw_bytes, info.stored_bytes).c_str(), ratio);
   std::printf("probes: %lld, kv entries: %lld, runs: %zu\n", static_cast<long long>(info.n_probes),
               static_cast<long long>(info.n_kv), info.runs.size());
+  // Where the bytes are: blobs by the kind of row that refers to them, then the largest tables.
+  std::printf("stored by kind: checkpoints %s", human_bytes(info.checkpoint_bytes).c_str());
+  if (info.n_checkpoints > 0)
+    std::printf(" (%lld, %s each)", static_cast<long long>(info.n_checkpoints),
+                human_bytes(info.checkpoint_bytes / info.n_checkpoints).c_str());
+  std::printf(", captured tensors %s, batches and RNG states %s\n", human_bytes(info.tensor_bytes).c_str(),
+              human_bytes(info.step_blob_bytes).c_str());
+  if (!info.table_bytes.empty()) {
+    std::string tables;
+    for (size_t i = 0; i < info.table_bytes.size() && i < 6; ++i)
+      tables += (i ? ", " : "") + info.table_bytes[i].first + " " + human_bytes(info.table_bytes[i].second);
+    std::printf("pages by table: %s\n", tables.c_str());
+  }
   for (const store::RunSummary& run : info.runs) {
     std::printf("run %lld  created %s  plan '%s'\n", static_cast<long long>(run.run.id),
                 run.run.created.c_str(), one_line(run.run.plan, 60).c_str());

@@ -109,6 +109,15 @@ struct StoreInfo {
   int64_t n_probes = 0;
   int64_t n_kv = 0;
   int64_t file_bytes = 0;  // main file plus WAL
+  // Where the bytes are (issue 37): the stored (zstd) bytes of the distinct blobs each kind of
+  // row refers to (a blob two kinds share counts in both), and the pages of each table.
+  int64_t n_checkpoints = 0;        // (run, step) pairs with a checkpoint
+  int64_t checkpoint_bytes = 0;     // blobs of checkpoint tensors
+  int64_t tensor_bytes = 0;         // blobs of captured tensors
+  int64_t step_blob_bytes = 0;      // blobs of steps: stored batches and RNG states
+  // (table or index, bytes of its pages), largest first; empty where this SQLite lacks the
+  // dbstat table.
+  std::vector<std::pair<std::string, int64_t>> table_bytes;
 };
 
 // A problem found by verify(): a blob (or "" for a database-level problem), what is wrong,

@@ -179,6 +179,23 @@ StoreInfo Store::info() {
   info.n_probes = st.col_int(3);
   info.n_kv = st.col_int(4);
   info.file_bytes = file_size(path()) + file_size(path() + "-wal");
+  Statement kinds(db_,
+                  "SELECT (SELECT count(*) FROM (SELECT DISTINCT run, step FROM checkpoints)), "
+                  "(SELECT coalesce(sum(stored_size), 0) FROM blobs WHERE hash IN (SELECT blob FROM checkpoints)), "
+                  "(SELECT coalesce(sum(stored_size), 0) FROM blobs WHERE hash IN (SELECT blob FROM tensors)), "
+                  "(SELECT coalesce(sum(stored_size), 0) FROM blobs WHERE hash IN "
+                  "(SELECT batch_ref FROM steps UNION SELECT rng_ref FROM steps))");
+  kinds.step();
+  info.n_checkpoints = kinds.col_int(0);
+  info.checkpoint_bytes = kinds.col_int(1);
+  info.tensor_bytes = kinds.col_int(2);
+  info.step_blob_bytes = kinds.col_int(3);
+  try {
+    Statement pages(db_, "SELECT name, sum(pgsize) AS b FROM dbstat GROUP BY name ORDER BY b DESC, name");
+    while (pages.step()) info.table_bytes.emplace_back(pages.col_text(0), pages.col_int(1));
+  } catch (const StoreError&) {
+    info.table_bytes.clear();  // no dbstat in this SQLite build: the per-table sizes are left out
+  }
   return info;
 }
 

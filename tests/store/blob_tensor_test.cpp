@@ -68,6 +68,26 @@ TEST(Blob, IdenticalContentIsStoredOnce) {
   EXPECT_THROW(s.get_blob("0123456789abcdef"), StoreError);
 }
 
+// Issue 37: info() says where the bytes are, by the kind of row that refers to each blob.
+TEST(Blob, InfoCountsStoredBytesByKind) {
+  TempDir dir;
+  Store s = Store::create(dir.file("s.db"));
+  const int64_t run = s.add_run("{}", "", "{}");
+  const std::vector<uint8_t> a = random_bytes(4, 40000), b = random_bytes(5, 3000);
+  s.put_checkpoint_tensor(run, 0, "w", Dtype::kU8, {40000}, a.data(), a.size());
+  s.put_checkpoint_tensor(run, 10, "w", Dtype::kU8, {40000}, a.data(), a.size());  // same blob
+  s.put_tensor(TensorKey{run, 3, 1, 2, "q"}, Dtype::kU8, {3000}, b.data(), b.size());
+  const StoreInfo info = s.info();
+  EXPECT_EQ(info.n_checkpoints, 2);
+  EXPECT_EQ(info.checkpoint_bytes, s.blob_info(s.put_blob(a.data(), a.size()))->stored_size);
+  EXPECT_EQ(info.tensor_bytes, s.blob_info(s.put_blob(b.data(), b.size()))->stored_size);
+  EXPECT_EQ(info.step_blob_bytes, 0);
+  EXPECT_GT(info.checkpoint_bytes, 39000);  // random bytes do not compress
+  bool chunks = false;
+  for (const auto& [name, bytes] : info.table_bytes) chunks = chunks || (name == "blob_chunks" && bytes > 40000);
+  EXPECT_TRUE(chunks) << "dbstat: " << info.table_bytes.size() << " tables";
+}
+
 TEST(Blob, ByteShuffledRoundTripsAcrossChunksAndOddSizes) {
   std::vector<uint8_t> src = random_bytes(3, 1003), mid(1003), back(1003);
   for (size_t elem : {1, 2, 3, 4, 8}) {
