@@ -169,27 +169,21 @@ StoreInfo Store::info() {
     s.run = std::move(r);
     info.runs.push_back(std::move(s));
   }
+  // Blobs by the kind of row that refers to them (issue 37): checkpoints, captured tensors,
+  // steps' batches and RNG states.
   Statement st(db_,
                "SELECT count(*), coalesce(sum(raw_size), 0), coalesce(sum(stored_size), 0), "
-               "(SELECT count(*) FROM probes), (SELECT count(*) FROM kv) FROM blobs");
+               "(SELECT count(*) FROM probes), (SELECT count(*) FROM kv), "
+               "(SELECT count(*) FROM (SELECT DISTINCT run, step FROM checkpoints)), "
+               "(SELECT coalesce(sum(stored_size), 0) FROM blobs WHERE hash IN (SELECT blob FROM checkpoints)), "
+               "(SELECT coalesce(sum(stored_size), 0) FROM blobs WHERE hash IN (SELECT blob FROM tensors)), "
+               "(SELECT coalesce(sum(stored_size), 0) FROM blobs WHERE hash IN "
+               "(SELECT batch_ref FROM steps UNION SELECT rng_ref FROM steps)) FROM blobs");
   st.step();
-  info.n_blobs = st.col_int(0);
-  info.raw_bytes = st.col_int(1);
-  info.stored_bytes = st.col_int(2);
-  info.n_probes = st.col_int(3);
-  info.n_kv = st.col_int(4);
+  int64_t* out[] = {&info.n_blobs, &info.raw_bytes, &info.stored_bytes, &info.n_probes, &info.n_kv,
+                    &info.n_checkpoints, &info.checkpoint_bytes, &info.tensor_bytes, &info.step_blob_bytes};
+  for (int c = 0; c < 9; ++c) *out[c] = st.col_int(c);
   info.file_bytes = file_size(path()) + file_size(path() + "-wal");
-  Statement kinds(db_,
-                  "SELECT (SELECT count(*) FROM (SELECT DISTINCT run, step FROM checkpoints)), "
-                  "(SELECT coalesce(sum(stored_size), 0) FROM blobs WHERE hash IN (SELECT blob FROM checkpoints)), "
-                  "(SELECT coalesce(sum(stored_size), 0) FROM blobs WHERE hash IN (SELECT blob FROM tensors)), "
-                  "(SELECT coalesce(sum(stored_size), 0) FROM blobs WHERE hash IN "
-                  "(SELECT batch_ref FROM steps UNION SELECT rng_ref FROM steps))");
-  kinds.step();
-  info.n_checkpoints = kinds.col_int(0);
-  info.checkpoint_bytes = kinds.col_int(1);
-  info.tensor_bytes = kinds.col_int(2);
-  info.step_blob_bytes = kinds.col_int(3);
   try {
     Statement pages(db_, "SELECT name, sum(pgsize) AS b FROM dbstat GROUP BY name ORDER BY b DESC, name");
     while (pages.step()) info.table_bytes.emplace_back(pages.col_text(0), pages.col_int(1));
