@@ -138,6 +138,21 @@ void add_plan_from(train::PlanSchedule& sched, const cxxopts::ParseResult& r, in
   }
 }
 
+// A resumed or forked run takes its recorded rank count (its gradients are summed in that order).
+void require_recorded_ranks(const train::RunSpec& spec, const train::DistEnv& env, const char* verb) {
+  if (spec.world_size != env.world)
+    throw UsageError("run " + std::to_string(spec.run_id) + " was recorded on " + std::to_string(spec.world_size) +
+                     " rank(s); " + verb + " it with --nproc-per-node " + std::to_string(spec.world_size));
+}
+
+// --plan SPEC on a run going on from step `from` (resume, fork): SPEC on top of every recorded
+// change at `from` or later, so the run keeps SPEC throughout; earlier changes are untouched.
+void extra_on_changes(train::PlanSchedule& sched, const std::string& extra, int64_t from) {
+  if (extra.empty()) return;
+  for (auto& ch : sched.changes)
+    if (ch.first >= from) ch.second += ";" + extra;
+}
+
 // --plan SPEC on `train --resume`: on top of the recorded plan from step `next` (the first
 // step the resume records) on, as a change of the schedule at `next` and on top of every
 // recorded change after it; then --plan-from. Steps before `next` keep their recorded plan.
@@ -147,8 +162,7 @@ bool resume_plan(train::RunSpec& spec, const cxxopts::ParseResult& r, int64_t ne
   train::PlanSchedule& sched = spec.plan;
   const size_t before = sched.changes.size();
   if (!extra.empty()) {
-    for (auto& ch : sched.changes)
-      if (ch.first >= next) ch.second += ";" + extra;
+    extra_on_changes(sched, extra, next);
     sched.add_change(std::to_string(next) + ":" + extra);
   }
   add_plan_from(sched, r, next, "--resume");
@@ -231,9 +245,7 @@ int run_train(int argc, char** argv) {
       throw UsageError("train: --at " + std::to_string(fork_at) + " is outside the recording" +
                        (range ? " (steps " + std::to_string(range->first) + ".." + std::to_string(range->second) + ")"
                               : " (no recorded steps)"));
-    if (spec.world_size != env.world)
-      throw UsageError("run " + std::to_string(spec.run_id) + " was recorded on " + std::to_string(spec.world_size) +
-                       " rank(s); fork it with --nproc-per-node " + std::to_string(spec.world_size));
+    require_recorded_ranks(spec, env, "fork");
     refuse_other_recorded(r, spec, "--fork");
     set_total(r, spec, fork_at, "the branch starts at step " + std::to_string(fork_at));
     recording_options(r, spec);
@@ -250,7 +262,8 @@ int run_train(int argc, char** argv) {
     train::PlanSchedule branch;
     branch.base = plan::apply(spec.plan.at(fork_at, c.n_layer, c.n_head), extra).canonical();
     for (const auto& ch : spec.plan.changes)
-      if (ch.first > fork_at) branch.changes.push_back({ch.first, ch.second + ";" + extra});
+      if (ch.first > fork_at) branch.changes.push_back(ch);  // earlier ones are in the base
+    extra_on_changes(branch, extra, fork_at + 1);
     add_plan_from(branch, r, fork_at, "--fork");
     for (const auto& ch : branch.changes) branch.at(ch.first, c.n_layer, c.n_head);  // bad --plan: fails now
     spec.plan = branch;
@@ -272,9 +285,7 @@ int run_train(int argc, char** argv) {
     st = std::make_unique<store::Store>(store::Store::open(
         r["resume"].as<std::string>(), env.rank == 0 ? store::Mode::kReadWrite : store::Mode::kReadOnly, so));
     spec = train::RunSpec::load(*st, 0);
-    if (spec.world_size != env.world)
-      throw UsageError("run " + std::to_string(spec.run_id) + " was recorded on " + std::to_string(spec.world_size) +
-                       " rank(s); resume it with --nproc-per-node " + std::to_string(spec.world_size));
+    require_recorded_ranks(spec, env, "resume");
     refuse_other_recorded(r, spec, "--resume");
     auto ckpts = st->checkpoint_steps(spec.run_id);
     if (ckpts.empty()) throw Error(ExitCode::kData, "missing checkpoint: nothing to resume from");
