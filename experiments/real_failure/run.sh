@@ -8,11 +8,13 @@
 # Stages, in order (default: all); each one skips what an earlier call already finished, so a
 # call that ran out of time is continued by running the script again on the same machine:
 #   data record series bisect explain confirm widen summary   (and, not in the default list:
-#   controls, the same run from step 0 in FA2's numerics and with the stabilized softmax)
+#   controls, the same run from step 0 in FA2's numerics and with the stabilized softmax;
+#   narrow, sets between layer 1 and layers 0-5 trained on past the failure)
 # Environment: BUILD (build-gpu), W (work dir, /tmp/rewind_real_failure: stores, corpus),
 #   OUT (results, $W/out), STEPS (8000: how far the failing run is recorded), EVERY (250:
 #   checkpoint spacing), FAIL (the failure predicate), REF (the healthy end of the bisect),
-#   DEADLINE (seconds since the epoch after which a stage starts nothing new).
+#   DEADLINE (seconds since the epoch after which a stage starts nothing new), WINDOW ("FROM TO",
+#   the causal window when this machine has no bisect report: "3000 3062").
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build-gpu}
@@ -43,7 +45,9 @@ D=$ROOT/.gpu-deps/root
 export LD_LIBRARY_PATH=$D/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 
 # The causal window and the fixing set, as the bisect report says them (empty until known).
-window() { [[ -f $OUT/bisect/report.json ]] && $A window "$OUT/bisect/report.json"; }
+# WINDOW="FROM TO" stands in for the report on a machine that has not run the bisect stage.
+window() { if [[ -n ${WINDOW:-} ]]; then echo "$WINDOW"
+           elif [[ -f $OUT/bisect/report.json ]]; then $A window "$OUT/bisect/report.json"; fi; }
 fixing_plan() { [[ -f $OUT/bisect/report.json ]] && $A fixing-plan "$OUT/bisect/report.json" "$REF"; }
 
 for stage in "${STAGES[@]}"; do
@@ -67,17 +71,22 @@ for stage in "${STAGES[@]}"; do
     fi
     log "failing run recorded to step $($A last-step "$W/fail.db")"
     ;;
-  controls) # from step 0: FA2's numerics, and the paper's with stable(beta=2); two at once
+  controls) # from step 0: FA2's numerics, and the paper's with stable(beta=2), beside the failing
+            # run's own recording (all three at once); each resumes where a killed call left it
     for r in "fa2|" "stable|$PAPER;L*.H*.softmax=stable(beta=2)"; do
       name=control_${r%%|*}; plan=${r#*|}
-      [[ $($A last-step "$W/$name.db" 2>/dev/null) == $((STEPS - 1)) ]] && continue
-      rm -f "$W/$name.db" "$W/$name.db-wal" "$W/$name.db-shm"
-      log "control $name to step $STEPS under '$plan'"
-      timeout --signal=KILL $(( $(left) - 10 )) "$R" train "${MODEL[@]}" --steps "$STEPS" --plan "$plan" \
-        --record "$W/$name.db" --checkpoint-every 100000 --log-every 500 > "$OUT/$name.log" 2>&1 &
+      last=$($A last-step "$W/$name.db" 2>/dev/null || echo -1)
+      (( last + 1 < STEPS )) || continue
+      if [[ -f $W/$name.db ]]; then args=(--resume "$W/$name.db" --steps "$STEPS")
+      else args=("${MODEL[@]}" --steps "$STEPS" --plan "$plan" --record "$W/$name.db" --checkpoint-every 500); fi
+      log "control $name to step $STEPS under '$plan' (from $((last + 1)))"
+      timeout --signal=KILL $(( $(left) - 10 )) "$R" train "${args[@]}" --log-every 500 >> "$OUT/$name.log" 2>&1 &
     done
     wait
-    for n in fa2 stable; do $A series "$W/control_$n.db" "$OUT/control_${n}_series.csv" > "$OUT/control_${n}_triggers.txt" || true; done
+    for n in fa2 stable; do
+      [[ $($A last-step "$W/control_$n.db" 2>/dev/null) == $((STEPS - 1)) ]] || { log "control $n unfinished"; continue 2; }
+      $A series "$W/control_$n.db" "$OUT/control_${n}_series.csv" > "$OUT/control_${n}_triggers.txt" || true
+    done
     $A plot "$OUT/controls.svg" "paper numerics:$OUT/fail_series.csv" "FA2 numerics:$OUT/control_fa2_series.csv" \
       "paper numerics + stable(beta=2):$OUT/control_stable_series.csv"
     ;;
@@ -98,14 +107,14 @@ for stage in "${STAGES[@]}"; do
     log "rewind step at $s with the fixing set at the reference: $fix"
     "$R" step --store "$W/fail.db" --step "$s" --fp32 "$fix" --json "$OUT/step.json" 2>&1 | tail -40 | tee -a "$OUT/explain.txt"
     ;;
-  confirm|widen)
+  confirm|widen|narrow)
     # confirm: from the window's start, the bisect's fixing set at the reference, and every
     # head at it (FA2 numerics), each trained 3000 steps past the failure step. widen: larger
     # sets, for when the fixing set does not hold that long (the smallest that does).
     read -r from to <<< "$(window)"
     [[ -n ${from:-} ]] || { log "$stage: no window yet"; continue; }
     until=$(( to + 3000 ))
-    if [[ $stage == confirm ]]; then
+    if [[ $stage != widen ]]; then
       runs=("fixset|$(fixing_plan)" "reference|$REF")
     else
       # The failing set's heads, their layer, then halves of the model (their qk and acc at the
@@ -114,6 +123,10 @@ for stage in "${STAGES[@]}"; do
       runs=("heads|$($A set-plan "$rp" "$REF" failing)" "layer|$($A set-plan "$rp" "$REF" layers)"
             "stable|$($A set-plan "$rp" "$REF" stable)" "l0_2|L{0-2}.H*.qk=low;L{0-2}.H*.acc=fp32"
             "l0_5|L{0-5}.H*.qk=low;L{0-5}.H*.acc=fp32" "l1_6_11|L{1,6-11}.H*.qk=low;L{1,6-11}.H*.acc=fp32")
+    fi
+    if [[ $stage == narrow ]]; then   # between L1 (does not hold) and L0-5 (holds)
+      runs=("l1_2|L{1-2}.H*.qk=low;L{1-2}.H*.acc=fp32" "l1_3|L{1-3}.H*.qk=low;L{1-3}.H*.acc=fp32"
+            "l1_5|L{1-5}.H*.qk=low;L{1-5}.H*.acc=fp32")
     fi
     for r in "${runs[@]}"; do   # three at a time on one GPU: ~75 ms a step each on the H100
       name=${r%%|*}; plan=${r#*|}
