@@ -225,8 +225,8 @@ int run_train(int argc, char** argv) {
   if (so.zstd_workers < 0) throw UsageError("--zstd-threads must be 0 or more");
   std::unique_ptr<store::Store> st;
   train::RunSpec spec;
-  std::unique_ptr<train::TokenFile> data;
-  std::unique_ptr<train::Trainer> trainer;
+  std::shared_ptr<train::TokenFile> data;
+  std::shared_ptr<train::Trainer> trainer;
   int64_t recorded_last = -1;  // resume: steps up to here are already in the store
   int64_t fork_at = -1;        // fork: the new recording starts with a checkpoint at this step
   std::string forked_from;

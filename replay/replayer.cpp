@@ -67,6 +67,34 @@ struct WarmCache {
   }
 };
 
+// Names a checkpoint by its content: every tensor's blob hash (get_blob checks it on every read).
+std::string checkpoint_key(store::Store& s, int64_t run, int64_t step) {
+  std::string key = s.path() + "\n" + std::to_string(run) + "\n" + std::to_string(step);
+  for (const store::TensorInfo& t : s.checkpoint_entries(run, step)) {
+    key += "\n" + t.key.name + " " + std::to_string(static_cast<int>(t.dtype)) + " " + t.blob;
+    for (int64_t d : t.shape) key += " " + std::to_string(d);
+  }
+  return key;
+}
+
+// The warm trainer behind restore_before(warm = true).
+struct WarmTrainer {
+  std::string key;
+  Restored restored;
+  train::NamedTensors state;  // before the restored step, on the trainer's device
+  int64_t plan_step = 0;      // the step whose recorded plan a cold restore leaves in force
+};
+
+WarmTrainer& warm_trainer() {
+  static WarmTrainer* w = new WarmTrainer;  // never destroyed, as the cache below
+  return *w;
+}
+
+bool warm_trainer_on() {
+  const char* e = std::getenv("REWIND_WARM_TRAINER");
+  return e == nullptr || std::string(e) != "0";
+}
+
 WarmCache& warm_cache() {
   static WarmCache* c = new WarmCache;  // never destroyed: no tensor freed after LibTorch exits
   return *c;
@@ -100,12 +128,7 @@ train::NamedTensors read_checkpoint_warm(store::Store& s, int64_t run, int64_t s
     c.evict_to(cap);
   }
   if (cap == 0) return train::read_checkpoint(s, run, step);
-  // The key names the content: every tensor's blob hash (get_blob checks it on every read).
-  std::string key = s.path() + "\n" + std::to_string(run) + "\n" + std::to_string(step);
-  for (const store::TensorInfo& t : s.checkpoint_entries(run, step)) {
-    key += "\n" + t.key.name + " " + std::to_string(static_cast<int>(t.dtype)) + " " + t.blob;
-    for (int64_t d : t.shape) key += " " + std::to_string(d);
-  }
+  const std::string key = checkpoint_key(s, run, step);
   {
     std::lock_guard<std::mutex> lock(c.mu);
     if (auto it = c.index.find(key); it != c.index.end()) {
@@ -143,11 +166,62 @@ void warm_clear() {
   const int64_t cap = c.stats.capacity;
   c.stats = WarmStats{};
   c.stats.capacity = cap;
+  warm_trainer() = WarmTrainer{};
 }
+
+namespace {
+
+Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path, bool verify,
+                      const std::function<void(const train::StepResult&, bool)>& on_step, train::Comm* comm,
+                      bool warm);
+
+}  // namespace
 
 Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path,
                         bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
                         train::Comm* comm, bool warm) {
+  if (!warm || !warm_trainer_on()) return restore_cold(s, run_id, step, data_path, verify, on_step, comm, warm);
+  // The key: what the restored state and the trainer depend on. A store's checkpoint is named
+  // by its content; the ranks by the job's communicator (one per process and job).
+  const int64_t run = train::RunSpec::load(s, run_id).run_id;
+  const auto ckpt = s.nearest_checkpoint(run, step);
+  std::string key = std::to_string(step) + "\n" + data_path + "\n" +
+                    std::to_string(reinterpret_cast<uintptr_t>(comm)) + "\n";
+  if (ckpt) key += checkpoint_key(s, run, *ckpt);
+  WarmTrainer& w = warm_trainer();
+  if (ckpt && w.restored.trainer && w.key == key) {
+    std::lock_guard<std::mutex> lock(warm_cache().mu);
+    ++warm_cache().stats.trainer_hits;
+  } else {
+    w = WarmTrainer{};  // frees the last trainer's device memory before the next one takes it
+    Restored r = restore_cold(s, run_id, step, data_path, verify, on_step, comm, /*warm=*/true);
+    {
+      std::lock_guard<std::mutex> lock(warm_cache().mu);
+      ++warm_cache().stats.trainer_misses;
+    }
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, t] : r.trainer->state()) w.state.emplace_back(name, t.clone());
+    for (auto& g : r.trainer->rng_state()) w.state.push_back(std::move(g));
+    w.plan_step = step > r.checkpoint_step ? step - 1 : r.checkpoint_step;
+    w.restored = std::move(r);
+    w.key = key;
+    return w.restored;
+  }
+  // What a cold restore leaves: the state before `step`, the plan last in force, no hooks.
+  train::Trainer& t = *w.restored.trainer;
+  const train::Config& c = w.restored.run.config;
+  t.load_state(w.state);
+  t.set_plan(w.restored.run.plan.at(w.plan_step, c.n_layer, c.n_head));
+  t.set_want_digest(false);
+  t.set_before_update({});
+  return w.restored;
+}
+
+namespace {
+
+Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path, bool verify,
+                      const std::function<void(const train::StepResult&, bool)>& on_step, train::Comm* comm,
+                      bool warm) {
   Restored r;
   r.run = train::RunSpec::load(s, run_id);
   auto range = s.step_range(r.run.run_id);
@@ -159,13 +233,13 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
     throw UsageError("step " + std::to_string(step) + " is outside the recording");
   r.checkpoint_step = *ckpt;
   const std::string path = data_path.empty() ? r.run.data_path : data_path;
-  r.data = std::make_unique<train::TokenFile>(path);
+  r.data = std::make_shared<train::TokenFile>(path);
   check_dataset(r.run, *r.data);
   const train::Config& c = r.run.config;
   const torch::Device device = train::setup_device(comm ? train::rank_device(r.run.device, comm->env()) : r.run.device);
   const int world = comm ? comm->world() : 1;
   train::warn_if_not_reproducible(r.run, device, world);
-  r.trainer = std::make_unique<train::Trainer>(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data,
+  r.trainer = std::make_shared<train::Trainer>(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data,
                                         device, train::attention_impl(r.run.attention));
   r.trainer->set_comm(comm);
   if (world != r.run.world_size) verify = false;  // bits may differ: the caller reports a curve
@@ -193,6 +267,8 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
   }
   return r;
 }
+
+}  // namespace
 
 ReplayResult replay(store::Store& s, const ReplayOptions& o) {
   auto t0 = std::chrono::steady_clock::now();

@@ -51,15 +51,20 @@ struct ReplayResult {
 ReplayResult replay(store::Store& s, const ReplayOptions& o);
 
 // Restores the trainer state before step `step` (loads the nearest checkpoint, fast-forwards).
+// Shared handles: a warm restore (below) hands out the trainer this process keeps.
 struct Restored {
   train::RunSpec run;
-  std::unique_ptr<train::TokenFile> data;
-  std::unique_ptr<train::Trainer> trainer;
+  std::shared_ptr<train::TokenFile> data;
+  std::shared_ptr<train::Trainer> trainer;
   int64_t checkpoint_step = 0;
 };
-// comm: the job's ranks (nullptr: one process). warm: take the checkpoint from this process's
-// warm cache (read_checkpoint_warm) instead of reading and decompressing it again; bisect probes
-// do, which restore the same checkpoint dozens of times in one process.
+// comm: the job's ranks (nullptr: one process). warm: bisect probes, which restore the same
+// step dozens of times in one process. A warm restore reuses the warm trainer (see below) when
+// the last warm restore was of the same store, run, step, checkpoint, data and ranks: its
+// restore is then a copy of the state kept on the trainer's device, and the model, the CUDA
+// context and the fused optimizer's calibration stay. Otherwise it restores as usual, the
+// checkpoint from the warm cache (read_checkpoint_warm), and becomes the warm trainer. The
+// caller may change only the plan of a warm trainer, and uses it until its next restore_before.
 Restored restore_before(store::Store& s, int64_t run, int64_t step, const std::string& data_path,
                         bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
                         train::Comm* comm = nullptr, bool warm = false);
@@ -72,14 +77,19 @@ Restored restore_before(store::Store& s, int64_t run, int64_t step, const std::s
 // The tensors returned are the cached ones (shared handles): read them, never write them or
 // keep them past the load (Trainer::load_state copies every tensor into its own).
 train::NamedTensors read_checkpoint_warm(store::Store& s, int64_t run, int64_t step);
+//
+// The warm trainer (issue 36): one per process, with a copy of its state before the restored
+// step (parameters, AdamW moments, generators) on its device; REWIND_WARM_TRAINER=0 turns it
+// off. Restoring from it replays the bits of a cold restore (tests/bisect/warm_probe_test.cpp).
 struct WarmStats {
   int64_t hits = 0, misses = 0;  // read_checkpoint_warm calls served from / not from the cache
   int64_t bytes = 0;             // tensor bytes held
   int64_t entries = 0;           // checkpoints held
   int64_t capacity = 0;          // REWIND_WARM_BYTES as last read
+  int64_t trainer_hits = 0, trainer_misses = 0;  // warm restores that reused / built the trainer
 };
 WarmStats warm_stats();
-void warm_clear();  // drops every entry and zeroes the counters
+void warm_clear();  // drops every entry and the warm trainer, and zeroes the counters
 
 // The per-step series of a window as predicate/report inputs: loss, grad_norm, lr and every
 // monitor "L<l>.H<h>.<name>".

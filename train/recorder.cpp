@@ -1,9 +1,6 @@
 // Recorder: the step and checkpoint writers (background threads) and the checkpoint schedule.
 #include "train/recorder.h"
 
-#include <ATen/core/Generator.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -227,14 +224,8 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   }
   std::function<void()> wait_ready;  // blocks until the snapshot's bytes are on the host
   if (!device_copies.empty()) wait_ready = copy_from_device(device_copies, trainer, device_snapshot_);
-  // The CPU generator's state: unused by training (no dropout) but recorded per DESIGN §6.
-  auto gen = at::detail::getDefaultCPUGenerator();
-  host_state.emplace_back("rng/cpu", gen.get_state().clone());
-  // CUDA generator (seed and offset inside its state), when training runs on a GPU.
-  if (!state.empty() && state.front().second.is_cuda()) {
-    auto cuda_gen = at::globalContext().defaultGenerator(state.front().second.device());
-    host_state.emplace_back("rng/cuda", cuda_gen.get_state().clone());
-  }
+  // The generators' states: unused by training (no dropout) but recorded per DESIGN §6.
+  for (auto& g : trainer.rng_state()) host_state.push_back(std::move(g));
   const uint64_t steps_before = steps_.pushed();
   const auto t2 = Clock::now();
   guard([&] {

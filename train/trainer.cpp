@@ -361,6 +361,21 @@ NamedTensors Trainer::state() const {
   return s;
 }
 
+NamedTensors Trainer::rng_state() const {
+  NamedTensors s;
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    s.emplace_back("rng/cpu", gen.get_state().clone());
+  }
+  if (device_.is_cuda()) {  // seed and offset inside its state
+    at::Generator cuda = at::globalContext().defaultGenerator(device_);
+    std::lock_guard<std::mutex> lock(cuda.mutex());
+    s.emplace_back("rng/cuda", cuda.get_state().clone());
+  }
+  return s;
+}
+
 void Trainer::load_state(const NamedTensors& s) {
   std::map<std::string, torch::Tensor> m(s.begin(), s.end());
   torch::NoGradGuard no_grad;

@@ -69,6 +69,9 @@ class Trainer {
 
   // Model parameters, then AdamW moments, then the step counter, in a fixed order.
   NamedTensors state() const;
+  // The default generators' states as a checkpoint keeps them beside state(): "rng/cpu", and
+  // "rng/cuda" when this trainer runs on a GPU (copies; load_state restores them).
+  NamedTensors rng_state() const;
   void load_state(const NamedTensors& s);
   // The cheap per-step parameter digest, "d2:" + 16 hex digits (common/hash.h: digest_term),
   // computed where the parameters live: a GPU reads them once, nothing crosses to the host

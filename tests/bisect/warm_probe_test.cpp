@@ -1,8 +1,9 @@
-// Warm probes (issue 36): bisect probes in one process take their checkpoint from the warm
-// cache (replay::read_checkpoint_warm) after the first read. A probe restored from the cache
-// must replay the very bits of one restored from the store (REWIND_WARM_BYTES=0) and of the
-// recording; the cache keys stores and steps apart, evicts the least recently used entry, and
-// loading a state leaves the cached tensors unchanged.
+// Warm probes (issue 36): bisect probes in one process reuse the warm trainer (its state before
+// the window kept on its device) and take their checkpoint from the warm cache
+// (replay::read_checkpoint_warm) after the first read. A probe restored either way must replay
+// the very bits of one restored from the store (REWIND_WARM_TRAINER=0, REWIND_WARM_BYTES=0)
+// and of the recording, whatever probes ran before it; the cache keys stores and steps apart,
+// evicts the least recently used entry, and loading a state leaves the cached tensors unchanged.
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
@@ -51,9 +52,13 @@ class WarmProbe : public TinyRunSuite {
   }
   void SetUp() override {
     unsetenv("REWIND_WARM_BYTES");
+    unsetenv("REWIND_WARM_TRAINER");
     replay::warm_clear();
   }
-  void TearDown() override { unsetenv("REWIND_WARM_BYTES"); }
+  void TearDown() override {
+    unsetenv("REWIND_WARM_BYTES");
+    unsetenv("REWIND_WARM_TRAINER");
+  }
 
   static store::Store open(const char* name) {
     return store::Store::open(dir_ + "/" + name + ".db", store::Mode::kReadOnly);
@@ -64,6 +69,7 @@ class WarmProbe : public TinyRunSuite {
 // cache off: every step's loss and grad norm agree bit for bit, and the recorded plan's probe
 // reproduces the recording. Window 25:39 fast-forwards from the checkpoint at 20.
 TEST_F(WarmProbe, CachedRestoreReplaysTheSameBits) {
+  setenv("REWIND_WARM_TRAINER", "0", 1);  // the checkpoint cache alone; the trainer: below
   store::Store s = open("a");
   const train::RunSpec run = train::RunSpec::load(s, 0);
   at::set_num_threads(run.threads);
@@ -113,6 +119,49 @@ TEST_F(WarmProbe, CachedRestoreReplaysTheSameBits) {
   }
   // Training from the cached state left it as stored.
   expect_same_state(replay::read_checkpoint_warm(s, run.run_id, 20), train::read_checkpoint(s, run.run_id, 20));
+}
+
+// The warm trainer: probes of other plans and windows in between, and each probe replays the
+// bits of a cold restore (no warm trainer, no cache); the recorded plan's those of the recording.
+TEST_F(WarmProbe, WarmTrainerReplaysTheBitsOfAColdRestore) {
+  store::Store s = open("a");
+  const train::RunSpec run = train::RunSpec::load(s, 0);
+  at::set_num_threads(run.threads);
+  const Predicate pred = Predicate::parse("mean(loss) > 100");
+  std::vector<ProbeSpec> probes(4);
+  probes[1].candidate = parse_candidate("fp32{L1.H2.o,L1.H2.delta}");
+  probes[2].candidate = parse_candidate("low{L1.H2.o}");
+  probes[3].from = 25;  // fast-forwarded from the checkpoint at 20 on a miss
+  for (auto& p : probes) {
+    p.run = run.run_id;
+    if (p.from == 0) p.from = 20;
+    p.to = 39;
+    p.predicate = pred.source();
+  }
+  setenv("REWIND_WARM_TRAINER", "0", 1);
+  setenv("REWIND_WARM_BYTES", "0", 1);
+  std::vector<ProbeOutcome> cold;
+  for (const ProbeSpec& p : probes) cold.push_back(execute_probe(s, p, run, pred));
+  unsetenv("REWIND_WARM_TRAINER");
+  unsetenv("REWIND_WARM_BYTES");
+  EXPECT_EQ(replay::warm_stats().trainer_hits + replay::warm_stats().trainer_misses, 0);
+  for (size_t i : {0, 1, 0, 2, 1, 3, 3, 0, 2}) {
+    SCOPED_TRACE(probes[i].label() + " from " + std::to_string(probes[i].from));
+    const ProbeOutcome warm = execute_probe(s, probes[i], run, pred);
+    ASSERT_EQ(warm.loss.size(), cold[i].loss.size());
+    for (size_t k = 0; k < warm.loss.size(); ++k) {
+      EXPECT_EQ(bits(warm.loss[k]), bits(cold[i].loss[k])) << "step " << probes[i].from + k;
+      EXPECT_EQ(bits(warm.grad_norm[k]), bits(cold[i].grad_norm[k])) << "step " << probes[i].from + k;
+    }
+  }
+  // Misses: the first probe, the window from 25, and the first back at 20; the rest reused it.
+  EXPECT_EQ(replay::warm_stats().trainer_misses, 3);
+  EXPECT_EQ(replay::warm_stats().trainer_hits, 6);
+  for (size_t k = 0; k < cold[0].loss.size(); ++k) {
+    auto rec = s.get_step(run.run_id, 20 + static_cast<int64_t>(k));
+    ASSERT_TRUE(rec);
+    EXPECT_EQ(store::float_bits(static_cast<float>(cold[0].loss[k])), rec->loss_bits);
+  }
 }
 
 // Another store with the same bytes, another step, another run id: each its own entry. The
