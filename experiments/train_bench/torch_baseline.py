@@ -7,11 +7,17 @@ blocks without biases, GELU MLP 4x, tied head, BF16 autocast, SDPA (flash) atten
 AdamW (betas 0.9/0.95, weight decay 0.1 on matrices), warmup + cosine LR, grad clip 1.0.
 
   python3 torch_baseline.py --data train.bin --mode eager|deterministic|compile [--steps 22]
+  torchrun --standalone --nproc-per-node N torch_baseline.py --data train.bin --accum 2
 
-Prints one line per timed step and a summary line:
+Under torchrun (WORLD_SIZE > 1) it is PyTorch DDP over NCCL, as nanoGPT's train.py runs it: each
+rank takes --accum micro-batches a step, gradients all-reduced (bucketed, overlapped with the
+backward) on the last one only (no_sync before). The global batch is N x accum x batch x block.
+
+Prints one line per timed step and a summary line (rank 0):
   torch-baseline mode=eager median_ms=32.8 p25_ms=.. p75_ms=.. tokens_per_s=250000 last_loss=..
 """
 import argparse
+import contextlib
 import math
 import os
 import statistics
@@ -102,7 +108,15 @@ def main():
     ap.add_argument("--n-embd", type=int, default=768)
     ap.add_argument("--vocab-size", type=int, default=50304)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--accum", type=int, default=1, help="micro-batches per rank per step")
     a = ap.parse_args()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1:  # torchrun: one process per GPU
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        torch.distributed.init_process_group("nccl", device_id=torch.device("cuda", local))
+        a.device = f"cuda:{local}"
 
     if a.mode == "deterministic":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -119,7 +133,9 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.95), **({"fused": True} if fused else {}))
     step_fn_model = torch.compile(model) if a.mode == "compile" else model
-    rng = np.random.default_rng(1337)
+    if world > 1:
+        step_fn_model = torch.nn.parallel.DistributedDataParallel(step_fn_model, device_ids=[dev.index])
+    rng = np.random.default_rng(1337 + rank)
 
     def batch():
         ix = rng.integers(0, len(data) - a.block_size - 1, a.batch_size)
@@ -134,25 +150,34 @@ def main():
         t0 = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = lr_at(it)
-        x, y = batch()
-        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
-            l = step_fn_model(x, y)
-        l.backward()
+        for micro in range(a.accum):
+            x, y = batch()
+            last = micro == a.accum - 1
+            sync = step_fn_model.no_sync() if world > 1 and not last else contextlib.nullcontext()
+            with sync:  # forward and backward of a micro-batch that does not all-reduce
+                with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+                    l = step_fn_model(x, y) / a.accum
+                l.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        loss = l.item()  # a host sync per step, as rewind's step line has
+        loss = l.item() * a.accum  # a host sync per step, as rewind's step line has
         ms = (time.perf_counter() - t0) * 1e3
-        print(f"step {it:6d} | loss {loss:.6f} | {ms:.1f} ms", flush=True)
+        if rank == 0:
+            print(f"step {it:6d} | loss {loss:.6f} | {ms:.1f} ms", flush=True)
         if it >= a.warmup_steps:
             times.append(ms)
     if not times:
         sys.exit("torch_baseline: no timed steps (raise --steps)")
     q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
     med = statistics.median(times)
-    print(f"torch-baseline mode={a.mode} median_ms={med:.1f} p25_ms={q[0]:.1f} p75_ms={q[2]:.1f} "
-          f"tokens_per_s={a.batch_size * a.block_size / (med / 1e3):.0f} last_loss={loss:.4f} "
-          f"torch={torch.__version__} device={torch.cuda.get_device_name(dev) if fused else 'cpu'}")
+    tokens = world * a.accum * a.batch_size * a.block_size
+    if rank == 0:
+        print(f"torch-baseline mode={a.mode} world={world} accum={a.accum} median_ms={med:.1f} p25_ms={q[0]:.1f} "
+              f"p75_ms={q[2]:.1f} tokens_per_s={tokens / (med / 1e3):.0f} last_loss={loss:.4f} "
+              f"torch={torch.__version__} device={torch.cuda.get_device_name(dev) if fused else 'cpu'}")
+    if world > 1:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 // Data-parallel runs through the `rewind` binary on 2 CPU ranks (c10d Gloo over loopback):
 // recorded twice with identical bits, replayed bitwise on 2 ranks and as a curve on 1, the same
 // batches as one process, a SIGKILLed rank leaving a store that verifies and resumes bitwise.
+// Built a second time as dist_cuda_test (REWIND_DIST_DEVICE "cuda", label cuda): the same on 2
+// GPUs over NCCL, every fast path on; it skips unless the machine has 2 GPUs or more.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,11 +20,16 @@
 
 namespace {
 
+#ifndef REWIND_DIST_DEVICE
+#define REWIND_DIST_DEVICE "cpu"
+#endif
+
 const std::string kBin = REWIND_BIN;
+const std::string kDevice = REWIND_DIST_DEVICE;
 // Two micro-batches per step: one per rank with 2 ranks, both in one process with 1.
 const std::string kModel =
     " --vocab-size 64 --n-embd 32 --block-size 32 --batch-size 4 --gradient-accumulation-steps 2"
-    " --threads 1 --log-every 1000";
+    " --threads 1 --log-every 1000 --device " + kDevice;
 
 using rwd::testing::Cmd;
 
@@ -30,6 +38,11 @@ Cmd sh(const std::string& cmd) { return rwd::testing::run_shell(cmd); }
 class Dist : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    if (kDevice == "cuda") {
+      Cmd n = sh("nvidia-smi -L 2>/dev/null | grep -c '^GPU'");
+      gpus_ = n.code == 0 ? std::atoi(n.out.c_str()) : 0;
+      if (gpus_ < 2) return;
+    }
     dir_ = rwd::testing::temp_dir("dist");
     data_ = dir_ + "/train.bin";
     store_ = dir_ + "/ranks2.db";
@@ -39,7 +52,13 @@ class Dist : public ::testing::Test {
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("2 ranks"), std::string::npos) << r.out;
   }
-  static void TearDownTestSuite() { rwd::testing::remove_tree(dir_); }
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) rwd::testing::remove_tree(dir_);
+  }
+  void SetUp() override {
+    if (kDevice == "cuda" && gpus_ < 2)
+      GTEST_SKIP() << "2 GPUs or more needed, " << gpus_ << " found";
+  }
 
   static std::vector<rwd::store::StepRecord> steps(const std::string& path) {
     auto s = rwd::store::Store::open(path, rwd::store::Mode::kReadOnly);
@@ -52,8 +71,10 @@ class Dist : public ::testing::Test {
   }
 
   static std::string dir_, data_, store_;
+  static int gpus_;
 };
 std::string Dist::dir_, Dist::data_, Dist::store_;
+int Dist::gpus_ = 0;
 
 TEST_F(Dist, TwoRankRecordingIsRepeatableAndReplaysBitwise) {
   const std::string again = dir_ + "/again.db";

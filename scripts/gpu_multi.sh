@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue 32 on one host with several GPUs, in one call: the multi-GPU tests (dist_cuda_test: record
+# on 2 GPUs over NCCL, replay --verify, same batches as one process, kill -9 of a rank, resume),
+# then the scaling table: gpt2-small (micro-batch 8 x 1024, 2 micro-batches per GPU a step) on
+# N = 1, 2, 4, 8 GPUs (those the machine has), rewind against PyTorch DDP (torchrun,
+# experiments/train_bench/torch_baseline.py) with the same global batch, in the same call.
+# Usage: bash scripts/gpu_multi.sh           (BUILD, OUT, NS="1 2 4", STEPS=30, SKIP_TESTS=1 honoured)
+# Builds rewind and dist_cuda_test with scripts/gpu_build.sh unless $BUILD already has them.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build-gpu}
+OUT=${OUT:-$BUILD}
+STEPS=${STEPS:-30}
+W=${W:-/tmp/rewind_multi}
+mkdir -p "$OUT" "$W"
+NG=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+NS=${NS:-1 2 4 8}
+R=$BUILD/rewind
+T=$BUILD/tests/replay/dist_cuda_test
+D=$ROOT/.gpu-deps/root
+mkdir -p "$D"
+for f in "$ROOT"/.gpu-deps/*.deb; do dpkg -x "$f" "$D"; done
+export LD_LIBRARY_PATH=$D/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+if [[ ! -x $R ]]; then TARGET=rewind BUILD=$BUILD OUT=$OUT bash "$ROOT/scripts/gpu_build.sh" || exit 1; fi
+if [[ ! -x $T && -z ${SKIP_TESTS:-} ]]; then cmake --build "$BUILD" -j "$(nproc)" --target dist_cuda_test > "$OUT/build_test.log" 2>&1 || tail -20 "$OUT/build_test.log"; fi
+echo "== $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs), $NG GPUs; rewind $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')" | tee "$OUT/multi.txt"
+
+if [[ -z ${SKIP_TESTS:-} ]]; then
+  echo "== dist_cuda_test" | tee -a "$OUT/multi.txt"
+  "$T" 2>&1 | tee "$OUT/dist_cuda_test.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|error" | tee -a "$OUT/multi.txt"
+fi
+
+[[ -f $W/t.bin ]] || "$R" data synth --tokens 20000000 --vocab 50304 -o "$W/t.bin" > /dev/null
+# The median of the step times printed by rewind ("... | 44.3 ms") or the baseline, skipping the
+# first 5 steps (lazy initialization, calibration).
+median_ms() { grep -E "^step +[0-9]+ " "$1" | awk '$2 + 0 >= 5 {print $NF == "ms" ? $(NF-1) : $NF}' | sort -g |
+              awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
+printf "%-3s %-6s %12s %12s %14s %14s %10s %12s %10s\n" N accum "rewind ms" "DDP ms" "rewind tok/s" "DDP tok/s" "vs DDP" "vs N x 1GPU" "record +" | tee -a "$OUT/multi.txt"
+one=""
+for n in $NS; do
+  (( n <= NG )) || continue
+  a=$((2 * n)); tokens=$((a * 8 * 1024))
+  common=(--preset gpt2-small --device cuda --data "$W/t.bin" --batch-size 8 --gradient-accumulation-steps "$a"
+          --steps "$STEPS" --log-every 1 --nproc-per-node "$n")
+  "$R" train "${common[@]}" > "$OUT/rewind_$n.log" 2>&1 || { echo "rewind on $n GPUs failed:"; tail -5 "$OUT/rewind_$n.log"; }
+  rm -f "$W/rec_$n.db"*
+  "$R" train "${common[@]}" --record "$W/rec_$n.db" --checkpoint-every 10 > "$OUT/record_$n.log" 2>&1 \
+    || { echo "rewind --record on $n GPUs failed:"; tail -5 "$OUT/record_$n.log"; }
+  if [[ $n == 2 ]]; then  # the recording verifies on its own N without flags (issue 32 item 4)
+    "$R" replay --store "$W/rec_$n.db" --from 10 --to 19 --verify > "$OUT/replay_$n.log" 2>&1
+    echo "replay --verify of the 2-GPU recording, steps 10-19: exit $? ($(grep -o 'bitwise identical[^.]*' "$OUT/replay_$n.log" | head -1))" | tee -a "$OUT/multi.txt"
+  fi
+  torchrun --standalone --nproc-per-node "$n" "$ROOT/experiments/train_bench/torch_baseline.py" --data "$W/t.bin" \
+    --accum 2 --steps "$STEPS" --warmup-steps 5 > "$OUT/ddp_$n.log" 2>&1 || { echo "DDP on $n GPUs failed:"; tail -5 "$OUT/ddp_$n.log"; }
+  rm=$(median_ms "$OUT/rewind_$n.log"); rec=$(median_ms "$OUT/record_$n.log"); dm=$(median_ms "$OUT/ddp_$n.log")
+  [[ -z $one ]] && [[ $n == 1 ]] && one=$rm
+  awk -v n="$n" -v a="$a" -v rm="$rm" -v dm="$dm" -v rec="$rec" -v tok="$tokens" -v one="${one:-0}" 'BEGIN {
+    rt = tok / (rm / 1e3); dt = tok / (dm / 1e3)
+    scale = one > 0 ? sprintf("%.2f", rt / (n * (2 * 8 * 1024) / (one / 1e3))) : "-"
+    printf "%-3d %-6d %12.1f %12.1f %14.0f %14.0f %9.2fx %12s %9.1f%%\n", n, a, rm, dm, rt, dt, rt / dt, scale, 100 * (rec / rm - 1) }' \
+    | tee -a "$OUT/multi.txt"
+done
+echo "(medians of steps 5..$((STEPS - 1)); 'vs N x 1GPU': rewind's tokens/s over N times its one-GPU tokens/s; 'record +': the recorded run's median step over the unrecorded one's, checkpoint every 10)" | tee -a "$OUT/multi.txt"
