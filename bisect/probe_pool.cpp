@@ -1,15 +1,19 @@
-// Probe batches: cache lookups, in-process execution, and worker processes started with
-// posix_spawn (exec of the rewind binary), each writing its probe into the store.
+// Probe batches: cache lookups, in-process execution, and long-lived worker processes started
+// with posix_spawn (exec of the rewind binary), each writing its probes into the store.
 #include "bisect/probe_pool.h"
 
 #include <ATen/Parallel.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <map>
 
 #include "common/error.h"
@@ -29,10 +33,8 @@ std::vector<std::string> worker_env(const std::string& gpu, const std::string& f
   for (char** e = environ; *e; ++e) {
     if (!gpu.empty() && std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) == 0) continue;
     if (!facts.empty() && std::strncmp(*e, "REWIND_TOKEN_FILE_FACTS=", 24) == 0) continue;
-    if (std::strncmp(*e, "REWIND_WARM_BYTES=", 18) == 0) continue;
     env.emplace_back(*e);
   }
-  env.push_back("REWIND_WARM_BYTES=0");  // a worker runs one probe: a kept checkpoint is only memory
   if (!gpu.empty()) env.push_back("CUDA_VISIBLE_DEVICES=" + gpu);
   if (!facts.empty()) env.push_back(facts);
   return env;
@@ -58,7 +60,23 @@ ProbePool::ProbePool(store::Store& s, const train::RunSpec& run, const Predicate
   }
 }
 
+// The fd a worker writes its replies to (its standard output stays the user's terminal's).
+constexpr int kReplyFd = 3;
+
+// Writes all of `text` to fd; false when the reader is gone.
+bool write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 ProbePool::~ProbePool() {
+  stop_workers();
   if (!options_.comm || released_ || in_probe_) return;
   try {
     release_ranks();
@@ -96,7 +114,7 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch) {
     todo.push_back(batch[i]);
   }
   std::vector<ProbeOutcome> fresh;
-  if (options_.jobs == 1 || (todo.size() == 1 && options_.gpus.empty())) {
+  if (options_.jobs == 1) {
     for (const auto& p : todo) {
       if (options_.comm) {
         if (released_) throw BisectError(ExitCode::kInternal, "probe asked for after the ranks were released");
@@ -125,26 +143,7 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch) {
   return out;
 }
 
-std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& todo) {
-  const int slots = options_.jobs;
-  std::vector<int> slot_busy(slots, 0);
-  std::map<pid_t, std::pair<size_t, int>> running;  // pid -> (todo index, slot)
-  std::vector<int> status(todo.size(), -1);
-  size_t next = 0;
-  std::string first_error;
-  auto reap_one = [&]() {
-    int st = 0;
-    pid_t pid;
-    do {
-      pid = waitpid(-1, &st, 0);
-    } while (pid < 0 && errno == EINTR);
-    if (pid < 0) throw BisectError(ExitCode::kInternal, std::string("waitpid: ") + std::strerror(errno));
-    auto it = running.find(pid);
-    if (it == running.end()) return;  // not one of ours (cannot happen: we spawn nothing else)
-    status[it->second.first] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    slot_busy[it->second.second] = 0;
-    running.erase(it);
-  };
+void ProbePool::start_workers() {
   // The data file checked once here (the workers restore from the same checkpoint data).
   std::string facts;
   try {
@@ -155,37 +154,122 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
   } catch (const Error&) {
     // unreadable here: each worker reports it with its own one-line error
   }
-  while (next < todo.size() || !running.empty()) {
-    if (next < todo.size() && static_cast<int>(running.size()) < slots && first_error.empty()) {
-      int slot = 0;
-      while (slot_busy[slot]) ++slot;
-      const std::string gpu =
-          options_.gpus.empty() ? "" : options_.gpus[slot % options_.gpus.size()];
-      std::vector<std::string> args = {options_.exe,   "bisect", "__probe", "--store",
-                                       store_.path(), "--probe", todo[next].to_json()};
-      std::vector<std::string> env = worker_env(gpu, facts);
-      auto argv = c_strings(args);
-      auto envp = c_strings(env);
-      pid_t pid = 0;
-      int rc = posix_spawn(&pid, options_.exe.c_str(), nullptr, nullptr, argv.data(), envp.data());
-      if (rc != 0) {
-        first_error = "cannot start a probe worker (" + options_.exe + "): " + std::strerror(rc);
+  std::signal(SIGPIPE, SIG_IGN);  // a worker that died: its write fails instead of killing us
+  for (int slot = 0; slot < options_.jobs; ++slot) {
+    const std::string gpu = options_.gpus.empty() ? "" : options_.gpus[slot % options_.gpus.size()];
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0)
+      throw BisectError(ExitCode::kInternal, std::string("pipe: ") + std::strerror(errno));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], kReplyFd);
+    for (int fd : {in[0], in[1], out[0], out[1]})
+      if (fd != 0 && fd != kReplyFd) posix_spawn_file_actions_addclose(&fa, fd);
+    for (const Worker& w : workers_) {  // the other workers' pipes stay theirs
+      posix_spawn_file_actions_addclose(&fa, w.to);
+      posix_spawn_file_actions_addclose(&fa, w.from);
+    }
+    std::vector<std::string> args = {options_.exe, "bisect", "__probe", "--store", store_.path(),
+                                     "--serve", std::to_string(kReplyFd)};
+    std::vector<std::string> env = worker_env(gpu, facts);
+    auto argv = c_strings(args);
+    auto envp = c_strings(env);
+    Worker w;
+    const int rc = posix_spawn(&w.pid, options_.exe.c_str(), &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    if (rc != 0) {
+      close(in[1]);
+      close(out[0]);
+      throw BisectError(ExitCode::kInternal,
+                        "cannot start a probe worker (" + options_.exe + "): " + std::strerror(rc));
+    }
+    w.to = in[1];
+    w.from = out[0];
+    workers_.push_back(w);
+  }
+}
+
+void ProbePool::stop_workers() {
+  for (Worker& w : workers_) {
+    close(w.to);  // an idle worker reads the end of its input and exits
+    close(w.from);
+    if (w.busy && w.pid > 0) kill(w.pid, SIGKILL);  // cut short by an error: nobody waits for it
+  }
+  for (Worker& w : workers_) {
+    int st = 0;
+    while (w.pid > 0 && waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+  workers_.clear();
+}
+
+std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& todo) {
+  if (workers_.empty()) start_workers();
+  std::vector<int> on(workers_.size(), -1);  // the todo index each worker runs
+  size_t next = 0;
+  std::string first_error;
+  auto fail = [&](size_t i, const std::string& why) {
+    if (first_error.empty()) first_error = "probe worker for " + todo[i].label() + ": " + why;
+  };
+  for (;;) {
+    // Hand out probes to idle workers, unless an error stopped the batch.
+    for (size_t k = 0; k < workers_.size() && next < todo.size() && first_error.empty(); ++k) {
+      if (workers_[k].busy || workers_[k].pid < 0) continue;
+      if (!write_all(workers_[k].to, todo[next].to_json() + "\n")) {
+        fail(next, "the worker has ended");
+        break;
+      }
+      workers_[k].busy = true;
+      on[k] = static_cast<int>(next++);
+    }
+    std::vector<pollfd> fds;
+    std::vector<size_t> which;
+    for (size_t k = 0; k < workers_.size(); ++k)
+      if (workers_[k].busy) {
+        fds.push_back({workers_[k].from, POLLIN, 0});
+        which.push_back(k);
+      }
+    if (fds.empty()) break;  // every probe answered, or an error and nothing left running
+    if (poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      throw BisectError(ExitCode::kInternal, std::string("poll: ") + std::strerror(errno));
+    }
+    for (size_t f = 0; f < fds.size(); ++f) {
+      if (!(fds[f].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Worker& w = workers_[which[f]];
+      const size_t i = static_cast<size_t>(on[which[f]]);
+      char buf[4096];
+      const ssize_t n = read(w.from, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {  // it ended inside the probe
+        int st = 0;
+        while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
+        }
+        const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        w.busy = false;
+        w.pid = -1;
+        fail(i, "exited with status " + std::to_string(code));
         continue;
       }
-      slot_busy[slot] = 1;
-      running[pid] = {next, slot};
-      ++next;
-      continue;
+      w.replies.append(buf, static_cast<size_t>(n));
+      const size_t eol = w.replies.find('\n');
+      if (eol == std::string::npos) continue;
+      const std::string line = w.replies.substr(0, eol);
+      w.replies.erase(0, eol + 1);
+      w.busy = false;
+      if (line != "done") fail(i, line);
     }
-    if (running.empty()) break;
-    reap_one();
   }
-  if (!first_error.empty()) throw BisectError(ExitCode::kInternal, first_error);
+  if (first_error.empty() && next < todo.size()) first_error = "no probe worker is left";
+  if (!first_error.empty()) {
+    stop_workers();  // a worker that ended is not restarted: the bisect ends here
+    throw BisectError(ExitCode::kInternal, first_error);
+  }
   std::vector<ProbeOutcome> out;
   for (size_t i = 0; i < todo.size(); ++i) {
-    if (status[i] != 0)
-      throw BisectError(ExitCode::kInternal, "probe worker for " + todo[i].label() +
-                                                 " exited with status " + std::to_string(status[i]));
     const std::string key = probe_key(todo[i], run_, pred_);
     auto rec = store_.get_probe(key);
     std::optional<ProbeOutcome> o = rec ? from_record(*rec) : std::nullopt;
@@ -205,6 +289,29 @@ int probe_worker(const std::string& store_path, const std::string& probe_json) {
   Predicate pred = Predicate::parse(p.predicate);
   ProbeOutcome o = execute_probe(s, p, run, pred);
   s.put_probe(to_record(p, o));
+  return 0;
+}
+
+int probe_server(const std::string& store_path, int reply_fd) {
+  store::Store s = store::Store::open(store_path, store::Mode::kReadWrite);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    try {
+      const ProbeSpec p = ProbeSpec::from_json(line);
+      const train::RunSpec run = train::RunSpec::load(s, p.run);
+      at::set_num_threads(run.threads);  // the recorded thread count: replay is bitwise per count
+      const ProbeOutcome o = execute_probe(s, p, run, Predicate::parse(p.predicate));
+      s.put_probe(to_record(p, o));
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      why = why.substr(0, why.find('\n'));
+      write_all(reply_fd, "error: " + why + "\n");
+      const auto* err = dynamic_cast<const Error*>(&e);
+      return err ? static_cast<int>(err->code()) : static_cast<int>(ExitCode::kInternal);
+    }
+    if (!write_all(reply_fd, "done\n")) return 0;  // nobody listens any more
+  }
   return 0;
 }
 

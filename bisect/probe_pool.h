@@ -1,7 +1,10 @@
 // Runs batches of bisect probes: answers from the store's probe cache first, then runs the rest
 // in this process (--jobs 1), on the job's ranks (--nproc-per-node N: rank 0 hands each probe to
-// the others, which follow), or in worker processes, one probe each (--jobs N, --gpus LIST).
+// the others, which follow), or in long-lived worker processes, one per slot (--jobs N, --gpus
+// LIST), each keeping its CUDA context and warm trainer from probe to probe.
 #pragma once
+
+#include <sys/types.h>
 
 #include <functional>
 #include <string>
@@ -15,8 +18,8 @@ struct PoolOptions {
   int jobs = 1;                    // concurrent worker processes; 1 = run in this process
   std::vector<std::string> gpus;   // CUDA_VISIBLE_DEVICES per worker slot (round robin)
   bool fresh = false;              // ignore cached probes (they are still overwritten)
-  // Worker executable and the arguments before the probe: `<exe> bisect __probe`. Workers are
-  // started with posix_spawn (fork+exec): LibTorch and OpenMP are not fork-safe without exec.
+  // Worker executable: `<exe> bisect __probe --store S --serve`. Workers are started with
+  // posix_spawn (fork+exec): LibTorch and OpenMP are not fork-safe without exec.
   std::string exe = "/proc/self/exe";
   // The job's ranks (not owned; nullptr: one process). Set on rank 0, whose pool runs every
   // probe on all ranks (jobs must be 1); the other ranks run follow_probes.
@@ -28,7 +31,8 @@ class ProbePool {
   ProbePool(store::Store& s, const train::RunSpec& run, const Predicate& pred,
             PoolOptions options);
   // With ranks: tells them that no probe follows (release_ranks), unless a probe was cut short
-  // by an error (the ranks are then inside its collectives and end with the job).
+  // by an error (the ranks are then inside its collectives and end with the job). Workers: their
+  // input is closed (an idle one ends), and one still inside a probe is killed.
   ~ProbePool();
   ProbePool(const ProbePool&) = delete;
   ProbePool& operator=(const ProbePool&) = delete;
@@ -46,6 +50,14 @@ class ProbePool {
 
  private:
   std::vector<ProbeOutcome> run_workers(const std::vector<ProbeSpec>& todo);
+  struct Worker {
+    pid_t pid = -1;
+    int to = -1, from = -1;   // its probe input (our write end), its replies (our read end)
+    std::string replies;      // bytes read, not yet a whole line
+    bool busy = false;
+  };
+  void start_workers();
+  void stop_workers();
 
   store::Store& store_;
   const train::RunSpec& run_;
@@ -55,11 +67,15 @@ class ProbePool {
   bool in_probe_ = false;   // a probe on the ranks has started and not finished
   bool released_ = false;
   int executed_ = 0, cached_ = 0;
+  std::vector<Worker> workers_;
 };
 
-// The hidden worker: `rewind bisect __probe --store S --probe JSON`. Runs one probe and writes
-// it into the store's probe cache. Returns the exit code.
+// The hidden worker: `rewind bisect __probe --store S --probe JSON` runs one probe and writes it
+// into the store's probe cache. With `--serve FD` instead of --probe it runs every probe read
+// from standard input (one JSON line each) until its end, writing "done" or "error: WHY" a line
+// to FD after each. Returns the exit code.
 int probe_worker(const std::string& store_path, const std::string& probe_json);
+int probe_server(const std::string& store_path, int reply_fd);
 
 // Ranks 1..N-1 of a bisect job: run every probe rank 0's pool hands out, in lockstep with it,
 // until it releases them. The store is opened read-only: rank 0 alone writes probes, the log

@@ -1,6 +1,6 @@
 // `rewind bisect`: localize a precision failure in a recording — in time (--find-window) and
 // to layers, heads and ops (--window); `bisect log` lists every probe; `bisect __probe` is the
-// hidden worker that --jobs starts, one process per probe.
+// hidden worker that --jobs starts, one long-lived process per slot.
 #include <cstdio>
 #include <cstring>
 #include <cxxopts.hpp>
@@ -56,10 +56,13 @@ int run_log(int argc, char** argv) {
 }
 
 int run_worker(int argc, char** argv) {
-  cxxopts::Options opts("rewind bisect __probe", "internal: run one probe into the store's cache");
-  opts.add_options()("store", "", cxxopts::value<std::string>())("probe", "", cxxopts::value<std::string>());
+  cxxopts::Options opts("rewind bisect __probe", "internal: run probes into the store's cache");
+  opts.add_options()("store", "", cxxopts::value<std::string>())("probe", "", cxxopts::value<std::string>())(
+      "serve", "", cxxopts::value<int>());
   auto r = opts.parse(argc, argv);
-  if (!r.count("store") || !r.count("probe")) throw UsageError("bisect __probe: --store and --probe are required");
+  if (!r.count("store") || r.count("probe") == r.count("serve"))
+    throw UsageError("bisect __probe: --store and one of --probe and --serve are required");
+  if (r.count("serve")) return bisect::probe_server(r["store"].as<std::string>(), r["serve"].as<int>());
   return bisect::probe_worker(r["store"].as<std::string>(), r["probe"].as<std::string>());
 }
 
@@ -100,7 +103,7 @@ int run_bisect(int argc, char** argv) {
       ("run", "run id (default: the last run)", cxxopts::value<int64_t>()->default_value("0"))
       ("window", "A:B, the window of steps to narrow (inclusive)", cxxopts::value<std::string>())
       ("fail", "failure predicate, e.g. 'nan || max(loss) > 1.5 * loss[A]'", cxxopts::value<std::string>())
-      ("jobs", "probes run in parallel, one worker process each (1 with several ranks)",
+      ("jobs", "probes run in parallel, in as many long-lived worker processes (1 with several ranks)",
        cxxopts::value<int>()->default_value("1"))
       ("gpus", "GPU ids, one per worker (sets CUDA_VISIBLE_DEVICES), e.g. 0,1", cxxopts::value<std::string>())
       ("report", "write report.json, report.md, report.html into this folder", cxxopts::value<std::string>())
