@@ -11,7 +11,11 @@
   analyze.py monitors DB REPORT CSV SVG    per-head monitors, guilty heads against the others
   analyze.py lead CSV FAIL [RATIO]         from that CSV: when the guilty heads stand out
   analyze.py plot SVG NAME:CSV ...         loss and gradient norm of several runs
-  analyze.py confirm FAIL NAME:CSV ...     per run: where the predicate first holds, grad norms
+  analyze.py confirm FAIL [--history CSV] NAME:CSV ...   per run: where the predicate first holds,
+                                           grad norms; --history: the trailing median also sees that
+                                           run's steps before each branch's first (its fork point)
+  analyze.py at STEP,... NAME:CSV ...      loss / grad norm of each run at those steps
+  analyze.py every K OUT NAME:CSV ...      one CSV of every K-th step of several runs, side by side
 """
 import csv, json, math, os, re, sqlite3, statistics, struct, sys
 
@@ -280,24 +284,60 @@ def read_csv(path, every=10):
     return out
 
 
+def load_rows(path):
+    with open(path) as f:
+        return [(int(r["step"]), float(r["loss"]), float(r["grad_norm"])) for r in csv.DictReader(f)]
+
+
 def cmd_confirm(fail, specs):
-    """Each NAME:CSV run from its first step: does the failure stay away (FAIL = the failure step)?"""
+    """Each NAME:CSV run from its first step: does the failure stay away (FAIL = the failure step)?
+    With --history CSV first, the predicate's trailing median also sees that run's steps before
+    each branch's first step (the recorded run a branch forked from), so a branch's first 500
+    steps are judged too; the other columns are the branch's own."""
+    hist = []
+    if specs and specs[0] == "--history":
+        hist = load_rows(specs[1]) if os.path.exists(specs[1]) else []
+        specs = specs[2:]
     print(f"{'run':44s} {'predicate first true':>20s} {'max grad norm':>14s} {'steps > 2':>10s} "
           f"{'median grad norm, last 500':>27s} {'mean loss, last 500':>20s}")
     for name, path in (x.split(":", 1) for x in specs):
         if not os.path.exists(path):
             continue
-        with open(path) as f:
-            rows = [(int(r["step"]), float(r["loss"]), float(r["grad_norm"])) for r in csv.DictReader(f)]
+        rows = load_rows(path)
         if not rows:
             continue
-        gn = [g for _, _, g in rows]
-        first = rmedian_first(gn, rows[0][0], 10, 500)
+        before = [r for r in hist if r[0] < rows[0][0]]
+        series = before + rows
+        gn = [g for _, _, g in series]
+        first = rmedian_first(gn, series[0][0], 10, 500)
         after = [g for s_, _, g in rows if s_ >= fail]
         tail = rows[-500:]
         print(f"{name:44s} {str(first):>20s} {max(after) if after else math.nan:14.3f} "
               f"{sum(1 for g in after if not g <= 2):10d} {statistics.median(g for _, _, g in tail):27.3f} "
               f"{sum(l for _, l, _ in tail) / len(tail):20.3f}")
+
+
+def cmd_at(steps_, specs):
+    want = [int(x) for x in steps_.split(",")]
+    print(f"{'run':44s} " + " ".join(f"{'step ' + str(s) + ': loss / gn':>24s}" for s in want))
+    for name, path in (x.split(":", 1) for x in specs):
+        if not os.path.exists(path):
+            continue
+        by = {s_: (l, g) for s_, l, g in load_rows(path)}
+        cells = [f"{by[s_][0]:.4f} / {by[s_][1]:.5g}" if s_ in by else "-" for s_ in want]
+        print(f"{name:44s} " + " ".join(f"{c:>24s}" for c in cells))
+
+
+def cmd_every(k, out, specs):
+    runs = [(n, {s_: (l, g) for s_, l, g in load_rows(p)}) for n, p in (x.split(":", 1) for x in specs)
+            if os.path.exists(p)]
+    all_steps = sorted({s_ for _, d in runs for s_ in d if s_ % k == 0})
+    with open(out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step"] + [f"{n}_{c}" for n, _ in runs for c in ("loss", "grad_norm")])
+        for s_ in all_steps:
+            w.writerow([s_] + [v for _, d in runs for v in ((f"{d[s_][0]:.6g}", f"{d[s_][1]:.6g}") if s_ in d else ("", ""))])
+    print(f"{out}: every {k}th step of {', '.join(n for n, _ in runs)} ({len(all_steps)} rows)")
 
 
 def cmd_plot(path, specs):
@@ -325,6 +365,8 @@ def main(a):
     elif cmd == "lead": cmd_lead(a[2], int(a[3]), float(a[4]) if len(a) > 4 else 3.0)
     elif cmd == "plot": cmd_plot(a[2], a[3:])
     elif cmd == "confirm": cmd_confirm(int(a[2]), a[3:])
+    elif cmd == "at": cmd_at(a[2], a[3:])
+    elif cmd == "every": cmd_every(int(a[2]), a[3], a[4:])
     else: sys.exit(__doc__)
 
 

@@ -7,9 +7,11 @@
 #   bash experiments/real_failure/run.sh [stage ...]
 # Stages, in order (default: all); each one skips what an earlier call already finished, so a
 # call that ran out of time is continued by running the script again on the same machine:
-#   data record series bisect explain confirm widen summary   (and, not in the default list:
+#   data record series size bisect explain confirm widen summary   (and, not in the default list:
 #   controls, the same run from step 0 in FA2's numerics and with the stabilized softmax;
 #   narrow, sets between layer 1 and layers 0-5 trained on past the failure)
+# The controls, run beside the recording (three 8000-step runs on one GPU, ~80 ms a step each):
+#   bash run.sh data; bash run.sh record & bash run.sh controls; wait   (again until both finish)
 # Environment: BUILD (build-gpu), W (work dir, /tmp/rewind_real_failure: stores, corpus),
 #   OUT (results, $W/out), STEPS (8000: how far the failing run is recorded), EVERY (250:
 #   checkpoint spacing), FAIL (the failure predicate), REF (the healthy end of the bisect),
@@ -30,7 +32,7 @@ R=$BUILD/rewind
 PY=${PY:-python3}
 A="$PY $ROOT/experiments/real_failure/analyze.py"
 mkdir -p "$W" "$OUT"
-STAGES=("$@"); [[ ${#STAGES[@]} -eq 0 ]] && STAGES=(data record series bisect explain confirm widen summary)
+STAGES=("$@"); [[ ${#STAGES[@]} -eq 0 ]] && STAGES=(data record series size bisect explain confirm widen summary)
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/run.log"; }
 left() { [[ $DEADLINE == 0 ]] && echo 100000 || echo $((DEADLINE - $(date +%s))); }
 MODEL=(--preset gpt2-small --device cuda --data "$W/train.bin" --vocab-size 256 --batch-size 8
@@ -87,11 +89,21 @@ for stage in "${STAGES[@]}"; do
       [[ $($A last-step "$W/control_$n.db" 2>/dev/null) == $((STEPS - 1)) ]] || { log "control $n unfinished"; continue 2; }
       $A series "$W/control_$n.db" "$OUT/control_${n}_series.csv" > "$OUT/control_${n}_triggers.txt" || true
     done
-    $A plot "$OUT/controls.svg" "paper numerics:$OUT/fail_series.csv" "FA2 numerics:$OUT/control_fa2_series.csv" \
-      "paper numerics + stable(beta=2):$OUT/control_stable_series.csv"
+    [[ -f $OUT/fail_series.csv ]] || $A series "$W/fail.db" "$OUT/fail_series.csv" > "$OUT/triggers.txt"
+    C=("paper numerics (recorded):$OUT/fail_series.csv" "FA2 numerics:$OUT/control_fa2_series.csv"
+       "paper numerics + stable(beta=2):$OUT/control_stable_series.csv")
+    $A plot "$OUT/controls.svg" "${C[@]}"
+    read -r from to <<< "$(window)"
+    { $A at 2000,2500,4000,5000,7000,$((STEPS - 1)) "${C[@]}"; echo
+      $A confirm "${to:-3062}" "${C[@]}"; } | tee "$OUT/controls.txt"
+    $A every 10 "$OUT/controls_every10.csv" "paper:$OUT/fail_series.csv" "fa2:$OUT/control_fa2_series.csv" \
+      "stable:$OUT/control_stable_series.csv"
     ;;
   series)   # every step's loss and gradient norm; where each candidate predicate first fires
     $A series "$W/fail.db" "$OUT/fail_series.csv" | tee "$OUT/triggers.txt"
+    ;;
+  size)     # the store's size on disk: file bytes (after the WAL is folded in), bytes by kind
+    { du -b "$W"/fail.db*; "$R" store info "$W/fail.db"; } 2>&1 | tee "$OUT/store_size.txt"
     ;;
   bisect)   # the causal window (time search under the reference), then layers, heads, ops
     log "bisect --find-window --fail '$FAIL' --reference '$REF'"
@@ -146,8 +158,18 @@ for stage in "${STAGES[@]}"; do
     $A confirm "$to" "paper numerics, recorded (0..$((STEPS - 1))):$S/fail_series.csv" \
       "L1.H2 qk+acc (the bisect's fixing set):$S/fixset_series.csv" "L1.H2 stable(beta=2):$S/stable_series.csv" \
       "L1.H{0,2,3} qk+acc (failing set):$S/heads_series.csv" "L1 qk+acc (12 heads):$S/layer_series.csv" \
+      "L1-2 qk+acc (24 heads):$S/l1_2_series.csv" "L1-3 qk+acc (36 heads):$S/l1_3_series.csv" \
+      "L1-5 qk+acc (60 heads):$S/l1_5_series.csv" \
       "L0-2 qk+acc (36 heads):$S/l0_2_series.csv" "L1, L6-11 qk+acc (84 heads):$S/l1_6_11_series.csv" \
       "L0-5 qk+acc (72 heads):$S/l0_5_series.csv" "every head qk+acc (FA2 numerics):$S/reference_series.csv" | tee "$OUT/confirm.txt"
+    # The same, with the recorded steps before the fork as the trailing median's history, so a
+    # branch's first 500 steps are judged too (the table above starts judging 500 steps in).
+    $A confirm "$to" --history "$S/fail_series.csv" "L1.H2 qk+acc:$S/fixset_series.csv" "L1 qk+acc:$S/layer_series.csv" \
+      "L1-2 qk+acc:$S/l1_2_series.csv" "L1-3 qk+acc:$S/l1_3_series.csv" "L1-5 qk+acc:$S/l1_5_series.csv" \
+      "L0-5 qk+acc:$S/l0_5_series.csv" "every head qk+acc:$S/reference_series.csv" | tee "$OUT/confirm_history.txt"
+    $A plot "$OUT/narrow.svg" "paper numerics (recorded):$S/fail_series.csv" "from $from, FA2 numerics in L1-2:$S/l1_2_series.csv" \
+      "from $from, in L1-3:$S/l1_3_series.csv" "from $from, in L1-5:$S/l1_5_series.csv"
+    $A every 10 "$OUT/narrow_every10.csv" "l1_2:$S/l1_2_series.csv" "l1_3:$S/l1_3_series.csv" "l1_5:$S/l1_5_series.csv"
     $A plot "$OUT/curves.svg" "paper numerics (recorded):$S/fail_series.csv" \
       "from $from, FA2 numerics in every head:$S/reference_series.csv" "from $from, fixing set L1.H2:$S/fixset_series.csv" \
       "from $from, FA2 numerics in L0-5:$S/l0_5_series.csv"
