@@ -71,7 +71,7 @@ class Engine {
     return finish(Status::kSeparateFix, "promoting the failing set alone does not fix the run");
   }
 
-  // Issue 26: the descent of group testing's pass 0 (one culprit), each halving asked in the
+  // Issue 26: the descent of group testing's pass 0 (one culprit), each split asked in the
   // cheaper form. With one culprit acting alone (failure monotone in the low leaves), keeping A
   // low with everything else FP32 fails exactly when promoting A with the rest as recorded
   // passes: both say the culprit lies in A. Deep in the descent A is a few heads or ops, so
@@ -92,17 +92,14 @@ class Engine {
       std::vector<Element> g = items;
       bool checked = false;
       while (g.size() > 1) {
-        std::vector<Element> a(g.begin(), g.begin() + static_cast<long>(g.size() / 2));
-        std::vector<Element> b(g.begin() + static_cast<long>(g.size() / 2), g.end());
-        const bool promote = prefer_promote(a);
+        const std::vector<std::vector<Element>> parts = split(g);
+        const bool promote = prefer_promote(parts.front());
         // One culprit means promoting the group it lies in fixes the run: checked (cheaply)
-        // before the first halving of a level that relies on it, so that several culprits
+        // before the first split of a level that relies on it, so that several culprits
         // stop the descent there rather than at the leaf.
         if (promote && !checked && fails({Mode::kPromote, g})) return false;
         checked = checked || promote;
-        const int in = which_half(a, b, promote);
-        if (in < 0) return false;
-        g = in == 0 ? a : b;
+        g = parts[which_part(parts, promote)];
       }
       found = g.front();
       items = space_.children(found);
@@ -124,17 +121,20 @@ class Engine {
     return 3 * cost_.step_cost({Mode::kPromote, a}, space_) < cost_.step_cost({Mode::kKeepLow, a}, space_);
   }
 
-  // Which half holds the single culprit (0: a, 1: b), asked in the given form. Parallel: both
-  // halves in that form at once; where neither promotion passes, there are culprits in both
-  // halves: -1 (the descent stops). Otherwise b's verdict does not change the answer, which is
-  // therefore the same for any batch size.
-  int which_half(const std::vector<Element>& a, const std::vector<Element>& b, bool promote) {
+  // Which part holds the single culprit, asked in the given form (see split): the first of the
+  // first k - 1 parts whose keep-low probe fails or whose promotion passes, else the last part.
+  // The leaf a descent ends at is checked both ways (cheap_search), so several culprits, where
+  // the two forms disagree, are caught there.
+  size_t which_part(const std::vector<std::vector<Element>>& parts, bool promote) {
     const Mode mode = promote ? Mode::kPromote : Mode::kKeepLow;
     if (max_batch_ >= 2) {
-      evaluate_all({{mode, a}, {mode, b}});
-      if (promote && fails({mode, a}) && fails({mode, b})) return -1;
+      std::vector<Candidate> ask;
+      for (size_t j = 0; j + 1 < parts.size(); ++j) ask.push_back({mode, parts[j]});
+      evaluate_all(ask);
     }
-    return (promote ? !fails({mode, a}) : fails({mode, a})) ? 0 : 1;
+    for (size_t j = 0; j + 1 < parts.size(); ++j)
+      if (fails({mode, parts[j]}) != promote) return j;
+    return parts.size() - 1;
   }
 
   // Adaptive group testing for d culprits (Hwang's binary splitting, level by level). A group
@@ -218,17 +218,17 @@ class Engine {
       const std::vector<Element> pool = remaining;
       std::vector<Element> g = remaining;
       while (g.size() > 1) {
-        std::vector<Element> a(g.begin(), g.begin() + static_cast<long>(g.size() / 2));
-        std::vector<Element> b(g.begin() + static_cast<long>(g.size() / 2), g.end());
-        // Parallel: ask both halves at once (b's verdict is never used for the decision,
-        // so the answer is the same for any batch size).
-        if (max_batch_ >= 2) evaluate_all({{Mode::kKeepLow, join(fixed, a)}, {Mode::kKeepLow, join(fixed, b)}});
-        if (fails({Mode::kKeepLow, join(fixed, a)})) {
-          g = a;
-        } else {
-          for (const auto& e : a) remaining.erase(std::find(remaining.begin(), remaining.end(), e));
-          g = b;
+        const std::vector<std::vector<Element>> parts = split(g);
+        const size_t k = parts.size();
+        if (max_batch_ >= 2) {
+          std::vector<Candidate> ask;
+          for (size_t j = 0; j + 1 < k; ++j) ask.push_back({Mode::kKeepLow, join(fixed, parts[j])});
+          evaluate_all(ask);
         }
+        size_t j = 0;
+        for (; j + 1 < k && !fails({Mode::kKeepLow, join(fixed, parts[j])}); ++j)
+          for (const auto& e : parts[j]) remaining.erase(std::find(remaining.begin(), remaining.end(), e));
+        g = parts[j];
       }
       std::vector<Element> group = g;
       if (!fails({Mode::kKeepLow, join(fixed, g)})) group = ddmin(pool, fixed, Mode::kKeepLow, true);
@@ -240,6 +240,21 @@ class Engine {
       if (!all) break;
     }
     return groups;
+  }
+
+  // g in k nearly equal parts, in order, of which a search asks the first k - 1 (at once when
+  // parallel): the culprit lies in the first part that says so, or in the last one when none
+  // does. One probe at a time k = 2 (halving); with B at once k = B + 1, so each round of B
+  // parallel probes cuts the group (B + 1)-fold: G GPUs shorten the search, not only widen it.
+  std::vector<std::vector<Element>> split(const std::vector<Element>& g) const {
+    const size_t k = std::min(g.size(), static_cast<size_t>(max_batch_ >= 2 ? max_batch_ + 1 : 2));
+    std::vector<std::vector<Element>> parts;
+    for (size_t j = 0, at = 0; j < k; ++j) {
+      const size_t size = (g.size() - at) / (k - j);
+      parts.emplace_back(g.begin() + static_cast<long>(at), g.begin() + static_cast<long>(at + size));
+      at += size;
+    }
+    return parts;
   }
 
   static bool contains(const std::vector<Element>& set, const Element& e) {
