@@ -9,6 +9,8 @@
 #   warm     the default: the warm trainer, its state kept on the GPU (a probe's restore is a
 #            device copy)
 #   cheap    the default, with --search cheap (issue 36 item 3: the cheaper question first)
+#   gpus2, gpus4, cheap2, cheap4   the default (or --search cheap) with --jobs G --gpus 0..G-1:
+#            G long-lived workers, one per GPU, each round asking G probes at once (issue 32)
 # Prints per mode: probes, wall, the probes' step time, overhead per probe (wall minus steps),
 # mean probe step cost in recorded steps, predicted vs measured cost, the answer.
 # Usage: bash experiments/bisect_bench/gpt2_bisect_bench.sh [BUILD_DIR] [MODES]
@@ -40,6 +42,8 @@ for mode in $MODES; do
     cold) env=(REWIND_WARM_TRAINER=0 REWIND_WARM_BYTES=0) ;;
     warm) ;;
     cheap) args=(--search cheap) ;;
+    gpus[0-9]) g=${mode#gpus}; args=(--jobs "$g" --gpus "$(seq -s, 0 $((g - 1)))") ;;
+    cheap[0-9]) g=${mode#cheap}; args=(--search cheap --jobs "$g" --gpus "$(seq -s, 0 $((g - 1)))") ;;
     *) echo "unknown mode $mode"; exit 2 ;;
   esac
   t0=$(date +%s.%N)
@@ -71,4 +75,8 @@ print(f"BISECT_WALL {mode} {t1 - t0:.3f}")
 PY
 done
 awk '$1 == "BISECT_WALL" {w[$2] = $3} END {if (w["cold"] && w["warm"]) printf "warm/cold bisect wall: %.2fx\n", w["warm"] / w["cold"];
-     if (w["cold"] && w["cheap"]) printf "cheap/cold bisect wall: %.2fx\n", w["cheap"] / w["cold"]}' "$OUT/gpt2_bisect.txt" | tee -a "$OUT/gpt2_bisect.txt"
+     if (w["cold"] && w["cheap"]) printf "cheap/cold bisect wall: %.2fx\n", w["cheap"] / w["cold"];
+     for (g = 2; g <= 8; g *= 2) {
+       if (w["warm"] && w["gpus" g]) printf "%d GPUs / 1 GPU bisect wall: %.2fx\n", g, w["gpus" g] / w["warm"];
+       if (w["cheap"] && w["cheap" g]) printf "%d GPUs / 1 GPU bisect wall, --search cheap: %.2fx\n", g, w["cheap" g] / w["cheap"] }}' \
+  "$OUT/gpt2_bisect.txt" | tee -a "$OUT/gpt2_bisect.txt"
