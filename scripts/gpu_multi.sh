@@ -4,7 +4,7 @@
 # then the scaling table: gpt2-small (micro-batch 8 x 1024, 2 micro-batches per GPU a step) on
 # N = 1, 2, 4, 8 GPUs (those the machine has), rewind against PyTorch DDP (torchrun,
 # experiments/train_bench/torch_baseline.py) with the same global batch, in the same call.
-# Usage: bash scripts/gpu_multi.sh           (BUILD, OUT, NS="1 2 4", STEPS=30, SKIP_TESTS=1 honoured)
+# Usage: bash scripts/gpu_multi.sh   (BUILD, OUT, NS="1 2 4", STEPS=30, SKIP_TESTS=1, TEST_TIMEOUT=200 honoured)
 # Builds rewind and dist_cuda_test with scripts/gpu_build.sh unless $BUILD already has them.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +27,7 @@ echo "== $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | 
 
 if [[ -z ${SKIP_TESTS:-} ]]; then
   echo "== dist_cuda_test" | tee -a "$OUT/multi.txt"
-  "$T" 2>&1 | tee "$OUT/dist_cuda_test.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|error" | tee -a "$OUT/multi.txt"
+  timeout --signal=KILL "${TEST_TIMEOUT:-200}" "$T" 2>&1 | tee "$OUT/dist_cuda_test.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|error" | tee -a "$OUT/multi.txt"
 fi
 
 [[ -f $W/t.bin ]] || "$R" data synth --tokens 20000000 --vocab 50304 -o "$W/t.bin" > /dev/null
