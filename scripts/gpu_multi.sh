@@ -27,13 +27,14 @@ echo "== $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | 
 
 if [[ -z ${SKIP_TESTS:-} ]]; then
   echo "== dist_cuda_test" | tee -a "$OUT/multi.txt"
-  timeout --signal=KILL "${TEST_TIMEOUT:-200}" "$T" 2>&1 | tee "$OUT/dist_cuda_test.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|error" | tee -a "$OUT/multi.txt"
+  REWIND_BIN=$R timeout --signal=KILL "${TEST_TIMEOUT:-200}" "$T" 2>&1 | tee "$OUT/dist_cuda_test.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|error" | tee -a "$OUT/multi.txt"
 fi
 
 [[ -f $W/t.bin ]] || "$R" data synth --tokens 20000000 --vocab 50304 -o "$W/t.bin" > /dev/null
 # The median of the step times printed by rewind ("... | 44.3 ms") or the baseline, skipping the
 # first 5 steps (lazy initialization, calibration).
-median_ms() { grep -E "^step +[0-9]+ " "$1" | awk '$2 + 0 >= 5 {print $NF == "ms" ? $(NF-1) : $NF}' | sort -g |
+median_ms() { grep -E "^step +[0-9]+ " "$1" | awk '$2 + 0 >= 5 && match($0, /\| *[0-9.]+ ms/) {
+                v = substr($0, RSTART + 1, RLENGTH - 4); gsub(/ /, "", v); print v}' | sort -g |
               awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 printf "%-3s %-6s %12s %12s %14s %14s %10s %12s %10s\n" N accum "rewind ms" "DDP ms" "rewind tok/s" "DDP tok/s" "vs DDP" "vs N x 1GPU" "record +" | tee -a "$OUT/multi.txt"
 one=""

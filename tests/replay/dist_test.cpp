@@ -24,12 +24,15 @@ namespace {
 #define REWIND_DIST_DEVICE "cpu"
 #endif
 
-const std::string kBin = REWIND_BIN;
+// REWIND_BIN in the environment stands in for the build's binary (a test binary carried to
+// another machine).
+const std::string kBin = std::getenv("REWIND_BIN") ? std::getenv("REWIND_BIN") : REWIND_BIN;
 const std::string kDevice = REWIND_DIST_DEVICE;
 // Two micro-batches per step: one per rank with 2 ranks, both in one process with 1.
+// On GPUs the heads are 64 wide (the CUDA kernels' smallest head dim).
 const std::string kModel =
-    " --vocab-size 64 --n-embd 32 --block-size 32 --batch-size 4 --gradient-accumulation-steps 2"
-    " --threads 1 --log-every 1000 --device " + kDevice;
+    std::string(kDevice == "cuda" ? " --n-embd 128 --n-head 2 --block-size 64" : " --n-embd 32 --block-size 32") +
+    " --vocab-size 64 --batch-size 4 --gradient-accumulation-steps 2 --threads 1 --log-every 1000 --device " + kDevice;
 
 using rwd::testing::Cmd;
 
