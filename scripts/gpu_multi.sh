@@ -50,6 +50,14 @@ for n in $NS; do
   if [[ $n == 2 ]]; then  # the recording verifies on its own N without flags (issue 32 item 4)
     "$R" replay --store "$W/rec_$n.db" --from 10 --to 19 --verify > "$OUT/replay_$n.log" 2>&1
     echo "replay --verify of the 2-GPU recording, steps 10-19: exit $? ($(grep -o 'bitwise identical[^.]*' "$OUT/replay_$n.log" | head -1))" | tee -a "$OUT/multi.txt"
+    "$R" step --store "$W/rec_$n.db" --step 15 --fp32 'L1.H1.pv' > "$OUT/step_$n.log" 2>&1
+    echo "step --store (2-GPU recording) --step 15: exit $? ($(grep -m1 -iE 'loss|error' "$OUT/step_$n.log" | cut -c1-100))" | tee -a "$OUT/multi.txt"
+    "$R" bisect --store "$W/rec_$n.db" --window 10:19 --fail 'nan || max(loss) > 100' --quiet > "$OUT/bisect_$n.log" 2>&1
+    echo "bisect on the 2-GPU recording's ranks: exit $? ($(grep -m1 '^verdict' "$OUT/bisect_$n.log" | cut -c1-90); $(grep -m1 '^probes' "$OUT/bisect_$n.log"))" | tee -a "$OUT/multi.txt"
+    # A rank out of GPU memory: one line naming the rank and what it asked for, no backtrace.
+    "$R" train --preset gpt2-small --device cuda --data "$W/t.bin" --batch-size 1024 --gradient-accumulation-steps 2 \
+      --steps 2 --nproc-per-node 2 > "$OUT/oom.log" 2>&1
+    echo "out of memory on 2 GPUs: exit $?, $(grep -c . "$OUT/oom.log") lines: $(grep -m2 -i 'memory' "$OUT/oom.log" | cut -c1-160 | tr '\n' ' ')" | tee -a "$OUT/multi.txt"
   fi
   torchrun --standalone --nproc-per-node "$n" "$ROOT/experiments/train_bench/torch_baseline.py" --data "$W/t.bin" \
     --accum 2 --steps "$STEPS" --warmup-steps 5 > "$OUT/ddp_$n.log" 2>&1 || { echo "DDP on $n GPUs failed:"; tail -5 "$OUT/ddp_$n.log"; }
