@@ -1,6 +1,10 @@
-// `rewind store info|ls|verify|export STORE`: inspect a recording store without LibTorch.
-// Every command opens the store read-only; only errors thrown as rwd::Error leave here.
+// `rewind store info|ls|verify|export STORE`: inspect a recording store without LibTorch;
+// `rewind store thin STORE`: delete checkpoints by a retention rule and give their space back.
+// Every command but thin opens the store read-only; only errors thrown as rwd::Error leave here.
+#include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstdio>
 #include <cxxopts.hpp>
 #include <optional>
@@ -11,6 +15,7 @@
 #include "common/error.h"
 #include "store/npy.h"
 #include "store/store.h"
+#include "store/writer_lock.h"
 
 namespace rwd::cli {
 namespace {
@@ -99,16 +104,87 @@ int64_t pick_run(Store& s, const cxxopts::ParseResult& r) {
                    " runs; choose one with --run");
 }
 
+// The retention options of `store thin` and `store info` (what thin would free).
+void add_retention_options(cxxopts::Options& opts) {
+  opts.add_options()("keep-last", "keep the last K checkpoints", cxxopts::value<int64_t>())(
+      "keep-every", "and beyond them the first checkpoint of every M steps (0, M, 2M, ...)",
+      cxxopts::value<int64_t>())(
+      "keep-steps", "also keep the checkpoints replaying from these steps needs, e.g. 6550,6600",
+      cxxopts::value<std::string>())(
+      "force", "also remove checkpoints stored bisect probes need")(
+      "run", "only this run (default: every run)", cxxopts::value<int64_t>());
+}
+
+// The rules given (rule inactive when neither --keep-last nor --keep-every is); bad values are
+// usage errors in one line.
+store::ThinRules retention_rules(const cxxopts::Options& opts, const cxxopts::ParseResult& r) {
+  store::ThinRules rules;
+  auto positive = [&](const char* key, int64_t& out) {
+    if (!r.count(key)) return;
+    out = r[key].as<int64_t>();
+    if (out < 1) throw UsageError(opts.program() + ": --" + key + " must be 1 or more, got " + std::to_string(out));
+  };
+  positive("keep-last", rules.rule.keep_last);
+  positive("keep-every", rules.rule.keep_every);
+  if (r.count("keep-steps")) {
+    const std::string list = r["keep-steps"].as<std::string>();
+    size_t at = 0;
+    while (at <= list.size()) {
+      const size_t end = std::min(list.find(',', at), list.size());
+      const std::string item = list.substr(at, end - at);
+      char* stop = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(item.c_str(), &stop, 10);
+      if (item.empty() || *stop != '\0' || errno == ERANGE || v < 0)
+        throw UsageError(opts.program() + ": --keep-steps takes steps (whole numbers >= 0) separated by commas, got '" +
+                         list + "'");
+      rules.keep_steps.push_back(v);
+      at = end + 1;
+    }
+  }
+  rules.force = r.count("force") > 0;
+  if ((!rules.keep_steps.empty() || rules.force) && !rules.rule.active())
+    throw UsageError(opts.program() + ": --keep-steps and --force go with --keep-last K and/or --keep-every M");
+  return rules;
+}
+
+// The runs a retention option applies to: --run, or all.
+std::vector<int64_t> retention_runs(Store& s, const cxxopts::ParseResult& r) {
+  if (r.count("run")) return {pick_run(s, r)};
+  std::vector<int64_t> ids;
+  for (const store::RunInfo& run : s.runs()) ids.push_back(run.id);
+  return ids;
+}
+
+// "7 of 12 checkpoints (steps 10, 30, ...): 84 blobs, 12.3 MiB stored (raw 14.0 MiB)"
+std::string removal_text(const store::ThinPlan& p) {
+  return std::to_string(p.remove.size()) + " of " + std::to_string(p.checkpoints.size()) + " checkpoints" +
+         (p.remove.empty() ? "" : " (steps " + steps_text(p.remove) + ")") + ": " + std::to_string(p.n_blobs) +
+         " blobs, " + human_bytes(p.stored_bytes) + " stored (raw " + human_bytes(p.raw_bytes) + ")";
+}
+
+void print_pinned(const store::ThinPlan& p) {
+  if (p.pinned.empty()) return;
+  std::string s;
+  for (size_t i = 0; i < p.pinned.size(); ++i)
+    s += (i ? "; " : "") + std::string("step ") + std::to_string(p.pinned[i].first) + ": " + p.pinned[i].second;
+  std::printf("  kept beyond the rule: %s\n", s.c_str());
+}
+
 int cmd_info(int argc, char** argv) {
   cxxopts::Options opts("store info",
-                        "summary of a store: schema, runs, steps, checkpoints, sizes");
+                        "summary of a store: schema, runs, steps, checkpoints, sizes; with --keep-last "
+                        "and/or --keep-every, what `rewind store thin` with those rules would remove and free");
   opts.add_options()("store", "store file", cxxopts::value<std::string>())("h,help", "show help");
+  add_retention_options(opts);
   auto r = parse(opts, argc, argv);
   if (help_or_check(opts, r)) return 0;
+  const store::ThinRules rules = retention_rules(opts, r);
   Store s = Store::open(r["store"].as<std::string>(), store::Mode::kReadOnly);
   const store::StoreInfo info = s.info();
-  std::printf("store %s: schema version %d, %s on disk\n", s.path().c_str(), info.schema_version,
-              human_bytes(info.file_bytes).c_str());
+  std::printf("store %s: schema version %d, %s on disk (free pages %s, auto-vacuum %s)\n", s.path().c_str(),
+              info.schema_version, human_bytes(info.file_bytes).c_str(), human_bytes(info.free_bytes).c_str(),
+              info.incremental_vacuum ? "incremental" : "none: thin rewrites the file once");
   const double ratio = info.stored_bytes ? double(info.raw_bytes) / double(info.stored_bytes) : 0;
   std::printf("blobs: %lld (%s, ratio %.2fx)\n", static_cast<long long>(info.n_blobs),
               sizes_text(info.raw_bytes, info.stored_bytes).c_str(), ratio);
@@ -145,6 +221,52 @@ int cmd_info(int argc, char** argv) {
     std::printf("  tensors: %lld, metric values: %lld\n", static_cast<long long>(run.n_tensors),
                 static_cast<long long>(run.n_metrics));
   }
+  if (!rules.rule.active()) return 0;
+  for (int64_t run : retention_runs(s, r)) {
+    const store::ThinPlan p = s.plan_thin(run, rules);
+    std::printf("run %lld: thin %s would remove %s\n", static_cast<long long>(run), rules.rule.text().c_str(),
+                removal_text(p).c_str());
+    print_pinned(p);
+  }
+  return 0;
+}
+
+int cmd_thin(int argc, char** argv) {
+  cxxopts::Options opts(
+      "store thin",
+      "delete checkpoints a retention rule drops, with the blobs nothing else refers to, and give their "
+      "space back.\nThe first and the last checkpoint of each run are always kept, and so are those stored "
+      "bisect probes\nneed (unless --force); steps, metrics, batches and captured tensors all stay. A store "
+      "being recorded\nis refused. Stores made before incremental auto-vacuum are rewritten once (VACUUM: "
+      "needs room for a copy).\n  rewind store thin run.db --keep-last 20 --keep-every 1000 --keep-steps 6550");
+  opts.add_options()("store", "store file", cxxopts::value<std::string>())("h,help", "show help");
+  add_retention_options(opts);
+  auto r = parse(opts, argc, argv);
+  if (help_or_check(opts, r)) return 0;
+  const store::ThinRules rules = retention_rules(opts, r);
+  if (!rules.rule.active())
+    throw UsageError("store thin: give --keep-last K and/or --keep-every M (the checkpoints to keep)");
+  Store s = Store::open(r["store"].as<std::string>(), store::Mode::kReadWrite);
+  const store::WriterLock lock(s.path(), "store thin");
+  const std::vector<int64_t> runs = retention_runs(s, r);
+  const int64_t before = s.file_bytes();
+  int64_t stored = 0;
+  for (int64_t run : runs) {
+    const store::ThinPlan p = s.thin(run, rules);
+    stored += p.stored_bytes;
+    std::printf("run %lld: removed %s\n", static_cast<long long>(run), removal_text(p).c_str());
+    print_pinned(p);
+  }
+  if (stored == 0 && s.free_bytes() == 0) {
+    std::printf("nothing to give back: %s on disk\n", human_bytes(s.file_bytes()).c_str());
+    return 0;
+  }
+  const bool vacuumed = s.reclaim_space();
+  const int64_t after = s.file_bytes();
+  std::printf("freed %s (%lld bytes): %s -> %s on disk (%s)\n", human_bytes(before - after).c_str(),
+              static_cast<long long>(before - after), human_bytes(before).c_str(), human_bytes(after).c_str(),
+              vacuumed ? "VACUUM: the store was made without incremental auto-vacuum; rewritten once, it has it now"
+                         : "incremental vacuum");
   return 0;
 }
 
@@ -270,13 +392,17 @@ int cmd_export(int argc, char** argv) {
 
 void print_help() {
   std::printf(
-      "rewind store: inspect a recording store (read-only)\n\n"
+      "rewind store: inspect a recording store (read-only), or thin its checkpoints\n\n"
       "usage:\n"
-      "  rewind store info STORE      schema, runs, step ranges, checkpoints, sizes and ratio\n"
+      "  rewind store info STORE [--keep-last K] [--keep-every M]\n"
+      "                               schema, runs, step ranges, checkpoints, sizes and ratio;\n"
+      "                               with a rule: what `store thin` would remove and free\n"
       "  rewind store ls STORE        recorded checkpoints, tensors, metrics, probes, kv\n"
       "  rewind store verify STORE    check every blob and reference; exit 3 if any is bad\n"
       "  rewind store export STORE (--tensor NAME [--layer L --head H] | --checkpoint NAME)\n"
       "                      --step S [--run R] -o out.npy   (bf16 is exported as float32)\n"
+      "  rewind store thin STORE [--keep-last K] [--keep-every M] [--keep-steps A,B] [--force] [--run R]\n"
+      "                               delete the checkpoints the rule drops and give the space back\n"
       "each takes --help.\n");
 }
 
@@ -293,7 +419,8 @@ int run_store(int argc, char** argv) {
   if (sub == "ls") return cmd_ls(argc - 1, argv + 1);
   if (sub == "verify") return cmd_verify(argc - 1, argv + 1);
   if (sub == "export") return cmd_export(argc - 1, argv + 1);
-  throw UsageError("store: unknown subcommand '" + sub + "' (info, ls, verify, export)");
+  if (sub == "thin") return cmd_thin(argc - 1, argv + 1);
+  throw UsageError("store: unknown subcommand '" + sub + "' (info, ls, verify, export, thin)");
 }
 
 }  // namespace rwd::cli

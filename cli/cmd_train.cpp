@@ -111,9 +111,24 @@ void set_total(const cxxopts::ParseResult& r, train::RunSpec& spec, int64_t next
                    "; --steps is the total step count (max_iters): give more than " + std::to_string(next));
 }
 
+// --keep-last K / --keep-every M when given (each at least 1); returns whether one was.
+bool retention_options(const cxxopts::ParseResult& r, train::RunSpec& spec) {
+  auto take = [&](const char* key, int& out) {
+    if (!r.count(key)) return false;
+    out = r[key].as<int>();
+    if (out < 1) throw UsageError(std::string("train: --") + key + " must be 1 or more, got " + std::to_string(out));
+    return true;
+  };
+  const bool last = take("keep-last", spec.keep_last);
+  const bool every = take("keep-every", spec.keep_every);
+  return last || every;
+}
+
 // The recording options a resumed or forked run takes from the command line when given
-// (--checkpoint-every, --digest-every, --batches); otherwise the recorded ones.
+// (--checkpoint-every, --digest-every, --batches, --keep-last, --keep-every); otherwise the
+// recorded ones.
 void recording_options(const cxxopts::ParseResult& r, train::RunSpec& spec) {
+  retention_options(r, spec);
   if (r.count("checkpoint-every")) spec.checkpoint_every = r["checkpoint-every"].as<int>();
   if (r.count("digest-every")) spec.digest_every = r["digest-every"].as<int>();
   if (r.count("batches")) {
@@ -200,6 +215,9 @@ int run_train(int argc, char** argv) {
        cxxopts::value<int64_t>())
       ("checkpoint-every", "checkpoint every K steps (later while the writer is busy)", cxxopts::value<int>()->default_value("20"))
       ("checkpoint-wait", "wait for a busy checkpoint writer: checkpoints exactly K apart")
+      ("keep-last", "retention: keep the last K checkpoints (the first is always kept), deleting older ones "
+                    "as newer ones are stored (recorded with the run: a resume keeps it)", cxxopts::value<int>())
+      ("keep-every", "retention: and beyond the last K, the first checkpoint of every M steps", cxxopts::value<int>())
       ("digest-every", "parameter digest every N steps", cxxopts::value<int>()->default_value("1"))
       ("batches", "offsets (sample offsets + hash) | full (store tokens)", cxxopts::value<std::string>()->default_value("offsets"))
       ("capture", "attention tensors to keep, e.g. 'steps=10:12;L1.H*'", cxxopts::value<std::string>()->default_value(""))
@@ -300,6 +318,8 @@ int run_train(int argc, char** argv) {
               : "no step recorded yet";
     set_total(r, spec, next, run + " is recorded to step " + std::to_string(next) + " (" + recorded + ")");
     recording_options(r, spec);
+    // A retention given here is the run's from now on (stored), so a later resume keeps it.
+    const bool new_retention = r.count("keep-last") || r.count("keep-every");
     const bool plan_changed = resume_plan(spec, r, next);
     set_threads(spec.threads);
     comm = train::connect_ranks(env, spec.device);
@@ -314,6 +334,7 @@ int run_train(int argc, char** argv) {
     std::printf("resuming %s from its checkpoint at step %lld (%s%s); training steps %lld..%lld\n", run.c_str(),
                 static_cast<long long>(ckpts.back()), recorded.c_str(), rerun.c_str(), static_cast<long long>(next),
                 static_cast<long long>(spec.config.max_iters - 1));
+    if (new_retention && env.rank == 0) spec.store_retention(*st);
     if (plan_changed) {
       // Recorded as a change of the run's schedule at `next`, so replay and bisect of the
       // resumed steps use the plan they were trained under.
@@ -341,6 +362,7 @@ int run_train(int argc, char** argv) {
     spec.data_fingerprint = data->fingerprint();
     spec.checkpoint_every = r["checkpoint-every"].as<int>();
     spec.digest_every = r["digest-every"].as<int>();
+    retention_options(r, spec);
     const std::string batches = r["batches"].as<std::string>();
     if (batches != "offsets" && batches != "full") throw UsageError("--batches must be offsets or full");
     spec.full_batches = batches == "full";
@@ -367,6 +389,7 @@ int run_train(int argc, char** argv) {
     ro.wait_for_writer = r.count("checkpoint-wait") > 0;
     ro.digest_every = spec.digest_every;
     ro.full_batches = spec.full_batches;
+    ro.retention = {spec.keep_last, spec.keep_every};
     ro.capture = train::CaptureSpec::parse(r["capture"].as<std::string>(), spec.config.n_layer, spec.config.n_head);
     rec = std::make_unique<train::Recorder>(st->path(), spec.run_id, ro, so);
   }
@@ -438,6 +461,11 @@ int run_train(int argc, char** argv) {
                     cc.late, static_cast<long long>(cc.max_late_steps), cc.folded, spec.checkpoint_every);
       }
     }
+    if (const store::Retention keep{spec.keep_last, spec.keep_every}; keep.active())
+      std::printf("retention (%s): %d older checkpoints deleted once newer ones were stored (%.2f MiB of blobs, "
+                  "%.2f s of the checkpoint writer); their pages are reused, `rewind store thin` gives free pages back\n",
+                  keep.text().c_str(), cc.thinned,
+                  static_cast<double>(cc.thinned_bytes) / (1 << 20), cc.thin_seconds);
     std::printf("steps: committed in %.2f s by the step writer in the background; training waited "
                 "%.2f s for room in its queue\n", cc.step_writer_seconds, cc.step_waited_seconds);
     std::printf("recorded run %lld into %s\n", static_cast<long long>(spec.run_id), st->path().c_str());

@@ -366,10 +366,14 @@ int64_t Store::add_run(const std::string& config_json, const std::string& plan,
   return sqlite3_last_insert_rowid(db_.get());
 }
 
-void Store::update_run_plan(int64_t run, const std::string& plan) {
-  require_writable("changing a run's plan");
-  Statement st(db_, "UPDATE runs SET plan=? WHERE id=?");
-  st.bind(1, plan).bind(2, run);
+void Store::update_run_plan(int64_t run, const std::string& plan) { update_run(run, "plan", plan); }
+
+void Store::update_run_meta(int64_t run, const std::string& meta_json) { update_run(run, "meta", meta_json); }
+
+void Store::update_run(int64_t run, const char* column, const std::string& text) {
+  require_writable("changing a run's plan or metadata");
+  Statement st(db_, ("UPDATE runs SET " + std::string(column) + "=? WHERE id=?").c_str());
+  st.bind(1, text).bind(2, run);
   st.run();
   if (sqlite3_changes(db_.get()) != 1) throw data_error("store " + path() + ": has no run " + std::to_string(run));
 }

@@ -10,6 +10,7 @@
 #include "store/bytes.h"
 #include "store/dtype.h"
 #include "store/records.h"
+#include "store/retention.h"
 #include "store/sqlite_db.h"
 #include "store/store_error.h"
 #include "store/zstd_codec.h"
@@ -134,6 +135,9 @@ class Store {
   // Replaces a run's plan (the schedule JSON): `train --resume` under another plan records
   // the change at the resume step. StoreError(kData) when the run does not exist.
   void update_run_plan(int64_t run, const std::string& plan);
+  // Replaces a run's meta JSON: `train --resume` with another checkpoint retention stores it,
+  // so a later resume keeps it. StoreError(kData) when the run does not exist.
+  void update_run_meta(int64_t run, const std::string& meta_json);
 
   // Steps; ranges are inclusive [from, to]. put_step refuses a step that already exists.
   void put_step(const StepRecord& step);
@@ -185,6 +189,21 @@ class Store {
   // stay in the WAL for a later call. A no-op outside WAL mode or on a read-only store.
   void checkpoint_wal();
 
+  // Checkpoint retention (issue 37). plan_thin says what thin would do to `run` under `rules`
+  // (reads only); thin deletes those checkpoints and the blobs no other row refers to, in one
+  // transaction (the caller keeps recordings out: store::WriterLock). Steps, metrics, batches
+  // and captured tensors stay. The freed pages are reused by later writes; reclaim_space gives
+  // them back to the file system: PRAGMA incremental_vacuum on stores created with
+  // auto_vacuum=INCREMENTAL (every new one), else a VACUUM that rewrites the file (needing
+  // room for a copy of it) and switches it to incremental.
+  ThinPlan plan_thin(int64_t run, const ThinRules& rules);
+  ThinPlan thin(int64_t run, const ThinRules& rules);
+  // Returns whether it ran a VACUUM.
+  bool reclaim_space();
+  int64_t free_bytes();       // bytes of the free pages (PRAGMA freelist_count x page_size)
+  bool incremental_vacuum();  // created (or VACUUMed by thin) with auto_vacuum=INCREMENTAL
+  int64_t file_bytes() const; // the main file plus its WAL
+
   StoreInfo info();
   // Decompresses every blob, checks every hash and frame, and that every referenced blob
   // exists; runs SQLite's quick_check. Empty result = store is sound.
@@ -212,6 +231,11 @@ class Store {
   std::optional<TensorRecord> read_tensor(TensorInfo info);
   // References to a blob, described for humans: "run 1 step 5 checkpoint 'wte'".
   std::vector<std::string> blob_references(const std::string& hash);
+  // UPDATE runs SET `column` (plan or meta) of `run`.
+  void update_run(int64_t run, const char* column, const std::string& text);
+  // Checkpoints of `run` (`steps`, ascending) that stored bisect probes and logs need: the one
+  // at or before each window's first step, with the window that needs it.
+  std::vector<std::pair<int64_t, std::string>> checkpoint_pins(int64_t run, const std::vector<int64_t>& steps);
 
   Db db_;
   Mode mode_;

@@ -150,6 +150,8 @@ std::vector<BadItem> Store::verify() {
   return out;
 }
 
+int64_t Store::file_bytes() const { return file_size(path()) + file_size(path() + "-wal"); }
+
 StoreInfo Store::info() {
   StoreInfo info;
   info.schema_version = schema_version_;
@@ -183,7 +185,9 @@ StoreInfo Store::info() {
   int64_t* out[] = {&info.n_blobs, &info.raw_bytes, &info.stored_bytes, &info.n_probes, &info.n_kv,
                     &info.n_checkpoints, &info.checkpoint_bytes, &info.tensor_bytes, &info.step_blob_bytes};
   for (int c = 0; c < 9; ++c) *out[c] = st.col_int(c);
-  info.file_bytes = file_size(path()) + file_size(path() + "-wal");
+  info.file_bytes = file_bytes();
+  info.free_bytes = free_bytes();
+  info.incremental_vacuum = incremental_vacuum();
   try {
     Statement pages(db_, "SELECT name, sum(pgsize) AS b FROM dbstat GROUP BY name ORDER BY b DESC, name");
     while (pages.step()) info.table_bytes.emplace_back(pages.col_text(0), pages.col_int(1));

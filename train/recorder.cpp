@@ -133,6 +133,7 @@ Recorder::Recorder(const std::string& store_path, int64_t run, const RecordOptio
       run_(run),
       opt_(o),
       schedule_(o.checkpoint_every, o.wait_for_writer),
+      lock_(store_path, "a recording (rewind train)"),
       steps_(store_path, step_writer_options(so), kMaxQueuedSteps, "step writer"),
       checkpoints_(store_path, writer_options(so), 1, "checkpoint writer") {}
 
@@ -236,6 +237,13 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
       try {
         s.check_in_place();
         write_checkpoint(s, run, step, state);
+        if (opt_.retention.active()) {
+          const auto t0 = Clock::now();
+          const store::ThinPlan p = s.thin(run, {opt_.retention, {}, false});
+          thinned_ += static_cast<int>(p.remove.size());
+          thinned_bytes_ += p.stored_bytes;
+          thin_micros_ += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+        }
         // Its blobs were committed to the WAL without auto-checkpoints (one per blob commit
         // made the writer stop scaling); one pass now moves them into the main file.
         s.checkpoint_wal();
@@ -256,6 +264,9 @@ Recorder::Costs Recorder::costs() {
   c.max_late_steps = schedule_.max_late();
   c.checkpoint_writer_seconds = checkpoints_.busy_seconds();
   c.step_writer_seconds = steps_.busy_seconds();
+  c.thinned = thinned_;
+  c.thinned_bytes = thinned_bytes_;
+  c.thin_seconds = static_cast<double>(thin_micros_) * 1e-6;
   return c;
 }
 

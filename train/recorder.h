@@ -17,6 +17,7 @@
 #include "train/trainer.h"
 #include "store/store.h"
 #include "store/store_worker.h"
+#include "store/writer_lock.h"
 
 namespace rwd::train {
 
@@ -29,6 +30,11 @@ struct RecordOptions {
   int digest_every = 1;       // N: parameter digest every N steps
   bool full_batches = false;  // store the batch tokens, not only offsets + hash
   CaptureSpec capture;
+  // Checkpoints kept (issue 37): after each checkpoint is committed, the checkpoint writer
+  // deletes those the rule drops (Store::thin: never one a stored bisect probe needs), in one
+  // transaction of its own. Their pages are reused by the next checkpoints, so the file stays
+  // flat; `rewind store thin` gives free pages back to the file system.
+  store::Retention retention;
 };
 
 // A device copy of the state (GPU runs, where free memory allows). A checkpoint copies the
@@ -46,7 +52,9 @@ struct DeviceSnapshot {
 
 class Recorder {
  public:
-  // Opens two connections of its own to the store at `store_path` (one per writer thread).
+  // Takes the store's writer lock (store::WriterLock: a recording or `store thin` already
+  // writing it is a one-line StoreError) and opens two connections of its own to the store
+  // at `store_path` (one per writer thread).
   Recorder(const std::string& store_path, int64_t run, const RecordOptions& o, const store::StoreOptions& so);
   ~Recorder();  // commits what is queued (steps, then checkpoints) unless a write failed
   Recorder(const Recorder&) = delete;
@@ -88,6 +96,10 @@ class Recorder {
     int64_t max_late_steps = 0;
     double snapshot_seconds = 0, checkpoint_waited_seconds = 0, step_waited_seconds = 0;
     double checkpoint_writer_seconds = 0, step_writer_seconds = 0;
+    // Retention: checkpoints deleted, their blobs' stored bytes, the checkpoint writer's time.
+    int thinned = 0;
+    int64_t thinned_bytes = 0;
+    double thin_seconds = 0;
   };
   Costs costs();
 
@@ -102,6 +114,9 @@ class Recorder {
   RecordOptions opt_;
   // The step (or checkpoint step) whose write failed, -1 while none has; set by the writers.
   std::atomic<int64_t> failed_step_{-1}, failed_checkpoint_{-1};
+  // Retention's part of the costs, counted by the checkpoint writer.
+  std::atomic<int> thinned_{0};
+  std::atomic<int64_t> thinned_bytes_{0}, thin_micros_{0};
   Costs costs_;                    // training thread's part
   CheckpointSchedule schedule_;
   // Page-locked host buffers for device tensors, two sets used in turn: a device-to-host copy
@@ -117,7 +132,8 @@ class Recorder {
   std::future<std::vector<torch::Tensor>> pinned_spare_;
   DeviceSnapshot device_snapshot_;
   // Declared in this order so the checkpoint writer, whose jobs wait for the step writer,
-  // stops first.
+  // stops first, and the lock is let go last.
+  store::WriterLock lock_;
   store::StoreWorker steps_;
   store::StoreWorker checkpoints_;
 };

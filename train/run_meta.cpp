@@ -66,6 +66,8 @@ RunMeta RunMeta::parse(const std::string& text) {
   read_int(j, "digest_every", 0, kMax, m.digest_every);
   read_bool(j, "full_batches", m.full_batches);
   read_int(j, "world_size", 1, 65536, m.world_size);
+  read_int(j, "keep_last", 0, kMax, m.keep_last);
+  read_int(j, "keep_every", 0, kMax, m.keep_every);
   read_string(j, "rewind_version", m.recorded_rewind);
   read_string(j, "torch_version", m.recorded_torch);
   read_int(j, "numerics", 1, kMax, m.recorded_numerics);

@@ -21,6 +21,10 @@ struct RunMeta {
   int digest_every = 1;
   bool full_batches = false;
   int world_size = 1;                // data-parallel ranks (--nproc-per-node / torchrun)
+  // Checkpoint retention while recording (train --keep-last / --keep-every; 0: off), kept with
+  // the run so that a resume applies it too.
+  int keep_last = 0;
+  int keep_every = 0;
 
   // Reads the JSON object RunSpec::meta_json() wrote; absent keys keep the defaults above
   // (stores older than the key). Throws Error(kData) naming the key for anything else: not an

@@ -3,32 +3,36 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "cli/commands.h"
 #include "store/npy.h"
 #include "store/store.h"
+#include "store/writer_lock.h"
 #include "tests/store/store_test_util.h"
 
 namespace rwd::store {
 namespace {
 
-// Mirrors main(): a rwd::Error becomes its exit code (the message would be printed).
+// Mirrors main(): a rwd::Error becomes its exit code, its message (one line) ends `out`.
 int run(std::vector<std::string> args, std::string* out = nullptr) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   testing::internal::CaptureStdout();
   int rc;
+  std::string error;
   try {
     rc = cli::run_store(static_cast<int>(argv.size()), argv.data());
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
     rc = static_cast<int>(e.code());
+    error = e.what();
   }
   std::fflush(stdout);
   const std::string captured = testing::internal::GetCapturedStdout();
-  if (out) *out = captured;
+  if (out) *out = captured + error;
   return rc;
 }
 
@@ -182,6 +186,85 @@ TEST_F(StoreCli, NumpyLoadsTheExport) {
                           "), rtol=0, atol=1e-6); "
                           "assert t.dtype==np.uint16 and t.tolist()==[1,50303,7,8]\"";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+// `store thin` and `store info --keep-...` on a store of checkpoints every 5 steps, 0..60.
+class ThinCli : public testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = dir_.file("thin.db");
+    Store s = Store::create(path_);
+    const int64_t run = s.add_run("{}", "default", "{}");
+    for (int64_t step = 0; step <= 60; step += 5) {
+      const std::vector<uint8_t> w = test::random_bytes(static_cast<uint64_t>(step), 100000);
+      s.put_checkpoint_tensor(run, step, "w", Dtype::kU8, {100000}, w.data(), w.size());
+    }
+    ProbeRecord p;
+    p.key = "k";
+    p.job = "j";
+    p.window = "27:39";
+    p.metrics = "{}";
+    s.put_probe(p);
+  }
+  std::vector<int64_t> checkpoints() { return Store::open(path_, Mode::kReadOnly).checkpoint_steps(1); }
+  test::TempDir dir_;
+  std::string path_;
+};
+
+TEST_F(ThinCli, InfoSaysWhatThinWouldFreeAndThinFreesIt) {
+  std::string out;
+  ASSERT_EQ(run({"store", "info", path_, "--keep-last", "3", "--keep-every", "20"}, &out), 0);
+  EXPECT_NE(out.find("auto-vacuum incremental"), std::string::npos) << out;
+  EXPECT_NE(out.find("run 1: thin --keep-last 3 --keep-every 20 would remove 6 of 13 checkpoints (steps 5, 10, "
+                     "15, 30, 35, 45): 6 blobs, 586"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("kept beyond the rule: step 25: bisect probe window 27:39 (job j)"), std::string::npos) << out;
+  EXPECT_EQ(checkpoints().size(), 13u);  // info writes nothing
+  ASSERT_EQ(run({"store", "thin", path_, "--keep-last", "3", "--keep-every", "20", "--keep-steps", "14"}, &out), 0);
+  EXPECT_NE(out.find("run 1: removed 5 of 13 checkpoints (steps 5, 15, 30, 35, 45)"), std::string::npos) << out;
+  EXPECT_NE(out.find("step 10: --keep-steps 14; step 25: bisect probe window 27:39"), std::string::npos) << out;
+  EXPECT_NE(out.find("(incremental vacuum)"), std::string::npos) << out;
+  EXPECT_NE(out.find("freed "), std::string::npos) << out;
+  EXPECT_EQ(checkpoints(), (std::vector<int64_t>{0, 10, 20, 25, 40, 50, 55, 60}));
+  ASSERT_EQ(run({"store", "thin", path_, "--keep-last", "1", "--force"}, &out), 0);
+  EXPECT_EQ(checkpoints(), (std::vector<int64_t>{0, 60}));
+  EXPECT_EQ(run({"store", "verify", path_}, &out), 0) << out;
+  EXPECT_EQ(test::file_size(WriterLock::lock_path(path_)), -1);  // let go
+}
+
+TEST_F(ThinCli, BadArgumentsAreExitTwoInOneLine) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"store", "thin", path_},
+      {"store", "thin", path_, "--keep-last", "0"},
+      {"store", "thin", path_, "--keep-every", "-5"},
+      {"store", "thin", path_, "--keep-last", "x"},
+      {"store", "thin", path_, "--keep-last", "99999999999999999999999"},
+      {"store", "thin", path_, "--keep-last", "2", "--keep-steps", "3,,4"},
+      {"store", "thin", path_, "--keep-last", "2", "--keep-steps", "-3"},
+      {"store", "thin", path_, "--force"},
+      {"store", "thin", path_, "--keep-last", "2", "--run", "7"},
+      {"store", "thin"},
+      {"store", "info", path_, "--keep-every", "0"}};
+  for (const auto& args : bad) {
+    std::string out;
+    const int rc = run(args, &out);
+    EXPECT_EQ(rc, args.size() > 5 && args[5] == "--run" ? 3 : 2) << args.back() << ": " << out;
+    EXPECT_LE(std::count(out.begin(), out.end(), '\n'), 0) << out;
+  }
+  EXPECT_EQ(checkpoints().size(), 13u);
+}
+
+TEST_F(ThinCli, AStoreBeingRecordedIsRefused) {
+  std::string out;
+  {
+    WriterLock recording(path_, "a recording (rewind train)");
+    EXPECT_EQ(run({"store", "thin", path_, "--keep-last", "1"}, &out), 3);
+    EXPECT_EQ(out, "store " + path_ + ": a recording (rewind train), pid " + std::to_string(getpid()) +
+                       " is writing it; try again once that has finished");
+  }
+  EXPECT_EQ(checkpoints().size(), 13u);
+  EXPECT_EQ(run({"store", "thin", path_, "--keep-last", "1"}, &out), 0) << out;
+  EXPECT_EQ(checkpoints(), (std::vector<int64_t>{0, 25, 60}));
 }
 
 }  // namespace
