@@ -10,6 +10,7 @@
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
+#include <torch/cuda.h>
 #include <torch/version.h>
 #if defined(REWIND_CUDA) && defined(REWIND_NCCL)
 #ifndef USE_C10D_NCCL
@@ -139,6 +140,11 @@ std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const torch::Device& dev
 
 std::string rank_device(const std::string& device, const DistEnv& env) {
   if (!env.active() || device.rfind("cuda", 0) != 0) return device;
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (gpus > 0 && env.local_rank >= gpus)
+    throw UsageError("rank " + std::to_string(env.rank) + " needs GPU cuda:" + std::to_string(env.local_rank) +
+                     ", but this machine has " + std::to_string(gpus) + " (at most --nproc-per-node " +
+                     std::to_string(gpus) + " with --device cuda)");
   return "cuda:" + std::to_string(env.local_rank);
 }
 

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "common/error.h"
 #include "common/hash.h"
@@ -314,6 +316,11 @@ void Trainer::reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<ui
 }
 
 StepResult Trainer::train_step(const std::vector<int>& capture_layers) {
+  // Our kernels launch on the current device's stream: the trainer's GPU is current for the
+  // whole step, whatever a library or an earlier call left current (issue 32: error 700 of a
+  // bisect's probes on rank 1 of 2 GPUs).
+  std::optional<c10::DeviceGuard> on_device;
+  if (device_.is_cuda()) on_device.emplace(device_);
   auto t0 = std::chrono::steady_clock::now();
   StepResult r = forward_backward(plan_, capture_layers);
   r.lr = lr_at(config_, step_);
@@ -342,6 +349,8 @@ StepResult Trainer::train_step(const std::vector<int>& capture_layers) {
 
 StepResult Trainer::probe_step(const plan::Plan& plan, const std::vector<int>& capture_layers,
                                std::map<std::string, torch::Tensor>* grads) {
+  std::optional<c10::DeviceGuard> on_device;  // as train_step
+  if (device_.is_cuda()) on_device.emplace(device_);
   StepResult r = forward_backward(plan, capture_layers);
   r.lr = lr_at(config_, step_);
   if (grads) {
@@ -377,6 +386,8 @@ NamedTensors Trainer::rng_state() const {
 }
 
 void Trainer::load_state(const NamedTensors& s) {
+  std::optional<c10::DeviceGuard> on_device;  // as train_step
+  if (device_.is_cuda()) on_device.emplace(device_);
   std::map<std::string, torch::Tensor> m(s.begin(), s.end());
   torch::NoGradGuard no_grad;
   auto fetch = [&](const std::string& name, const torch::Tensor& like) {
