@@ -65,17 +65,25 @@ std::string chart(const std::string& title, const std::vector<Line>& lines, int6
   s += "<text x='" + num(L) + "' y='18' font-size='13' font-weight='bold'>" + esc(title) + "</text>\n";
   s += "<rect x='" + num(L) + "' y='" + num(T) + "' width='" + num(W - L - R) + "' height='" + num(H - T - B) +
        "' fill='none' stroke='#999'/>\n";
+  // One number of decimals for every label of the axis (1.6 2.4 3.3, not 1.63 2.44 3.25).
+  const int decimals = std::clamp(static_cast<int>(std::ceil(-std::log10((hi - lo) / 4.0))) + 1, 0, 6);
   for (int i = 0; i <= 4; ++i) {
     const double v = lo + (hi - lo) * i / 4.0;
-    s += "<text x='" + num(L - 5) + "' y='" + num(Y(v) + 4) + "' text-anchor='end'>" + g4(v) + "</text>\n";
+    char lab[48];
+    if (std::fabs(hi) >= 1e6)
+      std::snprintf(lab, sizeof lab, "%.3g", v);
+    else
+      std::snprintf(lab, sizeof lab, "%.*f", decimals, v);
+    s += "<text x='" + num(L - 5) + "' y='" + num(Y(v) + 4) + "' text-anchor='end'>" + lab + "</text>\n";
     const double st = x0 + (x1 - x0) * i / 4.0;
     s += "<text x='" + num(X(st)) + "' y='" + num(H - B + 15) + "' text-anchor='middle'>" + g4(std::round(st)) + "</text>\n";
   }
   s += "<text x='" + num((L + W - R) / 2) + "' y='" + num(H - 8) + "' text-anchor='middle'>step</text>\n";
   for (const auto& [step, label] : marks) {
     s += "<line x1='" + num(X(step)) + "' x2='" + num(X(step)) + "' y1='" + num(T) + "' y2='" + num(H - B) +
-         "' stroke='#888' stroke-dasharray='4,3'/>\n<text x='" + num(X(step) + 3) + "' y='" + num(T + 12) + "'>" +
-         esc(label) + "</text>\n";
+         "' stroke='#767676' stroke-dasharray='4,3'/>\n<text x='" + num(X(step) + (X(step) > (L + W - R) / 2 ? -3 : 3)) +
+         "' y='" + num(T + 12) + "'" + (X(step) > (L + W - R) / 2 ? " text-anchor='end'" : "") + ">" + esc(label) +
+         "</text>\n";
   }
   int legend = 0;
   for (const auto& l : lines) {
@@ -194,8 +202,9 @@ std::string report_html(const BisectReport& r) {
     h += "<h2>Loss per probe over the window " + std::to_string(r.from) + ":" + std::to_string(r.to) + "</h2>\n" +
          chart("loss per step (grey: every narrowing probe)", lines, r.from, r.to);
   }
-  h += "<h2>Narrowing tree (red: fails, green: passes)</h2>\n<div class='scroll'>" + tree(r) + "</div>\n";
-  h += "<h2>Every probe</h2>\n<div class='scroll'><table><tr><th>#</th><th>phase</th><th>candidate / plan</th>"
+  h += "<h2>Narrowing tree (red: fails, green: passes)</h2>\n<div class='scroll' tabindex='0' role='region' "
+       "aria-label='narrowing tree, scrolls sideways'>" + tree(r) + "</div>\n";
+  h += "<h2>Every probe</h2>\n<div class='scroll' tabindex='0' role='region' aria-label='every probe, scrolls sideways'><table><tr><th>#</th><th>phase</th><th>candidate / plan</th>"
        "<th>window</th><th>verdict</th><th>steps run</th><th>cached</th><th>wall s</th><th>predicted cost</th>"
        "<th>measured cost</th><th>device</th></tr>\n";
   for (const auto& p : r.probes) {

@@ -10,6 +10,7 @@
 #include <cxxopts.hpp>
 
 #include "cli/commands.h"
+#include "cli/run_page.h"
 #include "common/error.h"
 
 namespace {
@@ -29,6 +30,7 @@ const Command kCommands[] = {
     {"store", rwd::cli::run_store, "inspect a store: info | ls | verify | export"},
     {"import", rwd::cli::run_import, "a nanoGPT checkpoint into a new store: `import nanogpt --ckpt`"},
     {"export", rwd::cli::run_export, "a recorded step as a nanoGPT checkpoint: `export nanogpt -o`"},
+    {"view", rwd::cli::run_view, "one self-contained HTML page of a recorded run: `view STORE -o run.html`"},
 };
 
 void print_help() {
