@@ -212,7 +212,10 @@ void account_costs(BisectReport& rep, const SearchSpace& space) {
       const double m = model.step_cost(*p.spec.candidate, space);
       p.predicted_cost = m * steps;
       rep.predicted_cost += p.predicted_cost;
-      if (calibrate) rep.calibrated_cost += (1 + (m - 1) * scale) * steps;
+      // Calibrated on the steps the probe ran (an early verdict stops it): the per-step model
+      // is what it checks against the measured cost; the window is no prediction of those.
+      const double ran = p.outcome.steps > 0 ? static_cast<double>(p.outcome.steps) : steps;
+      if (calibrate) rep.calibrated_cost += (1 + (m - 1) * scale) * ran;
       ++rep.predicted_probes;
     }
     if (rep.recorded_step_s > 0 && p.outcome.steps > 0) {
@@ -275,7 +278,7 @@ std::string verdict_text(const BisectReport& rep) {
       v += buf;
     }
     if (rep.calibrated_cost > 0) {
-      std::snprintf(buf, sizeof buf, "; calibrated here (the reference run's step %.2fx the recorded one) %.1f",
+      std::snprintf(buf, sizeof buf, "; calibrated here (the reference run's step %.2fx the recorded one), on the steps run %.1f",
                     rep.reference_step_ratio, rep.calibrated_cost);
       v += buf;
     }

@@ -101,7 +101,8 @@ struct BisectReport {
   // Issue 36 item 4: the cost model calibrated on this machine and plan pair. The reference
   // run's probe (low{}) measures what promoting everything costs here (reference_step_ratio,
   // 0: not measured); each candidate's model cost above 1 is scaled so that the model's
-  // low{} lands on it. calibrated_cost sums the candidates' calibrated predictions.
+  // low{} lands on it. calibrated_cost sums the candidates' calibrated per-step costs times
+  // the steps each ran (an early verdict stops a probe: the window is no prediction of that).
   double reference_step_ratio = 0, calibrated_cost = 0;
   std::string verdict;                // human text, several lines
   int exit_code = 0;
