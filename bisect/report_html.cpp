@@ -120,6 +120,7 @@ std::string tree(const BisectReport& r) {
     const size_t row = std::find(rows.begin(), rows.end(), p.phase) - rows.begin();
     std::string label = p.spec.label();
     if (label.size() > 46) label = label.substr(0, 43) + "...";
+    label = (p.outcome.fails ? "\u2717 " : "\u2713 ") + label;  // fail/pass not by colour alone
     const double w = 14 + 6.2 * label.size();
     const double x = cursor[row], y = 10 + row * rowh;
     cursor[row] += w + 8;
@@ -202,7 +203,7 @@ std::string report_html(const BisectReport& r) {
     h += "<h2>Loss per probe over the window " + std::to_string(r.from) + ":" + std::to_string(r.to) + "</h2>\n" +
          chart("loss per step (grey: every narrowing probe)", lines, r.from, r.to);
   }
-  h += "<h2>Narrowing tree (red: fails, green: passes)</h2>\n<div class='scroll' tabindex='0' role='region' "
+  h += "<h2>Narrowing tree (red \u2717: fails, green \u2713: passes)</h2>\n<div class='scroll' tabindex='0' role='region' "
        "aria-label='narrowing tree, scrolls sideways'>" + tree(r) + "</div>\n";
   h += "<h2>Every probe</h2>\n<div class='scroll' tabindex='0' role='region' aria-label='every probe, scrolls sideways'><table><tr><th>#</th><th>phase</th><th>candidate / plan</th>"
        "<th>window</th><th>verdict</th><th>steps run</th><th>cached</th><th>wall s</th><th>predicted cost</th>"

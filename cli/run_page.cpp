@@ -376,9 +376,10 @@ std::string run_page_html(store::Store& s, const RunPageRequest& req) {
           for (double v : row)
             if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
       if (!std::isfinite(lo)) lo = 0, hi = 1;
+      const ColourScale scale{lo, hi, lo > 0 && hi / lo > 100};
       h += "<h3>" + html_escape(name) + "</h3>\n<p>" + html_escape(what) + ". " +
-           html_escape(hot_head(name, it->second.back())) + "</p>\n" + colour_scale_svg(name, lo, hi) + "<div class='heats'>\n";
-      for (const auto& g : it->second) h += heatmap_svg(name, g, lo, hi);
+           html_escape(hot_head(name, it->second.back())) + "</p>\n" + colour_scale_svg(name, scale) + "<div class='heats'>\n";
+      for (const auto& g : it->second) h += heatmap_svg(name, g, scale);
       h += "</div>\n";
     }
   }

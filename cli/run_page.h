@@ -42,10 +42,16 @@ struct HeadGrid {
   int64_t step = 0;
   std::vector<std::vector<double>> values;
 };
-// A layer x head heatmap; lo/hi fix the colour scale so grids of one monitor compare.
-std::string heatmap_svg(const std::string& monitor, const HeadGrid& g, double lo, double hi);
-// The colour scale of the heatmaps, lo to hi, as a small labelled bar.
-std::string colour_scale_svg(const std::string& monitor, double lo, double hi);
+// The colour scale of one monitor's heatmaps, shared by its steps so they compare; log when a
+// few heads are orders of magnitude above the rest (they would leave the others one colour).
+struct ColourScale {
+  double lo = 0, hi = 1;
+  bool log = false;
+  double at(double v) const;  // 0 (lo) .. 1 (hi)
+};
+std::string heatmap_svg(const std::string& monitor, const HeadGrid& g, const ColourScale& scale);
+// The colour scale as a small labelled bar.
+std::string colour_scale_svg(const std::string& monitor, const ColourScale& scale);
 
 std::string html_escape(const std::string& s);
 // A short number for labels: %.4g, or "NaN"/"inf".

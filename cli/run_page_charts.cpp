@@ -77,7 +77,7 @@ std::string viridis(double f) {
 std::string svg_open(double w, double h, const std::string& title, const std::string& desc,
                      const std::string& cls) {
   return "<svg xmlns='http://www.w3.org/2000/svg' class='" + cls + "' viewBox='0 0 " + px(w) + " " + px(h) +
-         "' role='img' aria-label='" + html_escape(title) + "' font-family='sans-serif' font-size='12' fill='#222'>\n<title>" +
+         "' width='" + px(w) + "' height='" + px(h) + "' role='img' aria-label='" + html_escape(title) + "' font-family='sans-serif' font-size='12' fill='#222'>\n<title>" +
          html_escape(title) + "</title>\n<desc>" + html_escape(desc) + "</desc>\n";
 }
 
@@ -224,7 +224,12 @@ std::string line_chart_svg(const LineChart& c) {
   return s + "</svg>\n";
 }
 
-std::string heatmap_svg(const std::string& monitor, const HeadGrid& g, double lo, double hi) {
+double ColourScale::at(double v) const {
+  if (log) return hi > lo && v > 0 ? (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)) : 0.0;
+  return hi > lo ? (v - lo) / (hi - lo) : 0.5;
+}
+
+std::string heatmap_svg(const std::string& monitor, const HeadGrid& g, const ColourScale& scale) {
   const int layers = static_cast<int>(g.values.size());
   const int heads = layers ? static_cast<int>(g.values[0].size()) : 0;
   const double cw = std::clamp(320.0 / std::max(1, heads), 12.0, 40.0), ch = std::min(26.0, cw * 0.8);
@@ -255,7 +260,7 @@ std::string heatmap_svg(const std::string& monitor, const HeadGrid& g, double lo
          std::to_string(l) + "</text>\n";
     for (int h = 0; h < heads; ++h) {
       const double v = g.values[l][h];
-      const std::string fill = std::isfinite(v) ? viridis(hi > lo ? (v - lo) / (hi - lo) : 0.5) : "#bdbdbd";
+      const std::string fill = std::isfinite(v) ? viridis(scale.at(v)) : "#bdbdbd";
       s += "<rect x='" + px(L + h * cw) + "' y='" + px(T + l * ch) + "' width='" + px(cw - 1) + "' height='" +
            px(ch - 1) + "' fill='" + fill + "'><title>L" + std::to_string(l) + ".H" + std::to_string(h) + " " +
            html_escape(monitor) + " = " + short_num(v) + "</title></rect>\n";
@@ -264,16 +269,18 @@ std::string heatmap_svg(const std::string& monitor, const HeadGrid& g, double lo
   return s + "</svg>\n";
 }
 
-std::string colour_scale_svg(const std::string& monitor, double lo, double hi) {
+std::string colour_scale_svg(const std::string& monitor, const ColourScale& scale) {
   const int n = 24;
-  const double W = 260, bw = 160.0 / n;
-  std::string s = svg_open(W, 30, "colour scale of " + monitor + ": dark blue " + short_num(lo) + " to yellow " + short_num(hi),
+  const double W = 300, bw = 160.0 / n;
+  const std::string lo = short_num(scale.lo), hi = short_num(scale.hi);
+  std::string s = svg_open(W, 30, "colour scale of " + monitor + ": dark blue " + lo + " to yellow " + hi +
+                                      (scale.log ? " (log)" : ""),
                            "the same scale for every step shown", "scale");
-  s += "<text x='0' y='19'>" + short_num(lo) + "</text>\n";
+  s += "<text x='0' y='19'>" + lo + "</text>\n";
   for (int i = 0; i < n; ++i)
     s += "<rect x='" + px(50 + i * bw) + "' y='6' width='" + px(bw + 0.5) + "' height='16' fill='" +
          viridis((i + 0.5) / n) + "'/>";
-  s += "\n<text x='" + px(50 + 160 + 6) + "' y='19'>" + short_num(hi) + "</text>\n";
+  s += "\n<text x='" + px(50 + 160 + 6) + "' y='19'>" + hi + (scale.log ? " (log)" : "") + "</text>\n";
   return s + "</svg>\n";
 }
 

@@ -6,8 +6,8 @@
 # or the npm packages cannot be installed.
 #   bash tests/browser/run.sh build/rewind [SHOTS_DIR]   # SHOTS_DIR: PNGs of both pages
 set -euo pipefail
-REWIND="${1:?usage: run.sh REWIND_BIN [SHOTS_DIR]}"
-SHOTS="${2:-}"
+REWIND="$(realpath "${1:?usage: run.sh REWIND_BIN [SHOTS_DIR]}")"
+SHOTS="${2:+$(realpath -m "$2")}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
 skip() { echo "SKIPPED: $*"; exit 77; }
@@ -17,15 +17,16 @@ bash "$HERE/install.sh" || skip "the npm packages of tests/browser are not insta
 
 WORK="$(mktemp -d /tmp/rewind_browser_XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
-"$REWIND" data synth -o "$WORK/data.bin" --tokens 300000 --vocab 64 >/dev/null
-"$REWIND" train --data "$WORK/data.bin" --steps 40 --vocab-size 64 --learning-rate 0.01 \
-  --checkpoint-every 10 --record "$WORK/run.db" --plan-from '22:L1.H2.delta=fault(strength=1e30)' \
+cd "$WORK"  # the pages name the store as run.db, as in the demo
+"$REWIND" data synth -o data.bin --tokens 300000 --vocab 64 >/dev/null
+"$REWIND" train --data data.bin --steps 40 --vocab-size 64 --learning-rate 0.01 \
+  --checkpoint-every 10 --record run.db --plan-from '22:L1.H2.delta=fault(strength=1e30)' \
   --log-every 1000 >/dev/null
 code=0
-"$REWIND" bisect --store "$WORK/run.db" --find-window --fail 'nan || spike(loss, 1.4)' --jobs 2 \
-  --quiet --report "$WORK/report" >/dev/null || code=$?
+"$REWIND" bisect --store run.db --find-window --fail 'nan || spike(loss, 1.4)' --jobs 2 \
+  --quiet --report report >/dev/null || code=$?
 [[ $code -eq 4 ]] || { echo "bisect exited $code, expected 4 (failure localized)"; exit 1; }
-"$REWIND" view "$WORK/run.db" -o "$WORK/run.html"
-grep -q "href='report/report.html'" "$WORK/run.html" || { echo "run page does not link the bisect report"; exit 1; }
+"$REWIND" view run.db -o run.html
+grep -q "href='report/report.html'" run.html || { echo "run page does not link the bisect report"; exit 1; }
 cd "$HERE"
 node check_pages.mjs ${SHOTS:+--shots "$SHOTS"} "run:$WORK/run.html" "report:$WORK/report/report.html"

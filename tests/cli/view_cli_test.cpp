@@ -148,7 +148,7 @@ TEST(RunPageCharts, LogAxisAndHeatmapAreAccessible) {
   EXPECT_NE(s.find("non-finite grad norm at steps 3..3"), std::string::npos);
   EXPECT_NE(s.find(">1e6<"), std::string::npos);
   HeadGrid g{5, {{1.0, 2.0}, {NAN, 9.0}}};
-  const std::string hm = heatmap_svg("max_logit", g, 1.0, 9.0);
+  const std::string hm = heatmap_svg("max_logit", g, ColourScale{1.0, 9.0, false});
   EXPECT_NE(hm.find("highest 9 at L1.H1, lowest 1 at L0.H0"), std::string::npos);
   EXPECT_NE(hm.find("L1.H0 max_logit = NaN"), std::string::npos);
 }
