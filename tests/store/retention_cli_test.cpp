@@ -143,7 +143,8 @@ TEST_F(RetentionCli, AStoreBeingRecordedIsNotThinned) {
   EXPECT_EQ(t.code, 0) << t.out;
   EXPECT_EQ(checkpoints(db).size(), 2u);
   const int64_t last = open(db).step_range(1)->second;
-  r = rewind_cmd("train --resume " + db + " --steps " + std::to_string(last + 8) + " --log-every 1000 --checkpoint-wait");
+  r = rewind_cmd("train --resume " + db + " --steps " + std::to_string(last + 8) +
+                 " --log-every 1000 --checkpoint-wait");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(rewind_cmd("store verify " + db).code, 0);
 }
