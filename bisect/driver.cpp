@@ -348,7 +348,7 @@ BisectReport run_bisect(const BisectOptions& o) {
                                          : "find-window until " + (o.until ? std::to_string(*o.until) : std::string("auto")) +
                                                " fix " + o.fix) +
                                " fail " + pred.text() +
-                               (!o.group_testing ? " search ddmin" : o.cheap_direction ? " search cheap" : "") +
+                               (!o.group_testing ? " search ddmin" : !o.cheap_direction ? " search groups" : "") +
                                (o.reference != kFullPrecision ? " reference " + o.reference : "");
   plan::apply(plan::Plan::defaults(run.config.n_layer, run.config.n_head), o.reference);  // a bad --reference fails first
   detail::Context ctx{st, run, pred, ProbePool(st, run, pred, o.pool), rep, hex64(fnv1a64(job_text)).substr(0, 12),

@@ -28,7 +28,7 @@ struct BisectOptions {
   std::string fix = kFullPrecision;            // --fix PLAN of the time probes
   std::string reference = kFullPrecision;      // --reference PLAN: what candidates promote towards
   bool group_testing = true;                   // --search cheap (default) | groups | ddmin
-  bool cheap_direction = false;                // --search cheap (issue 26)
+  bool cheap_direction = true;                 // --search cheap (issue 26; the default since issue 36)
   bool progress = true;                        // progress line on stderr
 };
 

@@ -77,6 +77,7 @@ struct SearchResult {
   std::vector<Probe> probes;        // every oracle evaluation, in order
   std::vector<PhaseCount> phases;   // probes per phase, in order of first use
   int batches = 0;                  // oracle calls
+  int implied = 0;                  // verdicts implied by monotone failure, not probed
   double cost = 0;                  // sum of the probes' predicted costs (recorded steps per step)
   std::string summary;              // one line for reports
 };

@@ -116,10 +116,10 @@ int run_bisect(int argc, char** argv) {
                     "(default: everything FP32, S and the accumulators too; e.g. "
                     "'L*.H*.qk=low;L*.H*.acc=fp32' asks which heads' eager-regime roundings matter)",
        cxxopts::value<std::string>())
-      ("search", "narrowing engine: groups (default: group testing, the engine of issue 25), cheap "
-                 "(a single culprit first sought with the cheaper probes, then group testing: less "
-                 "FP32 for one culprit, a little more with several) or ddmin (the engine before "
-                 "issue 25, a benchmark baseline)", cxxopts::value<std::string>()->default_value("groups"))
+      ("search", "narrowing engine: cheap (default: a single culprit first sought with the cheaper of two "
+                 "equivalent probes, then group testing; verdicts implied by monotone failure are not probed), "
+                 "groups (group testing alone, the engine of issue 25) or ddmin (the engine before issue 25, "
+                 "a benchmark baseline)", cxxopts::value<std::string>()->default_value("cheap"))
       ("nproc-per-node", "data-parallel ranks every probe runs on (default: the recording's; Gloo on "
        "CPU, NCCL on CUDA)", cxxopts::value<int>())
       ("quiet", "no progress line")
