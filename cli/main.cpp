@@ -27,7 +27,7 @@ const Command kCommands[] = {
     {"replay", rwd::cli::run_replay, "re-execute a recorded window; --verify bit-exactness"},
     {"step", rwd::cli::run_step, "one recorded step, low precision vs FP32-substituted ops"},
     {"bisect", rwd::cli::run_bisect, "localize a failure: layer/head/op (--window) or time (--find-window)"},
-    {"store", rwd::cli::run_store, "inspect a store: info | ls | verify | export"},
+    {"store", rwd::cli::run_store, "inspect or thin a store: info | ls | verify | export | thin"},
     {"import", rwd::cli::run_import, "a nanoGPT checkpoint into a new store: `import nanogpt --ckpt`"},
     {"export", rwd::cli::run_export, "a recorded step as a nanoGPT checkpoint: `export nanogpt -o`"},
     {"view", rwd::cli::run_view, "one self-contained HTML page of a recorded run: `view STORE -o run.html`"},
