@@ -281,14 +281,22 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
   return out;
 }
 
+namespace {
+
+// One worker probe: run at the recording's thread count (replay is bitwise per count), then
+// written into the store's probe cache.
+void run_into_cache(store::Store& s, const ProbeSpec& p) {
+  const train::RunSpec run = train::RunSpec::load(s, p.run);
+  at::set_num_threads(run.threads);
+  s.put_probe(to_record(p, execute_probe(s, p, run, Predicate::parse(p.predicate))));
+}
+
+}  // namespace
+
 int probe_worker(const std::string& store_path, const std::string& probe_json) {
-  ProbeSpec p = ProbeSpec::from_json(probe_json);
+  const ProbeSpec p = ProbeSpec::from_json(probe_json);
   store::Store s = store::Store::open(store_path, store::Mode::kReadWrite);
-  train::RunSpec run = train::RunSpec::load(s, p.run);
-  at::set_num_threads(run.threads);  // the recorded thread count: replay is bitwise per count
-  Predicate pred = Predicate::parse(p.predicate);
-  ProbeOutcome o = execute_probe(s, p, run, pred);
-  s.put_probe(to_record(p, o));
+  run_into_cache(s, p);
   return 0;
 }
 
@@ -298,11 +306,7 @@ int probe_server(const std::string& store_path, int reply_fd) {
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;
     try {
-      const ProbeSpec p = ProbeSpec::from_json(line);
-      const train::RunSpec run = train::RunSpec::load(s, p.run);
-      at::set_num_threads(run.threads);  // the recorded thread count: replay is bitwise per count
-      const ProbeOutcome o = execute_probe(s, p, run, Predicate::parse(p.predicate));
-      s.put_probe(to_record(p, o));
+      run_into_cache(s, ProbeSpec::from_json(line));
     } catch (const std::exception& e) {
       std::string why = e.what();
       why = why.substr(0, why.find('\n'));
