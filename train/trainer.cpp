@@ -171,10 +171,13 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
     phase_mark(kPhaseData);
     torch::Tensor loss = model_->loss(x, y, plan, &tap);
     phase_mark(kPhaseForward);
+    const bool last = micro == first + share - 1;
+    if (last && buckets_) buckets_->arm();  // exchange each bucket as its gradients complete
     (loss / accum).backward();
+    if (last && buckets_) buckets_->finish();
     phase_mark(kPhaseBackward);
     if (!wq_norms.defined()) wq_norms = wq_spectral_norms_queued();
-    if (micro == first + share - 1 && !ranks) norm = grad_norm_queued();  // the gradients are complete
+    if (last && !ranks) norm = grad_norm_queued();  // the gradients are complete
     loss_sum += loss.item<float>();
     for (size_t l = 0; l < tap.layers.size(); ++l) {
       if (tap.layers[l]) kernels::fetch_stats(*tap.layers[l]);
@@ -187,7 +190,10 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
     }
     phase_mark(kPhaseLoss);
   }
-  if (ranks) reduce_across_ranks(r, loss_sum, batch_hashes, all_caps);
+  if (ranks) {
+    reduce_across_ranks(r, loss_sum, batch_hashes, all_caps);
+    phase_mark(kPhaseExchange);
+  }
   uint64_t h = kFnvOffset;
   for (uint64_t bh : batch_hashes) h = fnv1a64(&bh, sizeof bh, h);
   r.batch_hash = h;
@@ -239,15 +245,20 @@ void Trainer::set_comm(Comm* comm) {
     throw UsageError("gradient_accumulation_steps (" + std::to_string(config_.gradient_accumulation_steps) +
                      ") must be a multiple of the number of ranks (" + std::to_string(comm->world()) + ")");
   comm_ = comm;
+  buckets_.reset();
+  const int64_t bucket_bytes = GradBuckets::bytes_from_env();
+  if (comm != nullptr && comm->world() > 1 && bucket_bytes > 0)
+    buckets_ = std::make_unique<GradBuckets>(*comm, params_, bucket_bytes);
 }
 
 void Trainer::reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<uint64_t>& batch_hashes,
                                   std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) {
   torch::NoGradGuard no_grad;
   // Gradients laid end to end in parameter order, summed in rank order (sharded: dist.h).
+  // Without buckets (REWIND_GRAD_BUCKET_MB=0): here, after the backward, in one piece.
   std::vector<torch::Tensor> grads, flat;
   for (auto& p : params_) {
-    if (!p.grad().defined()) continue;
+    if (buckets_ || !p.grad().defined()) continue;
     grads.push_back(p.grad());
     flat.push_back(p.grad().reshape({-1}));
   }
@@ -259,48 +270,51 @@ void Trainer::reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<ui
       off += g.numel();
     }
   }
-  loss_sum = comm_->sum_in_rank_order(torch::full({1}, loss_sum, torch::kFloat32)).item<float>();
-  // Every rank's sample offsets and batch hashes, in micro-batch order (rank r holds a
-  // contiguous share), so rank 0 records the whole step.
+  // The rest travels in one allgather of 64-bit words per rank (one collective, one host
+  // wait): the loss sum's FP32 bits, this rank's sample offsets and batch hashes (rank r holds
+  // a contiguous share of the micro-batches, so rank order is micro-batch order and rank 0
+  // records the whole step), and the monitor statistics of every (layer, head) as FP64 bits
+  // (exact for counts below 2^53).
   const int64_t share = static_cast<int64_t>(r.offsets.size());
   const int64_t rows = share ? static_cast<int64_t>(r.offsets[0].size()) : 0;
-  torch::Tensor off = torch::empty({share, rows}, torch::kInt64);
-  for (int64_t m = 0; m < share; ++m)
-    for (int64_t i = 0; i < rows; ++i) off[m][i] = r.offsets[static_cast<size_t>(m)][static_cast<size_t>(i)];
-  torch::Tensor hashes = torch::from_blob(batch_hashes.data(), {share}, torch::kInt64).clone();
-  r.offsets.clear();
-  batch_hashes.clear();
-  for (const torch::Tensor& t : comm_->allgather(off)) {
-    const torch::Tensor c = t.to(torch::kCPU).contiguous();
-    for (int64_t m = 0; m < share; ++m)
-      r.offsets.emplace_back(c[m].data_ptr<int64_t>(), c[m].data_ptr<int64_t>() + rows);
-  }
-  for (const torch::Tensor& t : comm_->allgather(hashes)) {
-    const torch::Tensor c = t.to(torch::kCPU).contiguous();
-    for (int64_t m = 0; m < share; ++m) batch_hashes.push_back(static_cast<uint64_t>(c[m].item<int64_t>()));
-  }
-  // Monitor statistics of every (layer, head), merged over the ranks in rank order (FP64 holds
-  // the counts exactly below 2^53).
   const int64_t L = static_cast<int64_t>(caps.size()), H = config_.n_head;
-  torch::Tensor st = torch::zeros({L, H, 7}, torch::kFloat64);
+  constexpr int kStats = 7;
+  const int64_t words = 1 + share * rows + share + L * H * kStats;
+  torch::Tensor packed = torch::zeros({words}, torch::kInt64);
+  int64_t* w = packed.data_ptr<int64_t>();
+  uint32_t loss_bits = 0;
+  std::memcpy(&loss_bits, &loss_sum, sizeof loss_bits);
+  *w++ = static_cast<int64_t>(loss_bits);
+  for (int64_t m = 0; m < share; ++m)
+    for (int64_t i = 0; i < rows; ++i) *w++ = r.offsets[static_cast<size_t>(m)][static_cast<size_t>(i)];
+  for (int64_t m = 0; m < share; ++m) *w++ = static_cast<int64_t>(batch_hashes[static_cast<size_t>(m)]);
   for (int64_t l = 0; l < L; ++l) {
-    if (!caps[l]) continue;
-    for (int64_t h = 0; h < H && h < static_cast<int64_t>(caps[l]->stats.size()); ++h) {
+    for (int64_t h = 0; h < H; ++h, w += kStats) {
+      if (!caps[l] || h >= static_cast<int64_t>(caps[l]->stats.size())) continue;
       const kernels::HeadStats& x = caps[l]->stats[h];
-      const double v[7] = {x.max_logit, double(x.rows), double(x.repeated_max_rows), double(x.pbar_one),
-                           double(x.stable_pos), double(x.stable_neg), double(x.stable_guard)};
-      for (int k = 0; k < 7; ++k) st[l][h][k] = v[k];
+      const double v[kStats] = {x.max_logit, double(x.rows), double(x.repeated_max_rows), double(x.pbar_one),
+                                double(x.stable_pos), double(x.stable_neg), double(x.stable_guard)};
+      std::memcpy(w, v, sizeof v);
     }
   }
-  const std::vector<torch::Tensor> all = comm_->allgather(st);
-  for (int64_t l = 0; l < L; ++l) {
-    if (!caps[l]) continue;
-    std::vector<kernels::HeadStats> merged;
-    for (const torch::Tensor& t : all) {
-      const torch::Tensor c = t.to(torch::kCPU).contiguous();
-      const double* v = c.data_ptr<double>() + l * H * 7;
+  const torch::Tensor all = torch::stack(comm_->allgather(packed)).to(torch::kCPU).contiguous();
+  r.offsets.clear();
+  batch_hashes.clear();
+  std::vector<std::vector<kernels::HeadStats>> merged(static_cast<size_t>(L));
+  for (int64_t rank = 0; rank < all.size(0); ++rank) {
+    const int64_t* x = all[rank].data_ptr<int64_t>();
+    float part_loss = 0;
+    loss_bits = static_cast<uint32_t>(*x++);
+    std::memcpy(&part_loss, &loss_bits, sizeof part_loss);
+    // In rank order, r0 + r1 + ..., in FP32 (the bits of the device's add).
+    loss_sum = rank == 0 ? part_loss : loss_sum + part_loss;
+    for (int64_t m = 0; m < share; ++m, x += rows) r.offsets.emplace_back(x, x + rows);
+    for (int64_t m = 0; m < share; ++m) batch_hashes.push_back(static_cast<uint64_t>(*x++));
+    for (int64_t l = 0; l < L; ++l) {
       std::vector<kernels::HeadStats> part(static_cast<size_t>(H));
-      for (int64_t h = 0; h < H; ++h, v += 7) {
+      for (int64_t h = 0; h < H; ++h, x += kStats) {
+        double v[kStats];
+        std::memcpy(v, x, sizeof v);
         part[h].max_logit = static_cast<float>(v[0]);
         part[h].rows = static_cast<int64_t>(v[1]);
         part[h].repeated_max_rows = static_cast<int64_t>(v[2]);
@@ -309,10 +323,11 @@ void Trainer::reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<ui
         part[h].stable_neg = static_cast<int64_t>(v[5]);
         part[h].stable_guard = static_cast<int64_t>(v[6]);
       }
-      merge_stats(merged, part);
+      if (caps[l]) merge_stats(merged[l], part);
     }
-    caps[l]->stats = merged;
   }
+  for (int64_t l = 0; l < L; ++l)
+    if (caps[l]) caps[l]->stats = merged[l];
 }
 
 StepResult Trainer::train_step(const std::vector<int>& capture_layers) {
@@ -433,7 +448,8 @@ void Trainer::phase_mark(int phase) {
 
 std::string Trainer::phase_report() const {
   if (!phase_enabled_ || phase_steps_ == 0) return "";
-  static const char* names[kNumPhases] = {"data", "forward", "backward", "loss+stats", "grad norm", "monitors", "optimizer"};
+  static const char* names[kNumPhases] = {"data", "forward", "backward", "loss+stats", "exchange", "grad norm", "monitors",
+                                              "optimizer"};
   double total = 0;
   for (double v : phase_seconds_) total += v;
   std::string out = "phase times over " + std::to_string(phase_steps_) + " steps after " +

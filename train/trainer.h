@@ -14,6 +14,7 @@
 #include "train/config.h"
 #include "train/data.h"
 #include "train/dist.h"
+#include "train/grad_buckets.h"
 #include "train/model.h"
 #include "plan/plan.h"
 
@@ -140,9 +141,10 @@ class Trainer {
   int64_t step_ = 0;
   bool want_digest_ = false;  // set_want_digest
   Comm* comm_ = nullptr;
+  std::unique_ptr<GradBuckets> buckets_;  // world > 1 and REWIND_GRAD_BUCKET_MB > 0
 
-  enum { kPhaseData, kPhaseForward, kPhaseBackward, kPhaseLoss, kPhaseGradNorm, kPhaseMonitors,
-         kPhaseOptimizer, kNumPhases };
+  enum { kPhaseData, kPhaseForward, kPhaseBackward, kPhaseLoss, kPhaseExchange, kPhaseGradNorm,
+         kPhaseMonitors, kPhaseOptimizer, kNumPhases };
   void phase_mark(int phase);  // adds the time since the last mark to `phase` (-1: just start)
   bool phase_enabled_ = false;
   std::function<void()> before_update_;

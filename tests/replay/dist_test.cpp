@@ -96,18 +96,29 @@ TEST_F(Dist, TwoRankRecordingIsRepeatableAndReplaysBitwise) {
 
 // Issue 32: the sharded gradient exchange (all-to-all, per-shard sums in rank order, allgather)
 // gives the bits of gathering every rank's whole gradient: same losses, norms and digests.
+// The gradient exchange's forms all sum r0 + r1 in rank order: whole-tensor allgather after
+// the backward, sharded after the backward (bucket size 0), and sharded in buckets started
+// from the backward's hooks (the default; 0.01 MiB buckets split the tiny model into many).
 TEST_F(Dist, ShardedExchangeHasTheBitsOfTheWholeAllgather) {
-  const std::string whole = dir_ + "/allgather.db";
-  Cmd r = sh("REWIND_GRAD_EXCHANGE=allgather " + kBin + " train --nproc-per-node 2 --data " + data_ +
-             " --steps 40 --checkpoint-every 10 --record " + whole + kModel);
-  ASSERT_EQ(r.code, 0) << r.out;
-  const auto a = steps(store_), b = steps(whole);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].loss_bits, b[i].loss_bits) << "step " << i;
-    EXPECT_EQ(a[i].grad_norm_bits, b[i].grad_norm_bits) << "step " << i;
-    EXPECT_EQ(a[i].param_digest, b[i].param_digest) << "step " << i;
+  const auto a = steps(store_);
+  int n = 0;
+  for (const std::string env : {"REWIND_GRAD_EXCHANGE=allgather REWIND_GRAD_BUCKET_MB=0",
+                                "REWIND_GRAD_BUCKET_MB=0", "REWIND_GRAD_BUCKET_MB=0.01"}) {
+    const std::string other = dir_ + "/exchange" + std::to_string(++n) + ".db";
+    Cmd r = sh(env + " " + kBin + " train --nproc-per-node 2 --data " + data_ +
+               " --steps 40 --checkpoint-every 10 --record " + other + kModel);
+    ASSERT_EQ(r.code, 0) << env << "\n" << r.out;
+    const auto b = steps(other);
+    ASSERT_EQ(a.size(), b.size()) << env;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].loss_bits, b[i].loss_bits) << env << ", step " << i;
+      EXPECT_EQ(a[i].grad_norm_bits, b[i].grad_norm_bits) << env << ", step " << i;
+      EXPECT_EQ(a[i].param_digest, b[i].param_digest) << env << ", step " << i;
+      EXPECT_EQ(a[i].batch_hash, b[i].batch_hash) << env << ", step " << i;
+    }
   }
+  EXPECT_EQ(sh("REWIND_GRAD_BUCKET_MB=lots " + kBin + " train --nproc-per-node 2 --data " + data_ +
+               " --steps 2" + kModel).code, 2);
   EXPECT_EQ(sh("REWIND_GRAD_EXCHANGE=ring " + kBin + " train --nproc-per-node 2 --data " + data_ +
                " --steps 2" + kModel).code, 2);
 }

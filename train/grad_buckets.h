@@ -1,0 +1,64 @@
+// The data-parallel gradient exchange in buckets, started while the backward still runs (as
+// PyTorch DDP does): each bucket goes through Comm::sum_in_rank_order as soon as the last
+// micro-batch's backward has accumulated all its parameters' gradients, so the transfer hides
+// behind the backward of the layers before it. Every element is still summed r0 + r1 + ... in
+// rank order, so the bits are those of one exchange after the backward (the property the
+// bitwise replays rest on), whatever the bucket sizes and however the exchange interleaves.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "train/dist.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace rwd::train {
+
+class GradBuckets {
+ public:
+  // params: the trainer's parameters in their fixed order (leaves, all on one device).
+  // bucket_bytes: FP32 bytes per bucket (parameters in reverse order, the order the backward
+  // completes them; a parameter larger than a bucket is a bucket of its own).
+  GradBuckets(Comm& comm, const std::vector<torch::Tensor>& params, int64_t bucket_bytes);
+  ~GradBuckets();
+  GradBuckets(const GradBuckets&) = delete;
+  GradBuckets& operator=(const GradBuckets&) = delete;
+
+  // Call right before the last local backward of a step: from then on, a bucket whose
+  // gradients are all accumulated is exchanged (buckets go in order on every rank: NCCL needs
+  // the same sequence of collectives everywhere).
+  void arm();
+  // Call after that backward: exchanges what is left, in order, and makes the device's
+  // current stream wait for every bucket. The gradients then hold the sums.
+  void finish();
+  // The environment's bucket size in bytes: REWIND_GRAD_BUCKET_MB (MiB, fractions allowed;
+  // default 25, as DDP); 0 turns the overlap off (one exchange after the backward).
+  static int64_t bytes_from_env();
+
+ private:
+  struct Stream;  // the side stream and its events on CUDA (opaque: no CUDA header here)
+  void ready(size_t param);            // an accumulated gradient (autograd's thread)
+  void launch_ready_locked();          // exchanges the ready buckets at the front, in order
+  void exchange(size_t bucket);
+
+  Comm& comm_;
+  std::vector<torch::Tensor> params_;
+  std::vector<std::vector<size_t>> buckets_;   // parameter indices, in ready order
+  std::vector<size_t> bucket_of_;              // parameter -> bucket
+  std::vector<size_t> waiting_;                // per bucket: gradients not yet accumulated
+  size_t next_ = 0;                            // the first bucket not yet exchanged
+  bool armed_ = false;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
+  std::vector<uintptr_t> hook_keys_;
+  std::unique_ptr<Stream> stream_;
+};
+
+}  // namespace rwd::train
