@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/launch.h"
 #include "cli/options.h"
+#include "cli/replay_script.h"
 #include "common/error.h"
 #include "common/progress.h"
 #include "replay/replayer.h"
@@ -18,7 +19,8 @@ int run_replay(int argc, char** argv) {
   cxxopts::Options opts("rewind replay",
                         "re-execute steps FROM..TO of a recording, starting at the nearest checkpoint\n\n"
                         "  rewind replay --store run.db --from 40 --to 59 --verify\n"
-                        "  rewind replay --store run.db --from 40 --to 59 --plan 'L1.H2.pv=fp32'\n");
+                        "  rewind replay --store run.db --from 40 --to 59 --plan 'L1.H2.pv=fp32'\n"
+                        "  rewind replay --cmd 'python3 train.py' --store run.db --from 40 --to 59 --verify\n");
   opts.add_options()
       ("store", "the recording", cxxopts::value<std::string>())
       ("from", "first step of the window", cxxopts::value<int64_t>())
@@ -31,11 +33,33 @@ int run_replay(int argc, char** argv) {
       ("nproc-per-node", "data-parallel ranks on this machine (default: the recording's count; a run "
        "recorded on N ranks replays bitwise on N, on another count it gives the divergence curve)",
        cxxopts::value<int>())
+      ("cmd", "the training script of a run recorded by rewind.record in Python, run by /bin/sh with "
+       "the window in its environment (REWIND_REPLAY)", cxxopts::value<std::string>())
       ("h,help", "show help");
   auto r = opts.parse(argc, argv);
   if (wants_help(opts, r)) return 0;
   if (!r.count("store") || !r.count("from") || !r.count("to"))
     throw UsageError("replay: --store, --from and --to are required");
+  if (r.count("cmd")) {
+    if (r.count("data") || r.count("nproc-per-node"))
+      throw UsageError("replay: --data and --nproc-per-node do not apply to --cmd (the script reads its own data)");
+    ScriptReplayOptions so;
+    so.store = r["store"].as<std::string>();
+    so.run = r["run"].as<int64_t>();
+    so.from = r["from"].as<int64_t>();
+    so.to = r["to"].as<int64_t>();
+    if (r.count("plan")) so.plan = r["plan"].as<std::string>();
+    so.verify = r.count("verify") > 0;
+    so.cmd = r["cmd"].as<std::string>();
+    if (r.count("json")) so.json = r["json"].as<std::string>();
+    return replay_script(so);
+  }
+  {
+    store::Store peek = store::Store::open(r["store"].as<std::string>(), store::Mode::kReadOnly);
+    if (is_script_run(peek, r["run"].as<int64_t>()))
+      throw UsageError("replay: this run was recorded by a Python script (rewind.record); replay it with "
+                       "--cmd \"python3 train.py ...\"");
+  }
   // Ranks: as many as recorded unless asked otherwise (as bisect does), so `replay --verify`
   // of an N-rank recording verifies without flags.
   int nproc = 1;

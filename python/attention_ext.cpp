@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "kernels/attention_op.h"
 #include "plan/plan.h"
+#include "python/record_ext.h"
 #include "python/store_ext.h"
 
 namespace rwd::python {
@@ -54,4 +55,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("plan") = "", pybind11::arg("layer") = 0, pybind11::arg("causal") = true,
         "rewind's attention on (B, H, T, D) tensors with the plan's per-head flags for `layer`");
   rwd::python::bind_store(m);
+  rwd::python::bind_record(m);
 }

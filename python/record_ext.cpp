@@ -1,0 +1,196 @@
+// rewind._C.ScriptRecording / ScriptReplay / param_digest: the store side of rewind.record
+// (python/rewind/record.py) — a user's own PyTorch loop written into, and read back from, the
+// same store format rewind's trainer writes (runs, steps, blobs, checkpoints, metrics).
+#include "python/record_ext.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "common/hash.h"
+#include "store/content_hash.h"
+#include "store/store.h"
+#include "store/writer_lock.h"
+#include "train/tensor_io.h"
+
+namespace rwd::python {
+
+namespace py = pybind11;
+
+namespace {
+
+// The d2 parameter digest (common/hash.h: digest_term) of the tensors in order, computed on
+// the host: the same bits as Trainer::param_digest for the same parameters, so `store info`
+// and replay read one format. The sum over words does not depend on the order of additions.
+std::string param_digest(const std::vector<torch::Tensor>& params) {
+  uint64_t h = kFnvOffset;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const torch::Tensor c = params[k].detach().to(torch::kCPU).contiguous();
+    const int64_t bytes = c.numel() * static_cast<int64_t>(c.element_size());
+    if (bytes % 4 != 0)
+      throw Error(ExitCode::kUsage, "param digest: parameter " + std::to_string(k) + " holds " + std::to_string(bytes) +
+                                        " bytes, not a whole number of 32-bit words");
+    const int64_t words = bytes / 4;
+    const auto* w = static_cast<const uint32_t*>(c.data_ptr());
+    uint64_t sum = 0;
+    for (int64_t i = 0; i < words; ++i) sum += digest_term(w[i], static_cast<uint64_t>(i));
+    h = fnv1a64(&words, sizeof words, h);
+    h = fnv1a64(&sum, sizeof sum, h);
+  }
+  return "d2:" + hex64(h);
+}
+
+// The batch tensors' bytes, one after another (host, C order); their dtypes and shapes go into
+// the step's extra JSON (the Python side writes it), so the blob alone is the batch.
+std::vector<uint8_t> batch_bytes(const std::vector<torch::Tensor>& batch) {
+  std::vector<uint8_t> out;
+  for (const torch::Tensor& t : batch) {
+    const torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+    const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+    out.insert(out.end(), p, p + c.numel() * c.element_size());
+  }
+  return out;
+}
+
+py::list named_list(const train::NamedTensors& state) {
+  py::list out;
+  for (const auto& [name, t] : state) out.append(py::make_tuple(name, t));
+  return out;
+}
+
+}  // namespace
+
+// A recording made by a Python script: holds the store's writer lock (a second recording or
+// `store thin` is refused in one line) and writes each step in one transaction, synchronously
+// on the calling thread, so a killed script loses at most the step in flight.
+class ScriptRecording {
+ public:
+  ScriptRecording(const std::string& path, const std::string& config_json, const std::string& plan,
+                  const std::string& meta_json)
+      : lock_(std::make_unique<store::WriterLock>(path, "a recording (rewind.record)")),
+        store_(std::make_unique<store::Store>(store::Store::create(path))) {
+    run_ = store_->add_run(config_json, plan, meta_json);
+  }
+
+  int64_t run() const { return run_; }
+
+  void put_step(int64_t step, double lr, double loss, double grad_norm, const std::string& digest,
+                const std::vector<torch::Tensor>& batch, const py::bytes& rng, const std::string& extra,
+                const std::vector<std::pair<std::string, double>>& metrics) {
+    store::Store& s = open_store();
+    store::StepRecord rec;
+    rec.run = run_;
+    rec.step = step;
+    rec.lr = lr;
+    rec.loss_bits = store::float_bits(static_cast<float>(loss));  // the loop's FP32 loss: exact
+    rec.grad_norm_bits = store::float_bits(static_cast<float>(grad_norm));
+    if (!digest.empty()) rec.param_digest = digest;
+    const std::vector<uint8_t> tokens = batch_bytes(batch);
+    rec.batch_hash = store::content_hash(tokens.data(), tokens.size());
+    if (!extra.empty()) rec.extra = extra;
+    const std::string rng_state = rng;
+    auto tx = s.begin_step();
+    rec.batch_ref = s.put_blob(tokens.data(), tokens.size());
+    if (!rng_state.empty()) rec.rng_ref = s.put_blob(rng_state.data(), rng_state.size());
+    s.put_step(rec);
+    s.put_metrics(run_, step, metrics);
+    s.check_in_place();  // a deleted or moved store would take the step without an error
+    tx.commit();
+  }
+
+  // The state before step `step` runs, all rows in one transaction (train::write_checkpoint).
+  void put_checkpoint(int64_t step, const std::vector<std::pair<std::string, torch::Tensor>>& state) {
+    store::Store& s = open_store();
+    s.check_in_place();
+    train::write_checkpoint(s, run_, step, state);
+    s.checkpoint_wal();
+  }
+
+  void close() {
+    store_.reset();
+    lock_.reset();
+  }
+
+ private:
+  store::Store& open_store() {
+    if (!store_) throw Error(ExitCode::kUsage, "rewind.record: the recording is closed");
+    return *store_;
+  }
+
+  std::unique_ptr<store::WriterLock> lock_;
+  std::unique_ptr<store::Store> store_;
+  int64_t run_ = 0;
+};
+
+// The read side of a replay driven by `rewind replay --cmd`: one read-only connection.
+class ScriptReplay {
+ public:
+  explicit ScriptReplay(const std::string& path)
+      : store_(store::Store::open(path, store::Mode::kReadOnly)) {}
+
+  // {"id", "config", "plan", "meta"} of run `run` (0: the last one).
+  py::dict run(int64_t run) {
+    const std::vector<store::RunInfo> runs = store_.runs();
+    if (runs.empty()) throw Error(ExitCode::kData, "store '" + store_.path() + "' holds no run");
+    const store::RunInfo* r = run == 0 ? &runs.back() : nullptr;
+    for (const store::RunInfo& x : runs)
+      if (x.id == run) r = &x;
+    if (!r) throw Error(ExitCode::kUsage, "store '" + store_.path() + "' has no run " + std::to_string(run));
+    py::dict d;
+    d["id"] = r->id;
+    d["config"] = r->config;
+    d["plan"] = r->plan;
+    d["meta"] = r->meta;
+    return d;
+  }
+
+  std::optional<int64_t> nearest_checkpoint(int64_t run, int64_t step) { return store_.nearest_checkpoint(run, step); }
+
+  py::list checkpoint(int64_t run, int64_t step) { return named_list(train::read_checkpoint(store_, run, step)); }
+
+  // A recorded step: {"batch": bytes, "rng": bytes, "extra": str, "batch_hash": str}, or None.
+  py::object step(int64_t run, int64_t step) {
+    const std::optional<store::StepRecord> rec = store_.get_step(run, step);
+    if (!rec) return py::none();
+    py::dict d;
+    d["batch_hash"] = rec->batch_hash;
+    d["extra"] = rec->extra.value_or("");
+    d["batch"] = blob(rec->batch_ref);
+    d["rng"] = blob(rec->rng_ref);
+    return d;
+  }
+
+ private:
+  py::bytes blob(const std::optional<std::string>& hash) {
+    if (!hash) return py::bytes("");
+    const std::vector<uint8_t> b = store_.get_blob(*hash);
+    return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+
+  store::Store store_;
+};
+
+void bind_record(py::module_& m) {
+  m.def("param_digest", &param_digest, py::arg("params"),
+        "the d2 digest (\"d2:\" + 16 hex) of the tensors in order, as rewind's trainer records it");
+  py::class_<ScriptRecording>(m, "ScriptRecording")
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&>(),
+           py::arg("path"), py::arg("config"), py::arg("plan"), py::arg("meta"))
+      .def_property_readonly("run", &ScriptRecording::run)
+      .def("put_step", &ScriptRecording::put_step, py::arg("step"), py::arg("lr"), py::arg("loss"),
+           py::arg("grad_norm"), py::arg("digest"), py::arg("batch"), py::arg("rng"), py::arg("extra"),
+           py::arg("metrics"))
+      .def("put_checkpoint", &ScriptRecording::put_checkpoint, py::arg("step"), py::arg("state"))
+      .def("close", &ScriptRecording::close);
+  py::class_<ScriptReplay>(m, "ScriptReplay")
+      .def(py::init<const std::string&>(), py::arg("path"))
+      .def("run", &ScriptReplay::run, py::arg("run"))
+      .def("nearest_checkpoint", &ScriptReplay::nearest_checkpoint, py::arg("run"), py::arg("step"))
+      .def("checkpoint", &ScriptReplay::checkpoint, py::arg("run"), py::arg("step"))
+      .def("step", &ScriptReplay::step, py::arg("run"), py::arg("step"));
+}
+
+}  // namespace rwd::python

@@ -1,0 +1,307 @@
+"""rewind.record: a user's own PyTorch training loop recorded into a rewind store (the format
+rewind's trainer writes), and the same lines replaying a window of it when `rewind replay
+--cmd "python3 train.py ..."` starts the script.
+
+    rec = rewind.record("run.db", model, optimizer, checkpoint_every=50)
+    for it in range(rec.start, max_iters):   # rec.start: 0, or the checkpoint a replay starts at
+        x, y = rec.batch(get_batch, "train")  # recorded; a replay hands back the recorded batch
+        loss = model(x, y)[1]; loss.backward(); optimizer.step(); optimizer.zero_grad()
+        rec.step(loss=loss, grad_norm=norm, lr=lr)
+
+A step is what runs between rec.batch and rec.step; a checkpoint at step s is the state before
+step s runs (as in rewind's trainer)."""
+import io
+import json
+import os
+import pickle
+import random
+import struct
+import sys
+import time
+
+import torch
+
+from . import _C
+
+# Set by `rewind replay --cmd` (cli/cmd_replay_script.cpp): a JSON object with store, run,
+# from, to, plan and report (the file this process writes its per-step lines to).
+REPLAY_ENV = "REWIND_REPLAY"
+
+_active_plan = ""
+
+
+def active_plan():
+    """The precision plan rewind.attention applies when it is given none: the one recorded with
+    the run, and during a replay with --plan that plan on top of it from the window's first step."""
+    return _active_plan
+
+
+def _f32_bits(value):
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+def _scalar(x, name):
+    if x is None:
+        return float("nan")
+    if torch.is_tensor(x):
+        if x.numel() != 1:
+            raise ValueError(f"rec.step: {name} must be a scalar, not a tensor of shape {tuple(x.shape)}")
+        x = x.detach().float().item()
+    return float(x)
+
+
+def _rng_state():
+    """Every generator a loop may draw from: Python's, NumPy's (when imported), torch's CPU and
+    CUDA ones, pickled."""
+    state = {"python": random.getstate(), "cpu": torch.get_rng_state().numpy().tobytes()}
+    if "numpy" in sys.modules:
+        state["numpy"] = sys.modules["numpy"].random.get_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = [t.numpy().tobytes() for t in torch.cuda.get_rng_state_all()]
+    return pickle.dumps(state, protocol=4)
+
+
+def _set_rng_state(blob):
+    state = pickle.loads(blob)
+    random.setstate(state["python"])
+    torch.set_rng_state(torch.frombuffer(bytearray(state["cpu"]), dtype=torch.uint8))
+    if "numpy" in state:
+        import numpy
+        numpy.random.set_state(state["numpy"])
+    for i, cuda in enumerate(state.get("cuda", [])):
+        torch.cuda.set_rng_state(torch.frombuffer(bytearray(cuda), dtype=torch.uint8), i)
+
+
+def _flatten(prefix, obj, out):
+    """A state_dict as named tensors (appended to `out`) and a skeleton holding the rest."""
+    if torch.is_tensor(obj):
+        out.append((prefix, obj.detach()))
+        return {"__rewind_tensor__": prefix}
+    if isinstance(obj, dict):
+        return type(obj)((k, _flatten(f"{prefix}/{k}", v, out)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_flatten(f"{prefix}/{i}", v, out) for i, v in enumerate(obj))
+    return obj
+
+
+def _unflatten(skeleton, tensors):
+    if isinstance(skeleton, dict):
+        if set(skeleton) == {"__rewind_tensor__"}:
+            return tensors[skeleton["__rewind_tensor__"]]
+        return type(skeleton)((k, _unflatten(v, tensors)) for k, v in skeleton.items())
+    if isinstance(skeleton, (list, tuple)):
+        return type(skeleton)(_unflatten(v, tensors) for v in skeleton)
+    return skeleton
+
+
+def _bytes_tensor(b):
+    return torch.frombuffer(bytearray(b), dtype=torch.uint8) if b else torch.zeros(0, dtype=torch.uint8)
+
+
+def _batch_tensors(out):
+    """The tensors of what get_batch returned and how to rebuild it: a tensor, or a tuple/list."""
+    if torch.is_tensor(out):
+        return [out], "tensor"
+    if isinstance(out, (tuple, list)) and out and all(torch.is_tensor(t) for t in out):
+        return list(out), type(out).__name__
+    raise TypeError("rec.batch: get_batch must return a tensor or a tuple/list of tensors, not "
+                    f"{type(out).__name__}")
+
+
+def _parameters(model):
+    return [[n, list(p.shape), str(p.dtype).replace("torch.", "")] for n, p in model.named_parameters()]
+
+
+class Recorder:
+    """What rewind.record returns: records each step of the loop (or, under `rewind replay
+    --cmd`, replays a window of a recording). Use rec.start as the loop's first iteration."""
+
+    def __init__(self, path, model, optimizer, checkpoint_every=50, plan="", config=None):
+        if checkpoint_every < 1:
+            raise ValueError("rewind.record: checkpoint_every must be at least 1")
+        self.model, self.optimizer = model, optimizer
+        self.checkpoint_every = int(checkpoint_every)
+        self.step_index = 0       # the step the loop runs next
+        self._pending = None      # (tensors, kind, rng, t0) between batch and step
+        self._report = None
+        spec = os.environ.get(REPLAY_ENV)
+        self.replaying = spec is not None
+        if self.replaying:
+            self._begin_replay(json.loads(spec))
+        else:
+            self._begin_recording(str(path), plan, config or {})
+        self.start = self.step_index
+
+    # --- recording -------------------------------------------------------------------------
+    def _begin_recording(self, path, plan, config):
+        global _active_plan
+        meta = {"kind": "python", "script": sys.argv, "model": type(self.model).__name__,
+                "parameters": _parameters(self.model), "torch": torch.__version__,
+                "python": sys.version.split()[0], "threads": torch.get_num_threads(),
+                "deterministic": torch.are_deterministic_algorithms_enabled(),
+                "checkpoint_every": self.checkpoint_every}
+        params = list(self.model.parameters())
+        meta["device"] = str(params[0].device) if params else "cpu"
+        self._rec = _C.ScriptRecording(path, json.dumps(config, default=str), plan, json.dumps(meta))
+        self.run = self._rec.run
+        _active_plan = plan
+
+    def _checkpoint(self):
+        tensors = []
+        skeleton = {"model": _flatten("model", self.model.state_dict(), tensors),
+                    "optimizer": _flatten("optimizer", self.optimizer.state_dict(), tensors),
+                    "step": self.step_index}
+        tensors.append(("skeleton", _bytes_tensor(pickle.dumps(skeleton, protocol=4))))
+        tensors.append(("rng/cpu", torch.get_rng_state()))
+        tensors.append(("rng/state", _bytes_tensor(_rng_state())))
+        self._rec.put_checkpoint(self.step_index, tensors)
+
+    # --- replay ------------------------------------------------------------------------------
+    def _begin_replay(self, spec):
+        global _active_plan
+        self._report = open(spec["report"], "w", buffering=1)
+        self._to, self._from = int(spec["to"]), int(spec["from"])
+        self._plan = spec.get("plan", "")
+        try:
+            self._restore(spec)
+        except (_C.RewindError, RuntimeError, ValueError, KeyError) as e:
+            self._fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+        self._write({"start": self.step_index, "run": self.run})
+
+    def _restore(self, spec):
+        global _active_plan
+        self._replay = _C.ScriptReplay(spec["store"])
+        run = self._replay.run(int(spec.get("run", 0)))
+        self.run = run["id"]
+        meta = json.loads(run["meta"])
+        if meta.get("kind") != "python":
+            raise _C.RewindError(f"run {self.run} was recorded by rewind train, not by rewind.record")
+        recorded = meta.get("parameters", [])
+        here = _parameters(self.model)
+        if recorded != here:
+            raise _C.RewindError(_shape_difference(recorded, here))
+        c = self._replay.nearest_checkpoint(self.run, self._from)
+        if c is None:
+            raise _C.RewindError(f"run {self.run} has no checkpoint at or before step {self._from}")
+        state = dict(self._replay.checkpoint(self.run, c))
+        skeleton = pickle.loads(state["skeleton"].numpy().tobytes())
+        self.model.load_state_dict(_unflatten(skeleton["model"], state))
+        self.optimizer.load_state_dict(_unflatten(skeleton["optimizer"], state))
+        _set_rng_state(state["rng/state"].numpy().tobytes())
+        self.step_index = int(skeleton["step"])
+        self._recorded_plan = run["plan"]
+        _active_plan = self._recorded_plan
+
+    def _fail(self, message):
+        self._write({"error": message})
+        raise _C.RewindError(message) from None
+
+    def _write(self, obj):
+        self._report.write(json.dumps(obj) + "\n")
+
+    def _replay_batch(self):
+        global _active_plan
+        s = self.step_index
+        rec = self._replay.step(self.run, s)
+        if rec is None:
+            self._fail(f"run {self.run} has no recorded step {s}")
+        desc = json.loads(rec["extra"])["batch"]
+        raw, tensors, at = rec["batch"], [], 0
+        for d in desc["tensors"]:
+            t = torch.empty(d["shape"], dtype=getattr(torch, d["dtype"]))
+            n = t.numel() * t.element_size()
+            if n:
+                t.view(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(raw[at:at + n]), dtype=torch.uint8))
+            at += n
+            tensors.append(t.to(d["device"]))
+        _set_rng_state(rec["rng"])
+        if s == self._from and self._plan:
+            _active_plan = ";".join(p for p in (self._recorded_plan, self._plan) if p)
+        return tensors, desc["kind"]
+
+    # --- the loop's two calls -----------------------------------------------------------------
+    def batch(self, get_batch, *args, **kwargs):
+        """Starts a step: returns get_batch(*args, **kwargs) (a tensor or a tuple of tensors),
+        recording it. During a replay get_batch is not called: the recorded batch comes back
+        (on the recorded device) and the generators are set to what they were after it."""
+        if self._pending is not None:
+            raise _C.RewindError(f"rec.batch: step {self.step_index} already has its batch; call rec.step first")
+        t0 = time.perf_counter()
+        if self.replaying:
+            tensors, kind = self._replay_batch()
+            self._pending = (None, None, None, t0)
+            return tensors[0] if kind == "tensor" else (tuple(tensors) if kind == "tuple" else tensors)
+        if self.step_index % self.checkpoint_every == 0:
+            self._checkpoint()
+        out = get_batch(*args, **kwargs)
+        tensors, kind = _batch_tensors(out)
+        desc = {"kind": kind, "tensors": [{"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
+                                           "device": str(t.device)} for t in tensors]}
+        self._pending = (tensors, desc, _rng_state(), t0)
+        return out
+
+    def step(self, loss, grad_norm=None, lr=None, **metrics):
+        """Ends the step begun by rec.batch, after optimizer.step(): records the loss and
+        gradient norm (as FP32 bits), the learning rate (default: the optimizer's first group's),
+        a digest of the parameters and any other scalars given as keywords. During a replay it
+        reports them to `rewind replay` instead, and ends the process after the window's last step."""
+        if self._pending is None:
+            raise _C.RewindError(f"rec.step: step {self.step_index} has no batch; call rec.batch first")
+        tensors, desc, rng, t0 = self._pending
+        self._pending = None
+        loss_v, norm_v = _scalar(loss, "loss"), _scalar(grad_norm, "grad_norm")
+        lr_v = float(self.optimizer.param_groups[0]["lr"] if lr is None else lr)
+        digest = _C.param_digest([p for p in self.model.parameters()])
+        s = self.step_index
+        self.step_index += 1
+        if self.replaying:
+            self._write({"step": s, "loss": loss_v, "loss_bits": _f32_bits(loss_v), "grad_norm": norm_v,
+                         "grad_norm_bits": _f32_bits(norm_v), "lr": lr_v, "digest": digest})
+            if s >= self._to:
+                self._write({"done": s})
+                self._report.close()
+                sys.exit(0)
+            return
+        seconds = time.perf_counter() - t0
+        extra = json.dumps({"batch": desc, "seconds": seconds})
+        scalars = [("lr", lr_v), ("step_seconds", seconds)] + [(k, _scalar(v, k)) for k, v in metrics.items()]
+        self._rec.put_step(s, lr_v, loss_v, norm_v, digest, tensors, rng, extra, scalars)
+
+    def close(self):
+        """Ends the recording (commits nothing new: every step is committed by rec.step) and
+        lets go of the store's writer lock."""
+        if not self.replaying:
+            self._rec.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _shape_difference(recorded, here):
+    rec, now = {p[0]: p for p in recorded}, {p[0]: p for p in here}
+    for name in list(rec) + list(now):
+        if name not in now:
+            return f"the model has no parameter '{name}', which the recording has"
+        if name not in rec:
+            return f"the model's parameter '{name}' is not in the recording"
+        if rec[name] != now[name]:
+            return (f"the model's parameter '{name}' is {now[name][1]} {now[name][2]} here, "
+                    f"{rec[name][1]} {rec[name][2]} in the recording")
+    return "the model's parameters are in another order than in the recording"
+
+
+def record(path, model, optimizer, checkpoint_every=50, plan="", config=None):
+    """Records the training loop of `model` and `optimizer` into a new store at `path` (never
+    overwritten: an existing non-empty file is a rewind.RewindError), or, when `rewind replay
+    --cmd` started this script, replays the asked window from that store instead.
+
+    checkpoint_every: model and optimizer state_dicts and the generators' states every that
+    many steps. plan: the precision plan rewind.attention applies (recorded with the run).
+    config: a JSON-able dict stored as the run's config (e.g. nanoGPT's config dict).
+
+        rec = rewind.record("run.db", model, optimizer, checkpoint_every=5)
+    """
+    return Recorder(path, model, optimizer, checkpoint_every, plan, config)

@@ -1,0 +1,125 @@
+"""rewind.record in a user's own loop (tiny_train.py, a 2-layer nanoGPT-like script): the store
+it writes is a rewind store (rewind.open, `rewind store verify`), `rewind replay --cmd ...
+--verify` replays a window bitwise from the recorded batches and generator states, a step
+perturbed on replay is named, and a script that cannot replay the window gets one line and a
+non-zero exit with the store untouched."""
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import rewind
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "tiny_train.py")
+REWIND = os.environ.get("REWIND_BIN", "")
+
+
+def script(store, *args):
+    return " ".join(shlex.quote(a) for a in [sys.executable, SCRIPT, "--store", store, *args])
+
+
+def sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@unittest.skipUnless(REWIND and os.path.exists(REWIND), "needs the rewind binary (REWIND_BIN)")
+class RecordReplay(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="rewind_record_")
+        cls.store = os.path.join(cls.dir, "run.db")
+        r = subprocess.run(script(cls.store, "--steps", "20"), shell=True, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise AssertionError("recording failed: " + r.stderr[-2000:])
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def rewind_cli(self, *args):
+        return subprocess.run([REWIND, *args], capture_output=True, text=True)
+
+    def replay(self, cmd, *extra, window=("7", "14")):
+        return self.rewind_cli("replay", "--cmd", cmd, "--store", self.store, "--from", window[0],
+                               "--to", window[1], *extra)
+
+    def test_store_reads_as_a_rewind_store(self):
+        run = rewind.open(self.store).run()
+        self.assertEqual(run.meta["kind"], "python")
+        self.assertEqual(run.config["n_layer"], 2)
+        s = run.steps()
+        self.assertEqual(s["step"].tolist(), list(range(20)))
+        self.assertTrue(all(d.startswith("d2:") for d in s["param_digest"]))
+        self.assertEqual(len(set(s["param_digest"])), 20)  # the parameters change every step
+        self.assertEqual(len(set(s["batch_hash"])), 20)
+        self.assertTrue((s["loss"] > 0).all() and (s["grad_norm"] > 0).all())
+        self.assertEqual(run.checkpoint_steps(), [0, 5, 10, 15])
+        ckpt = run.checkpoint(5)
+        for name in ("model/wte.weight", "optimizer/state/0/exp_avg", "rng/cpu", "rng/state", "skeleton"):
+            self.assertIn(name, ckpt)
+        self.assertEqual(self.rewind_cli("store", "verify", self.store).returncode, 0)
+        info = self.rewind_cli("store", "info", self.store)
+        self.assertEqual(info.returncode, 0, info.stderr)
+
+    def test_replay_verifies_bitwise(self):
+        r = self.replay(script(self.store), "--verify")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("verified: every step from 5 to 14 is bitwise identical", r.stdout)
+
+    def test_replay_feeds_the_recorded_batches(self):
+        # Other data in the script: the batches come from the store, so the replay still verifies.
+        r = self.replay(script(self.store, "--data-seed", "9"), "--verify", window=("10", "12"))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("verified: every step from 10 to 12", r.stdout)
+
+    def test_perturbed_step_is_named(self):
+        r = self.replay(script(self.store, "--perturb", "10"), "--verify")
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn("replay diverged at step 10: parameter digest recorded d2:", r.stderr)
+
+    def test_plan_changes_the_window_only(self):
+        out = os.path.join(self.dir, "curve.json")
+        r = self.replay(script(self.store), "--verify", "--plan", "L*.attn=fp32", "--json", out)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("differs from the recording", r.stdout)
+        with open(out) as f:
+            steps = {s["step"]: s for s in json.load(f)["steps"]}
+        self.assertEqual(sorted(steps), list(range(5, 15)))
+        for s in (5, 6):  # before the window: the recorded plan, verified bitwise
+            self.assertEqual(steps[s]["loss"], steps[s]["recorded_loss"])
+        self.assertNotEqual(steps[7]["loss"], steps[7]["recorded_loss"])
+
+    def test_bad_input_is_one_line_and_leaves_the_store(self):
+        before = sha(self.store)
+        cases = [
+            (self.rewind_cli("replay", "--store", self.store, "--from", "7", "--to", "14"),
+             2, "recorded by a Python script (rewind.record); replay it with --cmd"),
+            (self.replay(f"{shlex.quote(sys.executable)} -c pass"), 2,
+             "the script exited with status 0 without calling rewind.record"),
+            (self.replay(script(self.store, "--steps", "10")), 2,
+             "exited with status 0 after step 9, before step 14"),
+            (self.replay(script(self.store, "--n-embd", "48")), 2,
+             "the model's parameter 'wte.weight' is [64, 48] float32 here, [64, 32] float32 in the recording"),
+            (self.replay(script(self.store), window=("7", "40")), 2, "is outside the recording (steps 0..19)"),
+            (self.replay(script(self.store), "--plan", "L5.H0.pv=fp32"), 2, "layer 5 out of range (model has 2 layers"),
+        ]
+        for r, code, text in cases:
+            self.assertEqual(r.returncode, code, r.stdout + r.stderr)
+            last = r.stderr.strip().splitlines()[-1]  # the script's own traceback may precede it
+            self.assertTrue(last.startswith("rewind: error: "), last)
+            self.assertIn(text, last)
+        again = subprocess.run(script(self.store, "--steps", "2"), shell=True, capture_output=True, text=True)
+        self.assertNotEqual(again.returncode, 0)  # never records over a store
+        self.assertIn("RewindError", again.stderr)
+        self.assertEqual(sha(self.store), before)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,104 @@
+"""A tiny nanoGPT-like training script with rewind's lines added (marked "# rewind"), for the
+record/replay tests: 2 layers, rewind.attention, dropout (so the generators matter), a
+get_batch that draws from torch's, Python's and NumPy's generators, AdamW and a warmup+cosine
+learning rate by iteration.
+
+    python3 tiny_train.py --store run.db --steps 20
+    rewind replay --cmd "python3 tiny_train.py --store run.db" --store run.db --from 7 --to 14 --verify
+"""
+import argparse
+import math
+import random
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+import rewind  # rewind
+
+
+class Block(nn.Module):
+    def __init__(self, layer, n_embd, n_head, dropout):
+        super().__init__()
+        self.layer, self.n_head = layer, n_head
+        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
+        y = rewind.attention(q, k, v, layer=self.layer, causal=True)  # rewind: for F.scaled_dot_product_attention
+        x = x + self.drop(self.c_proj(y.transpose(1, 2).reshape(b, t, c)))
+        return x + self.drop(self.mlp(self.ln_2(x)))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, block, n_layer, n_embd, n_head, dropout):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, n_embd), nn.Embedding(block, n_embd)
+        self.h = nn.ModuleList(Block(i, n_embd, n_head, dropout) for i in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.drop = nn.Dropout(dropout)
+        nn.init.normal_(self.wte.weight, std=0.02)
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.size(1))
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for blk in self.h:
+            x = blk(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--checkpoint-every", type=int, default=5)
+    ap.add_argument("--n-embd", type=int, default=32)
+    ap.add_argument("--data-seed", type=int, default=0)
+    ap.add_argument("--perturb", type=int, default=-1, help="nudge a weight after this step's update")
+    a = ap.parse_args()
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    torch.manual_seed(1337)
+    random.seed(1337)
+    np.random.seed(1337)
+    vocab, block, batch = 64, 16, 4
+    data = torch.from_numpy(np.random.RandomState(a.data_seed).randint(0, vocab, 4096)).long()
+
+    def get_batch():
+        ix = torch.randint(len(data) - block - 8, (batch,)) + random.randrange(4) + int(np.random.randint(4))
+        x = torch.stack([data[i:i + block] for i in ix])
+        y = torch.stack([data[i + 1:i + 1 + block] for i in ix])
+        return x, y
+
+    model = GPT(vocab, block, n_layer=2, n_embd=a.n_embd, n_head=2, dropout=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    config = {"n_layer": 2, "n_head": 2, "n_embd": a.n_embd, "block_size": block, "vocab_size": vocab}
+    rec = rewind.record(a.store, model, opt, checkpoint_every=a.checkpoint_every, config=config)  # rewind
+    for it in range(rec.start, a.steps):  # rewind: rec.start (0, or the checkpoint a replay starts at)
+        lr = 3e-3 * min(1.0, (it + 1) / 5) * 0.5 * (1 + math.cos(math.pi * it / a.steps))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, y = rec.batch(get_batch)  # rewind: was x, y = get_batch()
+        loss = model(x, y)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if it == a.perturb:
+            with torch.no_grad():
+                model.wte.weight[0, 0] += 1e-3
+        rec.step(loss=loss, grad_norm=norm, lr=lr)  # rewind
+        print(f"iter {it}: loss {loss.item():.4f}")
+    rec.close()  # rewind
+
+
+if __name__ == "__main__":
+    main()
