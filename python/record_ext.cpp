@@ -13,6 +13,7 @@
 #include "common/hash.h"
 #include "store/content_hash.h"
 #include "store/store.h"
+#include "store/store_worker.h"
 #include "store/writer_lock.h"
 #include "train/tensor_io.h"
 
@@ -63,24 +64,33 @@ py::list named_list(const train::NamedTensors& state) {
 
 }  // namespace
 
-// A recording made by a Python script: holds the store's writer lock (a second recording or
-// `store thin` is refused in one line) and writes each step in one transaction, synchronously
-// on the calling thread, so a killed script loses at most the step in flight.
+// A recording made by a Python script, written like rewind train's (train::Recorder): it holds
+// the store's writer lock (a second recording or `store thin` is refused in one line), and two
+// background threads, each on a connection of its own (store::StoreWorker), commit the steps
+// (one transaction each, in order) and the checkpoints (all rows of one in one transaction,
+// after the steps before it), so the loop waits neither for compression nor for SQLite. A
+// killed script loses the steps still queued, never the store's consistency.
 class ScriptRecording {
  public:
   ScriptRecording(const std::string& path, const std::string& config_json, const std::string& plan,
                   const std::string& meta_json)
-      : lock_(std::make_unique<store::WriterLock>(path, "a recording (rewind.record)")),
-        store_(std::make_unique<store::Store>(store::Store::create(path))) {
-    run_ = store_->add_run(config_json, plan, meta_json);
+      : lock_(std::make_unique<store::WriterLock>(path, "a recording (rewind.record)")) {
+    run_ = store::Store::create(path).add_run(config_json, plan, meta_json);
+    store::StoreOptions so;
+    so.wal_autocheckpoint = 0;  // the writers copy the WAL into the file on their own schedule
+    steps_ = std::make_unique<store::StoreWorker>(path, so, kMaxQueuedSteps, "step writer");
+    checkpoints_ = std::make_unique<store::StoreWorker>(path, so, 1, "checkpoint writer");
   }
+  // Members go in reverse order: the checkpoint writer (whose jobs wait for the step writer)
+  // stops first, each after running what is queued, and the lock is let go last. No GIL is
+  // needed by the writers, so this may run while Python holds it.
 
   int64_t run() const { return run_; }
 
   void put_step(int64_t step, double lr, double loss, double grad_norm, const std::string& digest,
                 const std::vector<torch::Tensor>& batch, const py::bytes& rng, const std::string& extra,
                 const std::vector<std::pair<std::string, double>>& metrics) {
-    store::Store& s = open_store();
+    require_open();
     store::StepRecord rec;
     rec.run = run_;
     rec.step = step;
@@ -88,41 +98,72 @@ class ScriptRecording {
     rec.loss_bits = store::float_bits(static_cast<float>(loss));  // the loop's FP32 loss: exact
     rec.grad_norm_bits = store::float_bits(static_cast<float>(grad_norm));
     if (!digest.empty()) rec.param_digest = digest;
-    const std::vector<uint8_t> tokens = batch_bytes(batch);
+    std::vector<uint8_t> tokens = batch_bytes(batch);
     rec.batch_hash = store::content_hash(tokens.data(), tokens.size());
     if (!extra.empty()) rec.extra = extra;
-    const std::string rng_state = rng;
-    auto tx = s.begin_step();
-    rec.batch_ref = s.put_blob(tokens.data(), tokens.size());
-    if (!rng_state.empty()) rec.rng_ref = s.put_blob(rng_state.data(), rng_state.size());
-    s.put_step(rec);
-    s.put_metrics(run_, step, metrics);
-    s.check_in_place();  // a deleted or moved store would take the step without an error
-    tx.commit();
+    std::string rng_state = rng;
+    py::gil_scoped_release nogil;
+    steps_->push([rec = std::move(rec), tokens = std::move(tokens), rng_state = std::move(rng_state),
+                  metrics](store::Store& s) mutable {
+      auto tx = s.begin_step();
+      rec.batch_ref = s.put_blob(tokens.data(), tokens.size());
+      if (!rng_state.empty()) rec.rng_ref = s.put_blob(rng_state.data(), rng_state.size());
+      s.put_step(rec);
+      s.put_metrics(rec.run, rec.step, metrics);
+      s.check_in_place();  // a deleted or moved store would take the step without an error
+      tx.commit();
+      if ((rec.step + 1) % kWalCheckpointSteps == 0) s.checkpoint_wal();
+    });
   }
 
-  // The state before step `step` runs, all rows in one transaction (train::write_checkpoint).
+  // The state before step `step` runs, copied here (the loop goes on changing it) and written
+  // by the checkpoint writer once the steps queued before it are committed
+  // (train::write_checkpoint: all rows in one transaction). Waits while one checkpoint is
+  // being written and another waits behind it.
   void put_checkpoint(int64_t step, const std::vector<std::pair<std::string, torch::Tensor>>& state) {
-    store::Store& s = open_store();
-    s.check_in_place();
-    train::write_checkpoint(s, run_, step, state);
-    s.checkpoint_wal();
+    require_open();
+    train::NamedTensors host;
+    for (const auto& [name, t] : state)
+      host.emplace_back(name, t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    py::gil_scoped_release nogil;
+    checkpoints_->wait_for_room();
+    const uint64_t steps_before = steps_->pushed();
+    store::StoreWorker* steps = steps_.get();
+    checkpoints_->push([steps, steps_before, run = run_, step, host = std::move(host)](store::Store& s) {
+      steps->wait_done(steps_before);
+      s.check_in_place();
+      train::write_checkpoint(s, run, step, host);
+      s.checkpoint_wal();
+    });
   }
 
+  // Commits everything queued (rethrowing a write that failed) and lets go of the lock.
   void close() {
-    store_.reset();
+    if (!steps_) return;
+    {
+      py::gil_scoped_release nogil;
+      steps_->flush();
+      checkpoints_->flush();
+      checkpoints_.reset();
+      steps_.reset();
+    }
     lock_.reset();
   }
 
  private:
-  store::Store& open_store() {
-    if (!store_) throw Error(ExitCode::kUsage, "rewind.record: the recording is closed");
-    return *store_;
+  // As train::Recorder: at most this many steps wait for the step writer; the WAL is copied
+  // into the main file every this many steps (and after each checkpoint).
+  static constexpr size_t kMaxQueuedSteps = 256;
+  static constexpr int64_t kWalCheckpointSteps = 1024;
+
+  void require_open() const {
+    if (!steps_) throw Error(ExitCode::kUsage, "rewind.record: the recording is closed");
   }
 
   std::unique_ptr<store::WriterLock> lock_;
-  std::unique_ptr<store::Store> store_;
   int64_t run_ = 0;
+  std::unique_ptr<store::StoreWorker> steps_;
+  std::unique_ptr<store::StoreWorker> checkpoints_;
 };
 
 // The read side of a replay driven by `rewind replay --cmd`: one read-only connection.

@@ -10,7 +10,7 @@ rewind's trainer writes), and the same lines replaying a window of it when `rewi
 
 A step is what runs between rec.batch and rec.step; a checkpoint at step s is the state before
 step s runs (as in rewind's trainer)."""
-import io
+import atexit
 import json
 import os
 import pickle
@@ -144,6 +144,7 @@ class Recorder:
         meta["device"] = str(params[0].device) if params else "cpu"
         self._rec = _C.ScriptRecording(path, json.dumps(config, default=str), plan, json.dumps(meta))
         self.run = self._rec.run
+        atexit.register(self.close)  # commits what is queued if the script never calls close
         _active_plan = plan
 
     def _checkpoint(self):
@@ -268,8 +269,9 @@ class Recorder:
         self._rec.put_step(s, lr_v, loss_v, norm_v, digest, tensors, rng, extra, scalars)
 
     def close(self):
-        """Ends the recording (commits nothing new: every step is committed by rec.step) and
-        lets go of the store's writer lock."""
+        """Ends the recording: waits until every step and checkpoint is committed (the store's
+        background writers; a failed write is raised here or at the next rec.step) and lets go
+        of the store's writer lock. Called at exit if the script does not."""
         if not self.replaying:
             self._rec.close()
 

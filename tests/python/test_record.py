@@ -8,9 +8,11 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import rewind
@@ -95,6 +97,33 @@ class RecordReplay(unittest.TestCase):
         for s in (5, 6):  # before the window: the recorded plan, verified bitwise
             self.assertEqual(steps[s]["loss"], steps[s]["recorded_loss"])
         self.assertNotEqual(steps[7]["loss"], steps[7]["recorded_loss"])
+
+    def test_killed_recording_leaves_a_store_that_verifies_and_replays(self):
+        store = os.path.join(self.dir, "killed.db")
+        p = subprocess.Popen(script(store, "--steps", "400", "--checkpoint-every", "3"), shell=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and p.poll() is None:
+                time.sleep(0.2)
+                try:
+                    if len(rewind.open(store).run().steps()["step"]) >= 12:
+                        break
+                except (ValueError, IndexError):  # not created yet, or no run yet
+                    pass
+            self.assertIsNone(p.poll(), p.stderr.read() if p.poll() is not None else "")
+        finally:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        self.assertEqual(self.rewind_cli("store", "verify", store).returncode, 0)
+        run = rewind.open(store).run()
+        last = int(run.steps()["step"][-1])
+        self.assertGreaterEqual(last, 11)
+        self.assertGreaterEqual(len(run.checkpoint_steps()), 4)
+        r = self.rewind_cli("replay", "--cmd", script(store, "--steps", "400", "--checkpoint-every", "3"),
+                            "--store", store, "--from", "7", "--to", "10", "--verify")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("verified: every step from 6 to 10", r.stdout)
 
     def test_bad_input_is_one_line_and_leaves_the_store(self):
         before = sha(self.store)
