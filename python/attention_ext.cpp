@@ -1,9 +1,14 @@
 // rewind._C: the LibTorch extension behind the Python package: rewind's attention as a
-// differentiable op (per-head precision flags from the plan language) and the module itself.
+// differentiable op (per-head precision flags from the plan language, per-head monitors while
+// a recording asks for them) and the module itself.
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/attention_op.h"
@@ -18,6 +23,44 @@ namespace {
 // Layers a plan given to attention() may name: the op sees one layer, the plan may be a whole
 // model's (its other layers are ignored).
 constexpr int kMaxLayers = 1024;
+
+// Per-head monitors (rewind.record asks for them): the captures of every attention() call
+// since the last collect_monitors(), by layer. Read when collected, so a CUDA forward never
+// waits for its stats (kernels::fetch_stats). Touched only under the GIL.
+bool g_monitoring = false;
+std::map<int, std::vector<std::shared_ptr<kernels::AttentionCapture>>> g_captures;
+
+// The monitors rewind's trainer records (train::Trainer::monitors, less the W_Q spectral
+// norm, which needs to know the model's W_Q) per layer and head over the calls since the last
+// collect: max logit (max), repeated-max row rate and P̄ == 1 count (summed), stable-guard count.
+std::vector<std::pair<std::string, double>> collect_monitors() {
+  std::vector<std::pair<std::string, double>> out;
+  for (auto& [layer, caps] : g_captures) {
+    std::vector<kernels::HeadStats> sum;
+    for (const auto& c : caps) {
+      kernels::fetch_stats(*c);
+      if (sum.size() < c->stats.size()) sum.resize(c->stats.size());
+      for (size_t h = 0; h < c->stats.size(); ++h) {
+        const kernels::HeadStats& x = c->stats[h];
+        sum[h].max_logit = std::max(sum[h].max_logit, x.max_logit);
+        sum[h].rows += x.rows;
+        sum[h].repeated_max_rows += x.repeated_max_rows;
+        sum[h].pbar_one += x.pbar_one;
+        sum[h].stable_guard += x.stable_guard;
+      }
+    }
+    for (size_t h = 0; h < sum.size(); ++h) {
+      const std::string p = "L" + std::to_string(layer) + ".H" + std::to_string(h) + ".";
+      const kernels::HeadStats& x = sum[h];
+      out.emplace_back(p + "max_logit", x.max_logit);
+      out.emplace_back(p + "repmax_rate", x.rows ? double(x.repeated_max_rows) / double(x.rows) : 0.0);
+      out.emplace_back(p + "pbar_one", double(x.pbar_one));
+      if (x.stable_guard > 0) out.emplace_back(p + "stable_guard", double(x.stable_guard));
+    }
+  }
+  g_captures.clear();
+  return out;
+}
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const std::string& plan_spec, int layer, bool causal) {
@@ -41,7 +84,14 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   opt.flags = lp.heads;
   // Like F.scaled_dot_product_attention under autocast: any float dtype in, the same out.
   const auto dtype = q.scalar_type();
-  torch::Tensor o = kernels::attention(q.to(torch::kFloat32), k.to(torch::kFloat32), v.to(torch::kFloat32), opt);
+  std::shared_ptr<kernels::AttentionCapture> capture;
+  if (g_monitoring) {
+    capture = std::make_shared<kernels::AttentionCapture>();
+    capture->keep_tensors = false;  // the stats alone
+    g_captures[layer].push_back(capture);
+  }
+  torch::Tensor o =
+      kernels::attention(q.to(torch::kFloat32), k.to(torch::kFloat32), v.to(torch::kFloat32), opt, capture);
   return o.to(dtype);
 }
 
@@ -54,6 +104,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &rwd::python::attention, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
         pybind11::arg("plan") = "", pybind11::arg("layer") = 0, pybind11::arg("causal") = true,
         "rewind's attention on (B, H, T, D) tensors with the plan's per-head flags for `layer`");
+  m.def("set_monitoring", [](bool on) { rwd::python::g_monitoring = on; rwd::python::g_captures.clear(); },
+        "record per-head monitors of every attention() call from now on (rewind.record turns it on)");
+  m.def("collect_monitors", &rwd::python::collect_monitors,
+        "per-head monitors ('L0.H1.max_logit', ...) over the attention() calls since the last collect");
   rwd::python::bind_store(m);
   rwd::python::bind_record(m);
 }

@@ -145,6 +145,7 @@ class Recorder:
         self._rec = _C.ScriptRecording(path, json.dumps(config, default=str), plan, json.dumps(meta))
         self.run = self._rec.run
         atexit.register(self.close)  # commits what is queued if the script never calls close
+        _C.set_monitoring(True)
         _active_plan = plan
 
     def _checkpoint(self):
@@ -234,6 +235,7 @@ class Recorder:
             return tensors[0] if kind == "tensor" else (tuple(tensors) if kind == "tuple" else tensors)
         if self.step_index % self.checkpoint_every == 0:
             self._checkpoint()
+        _C.collect_monitors()  # drops what ran outside a step (e.g. an evaluation)
         out = get_batch(*args, **kwargs)
         tensors, kind = _batch_tensors(out)
         desc = {"kind": kind, "tensors": [{"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
@@ -244,7 +246,9 @@ class Recorder:
     def step(self, loss, grad_norm=None, lr=None, **metrics):
         """Ends the step begun by rec.batch, after optimizer.step(): records the loss and
         gradient norm (as FP32 bits), the learning rate (default: the optimizer's first group's),
-        a digest of the parameters and any other scalars given as keywords. During a replay it
+        a digest of the parameters, any other scalars given as keywords and the per-head monitors
+        of the rewind.attention calls since rec.batch ("L0.H1.max_logit", "repmax_rate",
+        "pbar_one", "stable_guard"). During a replay it
         reports them to `rewind replay` instead, and ends the process after the window's last step."""
         if self._pending is None:
             raise _C.RewindError(f"rec.step: step {self.step_index} has no batch; call rec.batch first")
@@ -265,7 +269,8 @@ class Recorder:
             return
         seconds = time.perf_counter() - t0
         extra = json.dumps({"batch": desc, "seconds": seconds})
-        scalars = [("lr", lr_v), ("step_seconds", seconds)] + [(k, _scalar(v, k)) for k, v in metrics.items()]
+        scalars = ([("lr", lr_v), ("step_seconds", seconds)] + [(k, _scalar(v, k)) for k, v in metrics.items()]
+                   + _C.collect_monitors())
         self._rec.put_step(s, lr_v, loss_v, norm_v, digest, tensors, rng, extra, scalars)
 
     def close(self):
@@ -273,6 +278,7 @@ class Recorder:
         background writers; a failed write is raised here or at the next rec.step) and lets go
         of the store's writer lock. Called at exit if the script does not."""
         if not self.replaying:
+            _C.set_monitoring(False)
             self._rec.close()
 
     def __enter__(self):

@@ -15,6 +15,8 @@ import tempfile
 import time
 import unittest
 
+import numpy as np
+
 import rewind
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,6 +65,15 @@ class RecordReplay(unittest.TestCase):
         self.assertEqual(len(set(s["batch_hash"])), 20)
         self.assertTrue((s["loss"] > 0).all() and (s["grad_norm"] > 0).all())
         self.assertEqual(run.checkpoint_steps(), [0, 5, 10, 15])
+        m = run.metrics()  # rec.step's lr and step time, rewind.attention's per-head monitors
+        self.assertEqual(m["step"].tolist(), list(range(20)))
+        self.assertTrue(np.array_equal(m["lr"], s["lr"]))
+        for layer in (0, 1):
+            for head in (0, 1):
+                logit = m[f"L{layer}.H{head}.max_logit"]
+                self.assertTrue(np.isfinite(logit).all() and (logit > 0).all() and len(set(logit)) > 1)
+                self.assertTrue(((m[f"L{layer}.H{head}.repmax_rate"] >= 0) & (m[f"L{layer}.H{head}.repmax_rate"] <= 1)).all())
+        self.assertNotIn("L2.H0.max_logit", m)
         ckpt = run.checkpoint(5)
         for name in ("model/wte.weight", "optimizer/state/0/exp_avg", "rng/cpu", "rng/state", "skeleton"):
             self.assertIn(name, ckpt)
@@ -107,7 +118,8 @@ class RecordReplay(unittest.TestCase):
             while time.monotonic() < deadline and p.poll() is None:
                 time.sleep(0.2)
                 try:
-                    if len(rewind.open(store).run().steps()["step"]) >= 12:
+                    run = rewind.open(store).run()  # checkpoints 0, 3, 6 and steps past 10
+                    if len(run.steps()["step"]) >= 12 and len(run.checkpoint_steps()) >= 3:
                         break
                 except (ValueError, IndexError):  # not created yet, or no run yet
                     pass
@@ -119,7 +131,7 @@ class RecordReplay(unittest.TestCase):
         run = rewind.open(store).run()
         last = int(run.steps()["step"][-1])
         self.assertGreaterEqual(last, 11)
-        self.assertGreaterEqual(len(run.checkpoint_steps()), 4)
+        self.assertEqual(run.checkpoint_steps()[:3], [0, 3, 6])
         r = self.rewind_cli("replay", "--cmd", script(store, "--steps", "400", "--checkpoint-every", "3"),
                             "--store", store, "--from", "7", "--to", "10", "--verify")
         self.assertEqual(r.returncode, 0, r.stderr)
