@@ -102,8 +102,15 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
     for (const auto& out : ctx.probe(batch)) verdicts.push_back(out.fails);
     return verdicts;
   };
+  const int first_probe = static_cast<int>(rep.probes.size());
   rep.search = search(space, oracle, so);
+  // Every engine probe reached the oracle once, in order: engine index i is report probe first + i.
+  if (rep.probes.size() == first_probe + rep.search.probes.size())
+    for (const Probe& p : rep.search.probes)
+      if (p.parent >= 0) rep.probes[first_probe + p.index].parent = first_probe + p.parent;
   const Status st = rep.search.status;
+  rep.near_miss.reset();
+  if (st == Status::kNotReproducible) rep.near_miss = detail::recorded_near_miss(ctx, from, to);
   if (st != Status::kLocalized && st != Status::kSeparateFix && st != Status::kNoFixInSpace) return;
 
   // Fix checks: the fixing set promoted (already probed by the engine: a cache hit), and the
@@ -301,6 +308,12 @@ ProbeSpec Context::make(int64_t from, int64_t to, const std::string& kind) const
   p.job = job;
   p.reference = reference;
   return p;
+}
+
+NearMiss recorded_near_miss(Context& ctx, int64_t from, int64_t to) {
+  const std::vector<std::string> used = ctx.pred.series_used();
+  const int64_t first = ctx.store.step_range(ctx.run.run_id)->first;
+  return near_miss(ctx.pred, recorded_series(ctx.store, ctx.run.run_id, first, to, &used), from, to);
 }
 
 std::vector<ProbeOutcome> Context::probe(const std::vector<ProbeSpec>& batch) {

@@ -11,6 +11,7 @@
 
 #include "bisect/probe.h"
 #include "bisect/probe_pool.h"
+#include "bisect/report_near_miss.h"
 #include "bisect/search.h"
 #include "common/progress.h"
 
@@ -42,6 +43,9 @@ struct ProbeEntry {
   // of a candidate set), and measured: its training-step time over the recorded plan's
   // per-step time measured in this bisect (BisectReport::recorded_step_s).
   double predicted_cost = 0, measured_cost = 0;
+  // The probe whose set this one's was split from (the engine's Probe::parent as an index into
+  // BisectReport::probes; issue 35's narrowing tree); -1: a root (checks, time and fix probes).
+  int parent = -1;
 };
 
 // Time bisection over checkpoints (issue 9).
@@ -89,6 +93,9 @@ struct BisectReport {
   std::vector<ProbeEntry> probes;     // every probe, in the order they were asked
   std::vector<double> recorded_loss;  // over the window (or over [c0, F] for a time search)
   int64_t recorded_from = 0;
+  // Not reproducible (the recording never fails, or the window's recorded-plan replay passes):
+  // where the recording came closest to failing (issue 35).
+  std::optional<NearMiss> near_miss;
   int executed = 0, cached = 0, jobs = 1;
   int ranks = 1;                      // data-parallel ranks each probe ran on
   std::vector<std::string> gpus;
@@ -135,6 +142,9 @@ struct Context {
   std::vector<ProbeOutcome> probe(const std::vector<ProbeSpec>& batch);
   ProbeSpec make(int64_t from, int64_t to, const std::string& kind) const;
 };
+
+// The near miss of the recorded steps [from, to] (history: every recorded step before them).
+NearMiss recorded_near_miss(Context& ctx, int64_t from, int64_t to);
 
 // Issue 9: fills report.time; returns true when a window [c*, F] was found.
 bool find_window(Context& ctx, const BisectOptions& o);

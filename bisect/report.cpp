@@ -1,6 +1,8 @@
 // report.json and report.md of a bisect, and writing the report folder.
 #include "bisect/report.h"
 
+#include "bisect/report_probes.h"
+
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -50,9 +52,33 @@ std::string fmt(const char* f, double x) {
 
 nlohmann::json cost_json(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 
+nlohmann::ordered_json near_miss_json(const NearMiss& m) {
+  nlohmann::ordered_json j;
+  j["series"] = m.series;
+  j["from"] = m.from;
+  j["values"] = curve(m.values);
+  j["threshold"] = curve(m.threshold);
+  j["fails"] = m.above ? "above the threshold" : "below the threshold";
+  j["closest_step"] = m.closest >= 0 ? nlohmann::json(m.closest) : nlohmann::json(nullptr);
+  j["closest_gap"] = cost_json(m.gap);
+  int holds = 0;
+  for (bool h : m.holds) holds += h;
+  j["steps_where_it_holds"] = holds;
+  j["note"] = m.note;
+  return j;
+}
+
 }  // namespace
 
 std::string cost_text(double x) { return std::isfinite(x) ? fmt("%.2f", x) : "-"; }
+
+// The near miss in words: the closest step, its value and threshold.
+std::string near_miss_text(const NearMiss& m) {
+  if (m.closest < 0) return m.note;
+  const size_t i = static_cast<size_t>(m.closest - m.from);
+  return "Closest at step " + std::to_string(m.closest) + ": " + m.series + " " + fmt("%.4g", m.values[i]) +
+         ", threshold " + fmt("%.4g", m.threshold[i]) + " (gap " + fmt("%+.3g", m.gap) + "). " + m.note;
+}
 
 std::string report_json(const BisectReport& r) {
   nlohmann::ordered_json j;
@@ -80,6 +106,7 @@ std::string report_json(const BisectReport& r) {
     tj["probes"] = t.probes;
     j["time"] = tj;
   }
+  if (r.near_miss) j["near_miss"] = near_miss_json(*r.near_miss);
   j["widened"] = r.widenings;
   if (r.narrowed) {
     const SearchResult& s = r.search;
@@ -129,6 +156,14 @@ std::string report_json(const BisectReport& r) {
     pj["device"] = p.outcome.device;
     pj["key"] = p.outcome.key;
     pj["plan"] = p.outcome.plan;
+    pj["parent"] = p.parent >= 0 ? nlohmann::json(p.parent) : nlohmann::json(nullptr);
+    pj["last_loss"] = p.outcome.loss.empty() ? nlohmann::json(nullptr) : cost_json(p.outcome.loss.back());
+    const Divergence d = divergence(r, p);
+    pj["divergence"] = {{"steps_compared", d.steps},
+                        {"last", cost_json(d.last)},
+                        {"max_abs", cost_json(d.max_abs)},
+                        {"max_step", d.max_step >= 0 ? nlohmann::json(d.max_step) : nlohmann::json(nullptr)},
+                        {"nonfinite_step", d.nonfinite_step >= 0 ? nlohmann::json(d.nonfinite_step) : nlohmann::json(nullptr)}};
     pj["loss"] = curve(p.outcome.loss);
     probes.push_back(pj);
   }
@@ -136,6 +171,12 @@ std::string report_json(const BisectReport& r) {
   j["probes_total"] = r.probes.size();
   j["probes_run"] = r.executed;
   j["probes_cached"] = r.cached;
+  const ProbeTally t = tally(r);
+  nlohmann::json phases = nlohmann::json::array();
+  for (const auto& p : t.phases) phases.push_back({{"phase", p.phase}, {"probes", p.probes}});
+  j["probe_count"] = {{"total", t.total}, {"run", t.run}, {"cached", t.cached}, {"repeated_in_batch", t.repeated},
+                      {"time", t.time}, {"narrowing", t.narrowing}, {"narrowing_phases", phases},
+                      {"windows", t.windows}, {"fix", t.fix}, {"text", t.text}};
   j["jobs"] = r.jobs;
   j["ranks"] = r.ranks;
   j["gpus"] = r.gpus;
@@ -165,7 +206,8 @@ std::string report_markdown(const BisectReport& r) {
   m += "- store: `" + r.store_path + "`, run " + std::to_string(r.run) + "\n";
   m += "- predicate: `" + r.predicate + "`\n";
   m += "- model: " + std::to_string(r.n_layer) + " layers x " + std::to_string(r.n_head) + " heads\n\n";
-  m += "## Verdict\n\n```\n" + r.verdict + "```\n\n";
+  m += "## Verdict\n\n```\n" + r.verdict + "```\n\n";  m += tally(r).text + "\n\n";
+  if (r.near_miss) m += "## Not reproducible: where the recording came closest\n\n" + near_miss_text(*r.near_miss) + "\n\n";
   if (r.time) {
     m += "## Time bisection\n\n| probe | from checkpoint | to | verdict | wall s |\n|---|---|---|---|---|\n";
     for (int i : r.time->probes) {
@@ -190,15 +232,17 @@ std::string report_markdown(const BisectReport& r) {
   }
   m += "## Every probe\n\nCosts in recorded steps (predicted: " + r.cost_model +
        " model; measured: step time over the recorded plan's in this bisect).\n\n"
-       "| # | phase | candidate / plan | window | verdict | steps run | cached | wall s | predicted cost | measured cost | last loss |\n"
-       "|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "Split from: the probe whose set this one's is part of (the narrowing tree). Divergence: loss minus the recorded "
+       "loss at the probe's last step (max |difference| over its steps).\n\n"
+       "| # | phase | split from | candidate / plan | window | verdict | steps run | cached | wall s | predicted cost | measured cost | last loss | divergence |\n"
+       "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& p : r.probes) {
     const double last = p.outcome.loss.empty() ? NAN : p.outcome.loss.back();
-    m += "| " + std::to_string(p.index) + " | " + p.phase + " | `" + p.spec.label() + "` | " + std::to_string(p.spec.from) +
+    m += "| " + std::to_string(p.index) + " | " + p.phase + " | " + (p.parent >= 0 ? std::to_string(p.parent) : "-") + " | `" + p.spec.label() + "` | " + std::to_string(p.spec.from) +
          ":" + std::to_string(p.spec.to) + " | " + (p.outcome.fails ? "fail" : "pass") + " | " +
          std::to_string(p.outcome.steps) + (p.outcome.stopped_at >= 0 ? " (stopped at " + std::to_string(p.outcome.stopped_at) + ")" : "") + " | " +
          (p.outcome.cached ? "yes" : "no") + " | " + fmt("%.2f", p.outcome.wall_s) + " | " + cost_text(p.predicted_cost) +
-         " | " + cost_text(p.measured_cost) + " | " + fmt("%.4g", last) + " |\n";
+         " | " + cost_text(p.measured_cost) + " | " + fmt("%.4g", last) + " | " + divergence_text(divergence(r, p)) + " |\n";
   }
   return m;
 }

@@ -13,6 +13,8 @@ std::string report_markdown(const BisectReport& r);
 std::string report_html(const BisectReport& r);
 // A probe's cost for the report tables: "%.2f", or "-" where unknown (NaN).
 std::string cost_text(double x);
+// A not-reproducible run's near miss in one line: the closest step, its value and threshold.
+std::string near_miss_text(const NearMiss& m);
 
 // Writes the three files into `dir` (created if missing); throws Error(kData) on I/O failure.
 void write_report(const BisectReport& r, const std::string& dir);

@@ -376,16 +376,38 @@ class Engine {
       throw Error(ExitCode::kInternal, "bisect: oracle answered " +
                                            std::to_string(verdicts.size()) + " verdicts for " +
                                            std::to_string(ask.size()) + " candidates");
+    const size_t earlier = res_.probes.size();  // probes of earlier oracle calls
     for (size_t b = 0; b < batch.size(); ++b) {
       memo_[keys[batch[b]]] = verdicts[b];
       runs_.push_back(parse_key(keys[batch[b]], verdicts[b]));
       const double cost = cost_.step_cost(ask[b], space_);
       res_.probes.push_back({static_cast<int>(res_.probes.size()), res_.batches, phase_, ask[b],
-                             verdicts[b], cost});
+                             verdicts[b], cost, parent_of(ask[b], earlier)});
       res_.cost += cost;
       count_phase();
     }
     ++res_.batches;
+  }
+
+  // Probe::parent: the latest of the first `earlier` probes whose leaves hold all of c's (the
+  // set that was split, or a set around it where the part split came by elimination). Leaf
+  // sets are kept sorted per probe; an empty set (the anchors) has no parent and none below it.
+  int parent_of(const Candidate& c, size_t earlier) {
+    std::vector<std::string> mine;
+    for (const auto& e : c.elements)
+      for (const auto& leaf : space_.leaves(e)) mine.push_back(to_string(leaf));
+    std::sort(mine.begin(), mine.end());
+    mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+    int parent = -1;
+    if (!mine.empty())
+      for (size_t j = earlier; j-- > 0;)
+        if (!leaves_[j].empty() &&
+            std::includes(leaves_[j].begin(), leaves_[j].end(), mine.begin(), mine.end())) {
+          parent = static_cast<int>(j);
+          break;
+        }
+    leaves_.push_back(std::move(mine));
+    return parent;
   }
 
   void count_phase() {
@@ -492,6 +514,7 @@ class Engine {
   std::string phase_;
   std::map<std::string, bool> memo_;  // run key -> fails
   std::vector<LowRun> runs_;          // the runs asked, for implied verdicts
+  std::vector<std::vector<std::string>> leaves_;  // per probe: its elements' leaves, sorted
   SearchResult res_;
 };
 

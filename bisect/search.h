@@ -37,6 +37,10 @@ struct Probe {
   Candidate candidate;
   bool fails = false;
   double cost = 0;    // predicted step time relative to the recorded step (SearchOptions::cost)
+  // The probe whose set was split to ask this one (issue 35, the report's narrowing tree): the
+  // latest probe of an earlier oracle call whose leaves (either mode) hold all of this one's.
+  // -1: none (the empty anchors of the checks, and the whole space kept low: the root).
+  int parent = -1;
 };
 
 struct PhaseCount {

@@ -66,6 +66,7 @@ bool find_window(Context& ctx, const BisectOptions& o) {
       t.status = TimeSearch::Status::kNoFailure;
       t.message = "not reproducible: " + t.fail_reason + "; give the failure step with --until";
       rep.time = t;
+      rep.near_miss = recorded_near_miss(ctx, range->first, range->second);
       return false;
     }
     t.fail_step = *f;

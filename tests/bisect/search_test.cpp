@@ -17,6 +17,14 @@
 namespace rwd::bisect {
 namespace {
 
+// The leaves of a candidate's elements, whichever the mode.
+LowSet element_leaves(const Candidate& c, const SearchSpace& space) {
+  LowSet out;
+  for (const auto& e : c.elements)
+    for (const auto& leaf : space.leaves(e)) out.insert(to_string(leaf));
+  return out;
+}
+
 SearchResult run(const SearchSpace& space, std::function<bool(const LowSet&)> rule,
                  int max_batch, bool group_testing = true, bool cheap_direction = false) {
   SyntheticOracle o{space, std::move(rule)};
@@ -32,6 +40,21 @@ SearchResult run(const SearchSpace& space, std::function<bool(const LowSet&)> ru
     LowSet low = low_leaves(p.candidate, space);
     EXPECT_EQ(p.fails, o.rule(low)) << to_string(p.candidate);
     EXPECT_TRUE(seen.insert(low).second) << "probed twice: " << to_string(p.candidate);
+  }
+  // Issue 35's narrowing tree: a probe's parent is the latest probe of an earlier oracle call
+  // whose leaves hold all of its own; none for the empty anchors and where no earlier set holds it.
+  for (const auto& p : r.probes) {
+    const LowSet mine = element_leaves(p.candidate, space);
+    int want = -1;
+    for (int j = p.index - 1; j >= 0 && !mine.empty(); --j) {
+      const LowSet theirs = element_leaves(r.probes[j].candidate, space);
+      if (r.probes[j].batch < p.batch && !theirs.empty() &&
+          std::includes(theirs.begin(), theirs.end(), mine.begin(), mine.end())) {
+        want = j;
+        break;
+      }
+    }
+    EXPECT_EQ(p.parent, want) << "probe " << p.index << " " << to_string(p.candidate);
   }
   int sum = 0;
   double cost = 0;
@@ -246,6 +269,34 @@ TEST(Search, VerdictDoesNotDependOnBatchSize) {
       EXPECT_LE(r.batches, static_cast<int>(r.probes.size()));
     }
     std::printf("rule %zu: %s\n", k, ref.summary.c_str());
+  }
+}
+
+TEST(Search, ProbesFormATreeFromTheWholeSpaceDownToTheCulprit) {
+  // One culprit, one probe at a time: the anchors and the whole space kept low are the roots;
+  // every other probe hangs below the whole space, and the chain above the probe that asks the
+  // culprit alone runs through a layer set and a head set (layers -> heads -> ops).
+  for (bool cheap : {false, true}) {
+    SearchResult r = run(paper_space(), any_low({"L7.H5.pv"}), 1, true, cheap);
+    ASSERT_EQ(r.status, Status::kLocalized) << r.summary;
+    int roots = 0, anchors = 0, top = -1, leaf = -1;
+    for (const auto& p : r.probes) {
+      anchors += p.candidate.elements.empty();
+      if (p.parent < 0) {
+        ++roots;
+        if (!p.candidate.elements.empty()) top = p.index;
+      }
+      if (names(p.candidate.elements) == Names{"L7.H5.pv"}) leaf = p.index;
+    }
+    ASSERT_GE(top, 0);
+    ASSERT_GE(leaf, 0);
+    EXPECT_EQ(roots, anchors + 1) << "the anchors and the whole space";
+    std::vector<std::string> chain;
+    for (int i = r.probes[leaf].parent; i >= 0; i = r.probes[i].parent) chain.push_back(r.probes[i].phase);
+    EXPECT_GE(chain.size(), 3u);
+    int i = leaf;
+    while (r.probes[i].parent >= 0) i = r.probes[i].parent;
+    EXPECT_EQ(i, top) << "every chain ends at the whole space kept low";
   }
 }
 

@@ -6,11 +6,13 @@
 //   node check_pages.mjs [--shots DIR] run:PATH/run.html report:PATH/report.html
 // (--shots: a PNG of the top of each page at each width, DIR/KIND-WIDTH.png)
 //
-// A report page must have report.json beside it: its verdict status and every culprit
-// (failing and fixing set) must be visible text. Exit 0 when every check passes, 1 otherwise.
+// A report page must have report.json beside it: its verdict status, every culprit (failing
+// and fixing set) and its probe count must be visible text; a not-reproducible report must show
+// the recorded curve with the predicate's threshold and the closest step; a narrowing's tree
+// must nest probes and keep labels whole. Exit 0 when every check passes, 1 otherwise.
 import { readFileSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { chromium } from 'playwright-core';
 
@@ -42,20 +44,33 @@ if (!pages.length) {
 function expectedText(p) {
   if (p.kind === 'run')
     return ['training loss over steps', 'gradient norm over steps', 'learning rate over steps', 'Gradient norm peaks', 'Per-head monitors', 'rewind replay --store', 'rewind step --store'];
-  const r = JSON.parse(readFileSync(join(dirname(p.file), 'report.json'), 'utf8'));
+  const r = report(p);
   const want = ['Verdict'];
   const n = r.narrowing;
   if (n) {
     want.push(n.status === 'localized' ? 'localized' : n.status.replaceAll('-', ' '));
     for (const c of [...(n.failing_set || []), ...(n.fixing_set || [])]) want.push(c);
   }
+  // One probe count with its breakdown, as report.json says it.
+  if (r.probe_count) want.push(r.probe_count.text);
+  else want.push('probe_count in report.json');
+  // Not reproducible: the recorded curve, the threshold and the step where it came closest.
+  if ((n && n.status === 'not-reproducible') || (r.time && r.time.status === 'not-reproducible')) {
+    want.push('not reproducible', 'and the threshold of');
+    if (!r.near_miss) want.push('near_miss in report.json');
+    else if (r.near_miss.closest_step !== null) want.push(`Closest at step ${r.near_miss.closest_step}`);
+  }
   return [...new Set(want)];
 }
 
-// What the page structure must hold for its kind: charts with an accessible name, and on the
-// run page a layer x head heatmap.
-async function structure(page, kind) {
-  return page.evaluate((kind) => {
+function report(p) {
+  return JSON.parse(readFileSync(join(dirname(p.file), 'report.json'), 'utf8'));
+}
+
+// What the page structure must hold for its kind: charts with an accessible name, on the run
+// page a layer x head heatmap, on a report with a narrowing a tree with a probe under another.
+async function structure(page, kind, nested) {
+  return page.evaluate(([kind, nested]) => {
     const problems = [];
     if (!document.documentElement.lang) problems.push('no lang attribute on <html>');
     if (!document.querySelector('main')) problems.push('no <main>');
@@ -72,8 +87,15 @@ async function structure(page, kind) {
       for (const c of charts)
         if (!c.querySelector('polyline')) problems.push(`chart '${c.getAttribute('aria-label')}' draws no curve`);
     }
+    if (kind === 'report') {
+      for (const c of svgs.filter((s) => s.classList.contains('chart')))
+        if (!c.querySelector('polyline')) problems.push(`chart '${c.getAttribute('aria-label')}' draws no curve`);
+      if (nested && !document.querySelector('.tree li li')) problems.push('the narrowing tree has no probe under another');
+      for (const e of document.querySelectorAll('.tree code'))
+        if (e.textContent.endsWith('...')) problems.push(`a tree label is cut: ${e.textContent}`);
+    }
     return problems;
-  }, kind);
+  }, [kind, nested]);
 }
 
 // Elements sticking out of the viewport, for the failure message.
@@ -123,7 +145,8 @@ for (const p of pages) {
     if (scrollWidth > innerWidth + 1)
       problems.push(`page is ${scrollWidth} px wide on a ${innerWidth} px screen: ${(await overflowers(page)).join(', ')}`);
     for (const w of want) if (!text.includes(w)) problems.push(`missing text '${w}'`);
-    problems.push(...(await structure(page, p.kind)));
+    const nested = p.kind === 'report' && report(p).narrowing && report(p).narrowing.engine_probes > 2;
+    problems.push(...(await structure(page, p.kind, nested)));
     if (errors.length) problems.push(`console errors: ${errors.join(' | ')}`);
     if (requests.length) problems.push(`requests beyond the file: ${requests.join(', ')}`);
     // axe-core injected as inline script text: no request.
@@ -135,7 +158,10 @@ for (const p of pages) {
       problems.push(`axe ${v.impact} ${v.id}: ${v.help} (${v.nodes.length}x, e.g. ${v.nodes[0].target.join(' ')})`);
     if (shots) {
       mkdirSync(shots, { recursive: true });
-      await page.screenshot({ path: join(shots, `${p.kind}-${width}.png`) });
+      // The first page of a kind is KIND-WIDTH.png (the README's), later ones KIND-FOLDER-WIDTH.png.
+      const first = pages.find((q) => q.kind === p.kind) === p;
+      const tag = first ? p.kind : `${p.kind}-${basename(dirname(p.file))}`;
+      await page.screenshot({ path: join(shots, `${tag}-${width}.png`) });
     }
     const name = `${p.kind} ${p.file.split('/').slice(-2).join('/')} @${width}x${kHeight}`;
     if (problems.length) {
