@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,6 +44,26 @@ store::RunInfo find_run(store::Store& s, int64_t run) {
 json parse_object(const std::string& text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   return j.is_object() ? j : json::object();
+}
+
+// The model's attention layers and heads: from the run's config (nanoGPT's n_layer, n_head),
+// else from the per-head monitors rewind.record stored for the first step ("L1.H3.max_logit"),
+// else kMaxLayers x kMaxHeads.
+std::pair<int, int> attention_shape(store::Store& s, const store::RunInfo& run, int64_t first_step) {
+  const json cfg = parse_object(run.config);
+  if (cfg.contains("n_layer") && cfg.contains("n_head") && cfg["n_layer"].is_number_integer() &&
+      cfg["n_head"].is_number_integer())
+    return {cfg["n_layer"].get<int>(), cfg["n_head"].get<int>()};
+  int n_layer = 0, n_head = 0;
+  for (const store::MetricRow& m : s.metrics(run.id, first_step, first_step, "L")) {
+    int l = -1, h = -1;
+    if (std::sscanf(m.key.c_str(), "L%d.H%d.", &l, &h) == 2 && l >= 0 && h >= 0) {
+      n_layer = std::max(n_layer, l + 1);
+      n_head = std::max(n_head, h + 1);
+    }
+  }
+  if (n_layer == 0) return {kMaxLayers, kMaxHeads};
+  return {n_layer, n_head};
 }
 
 std::string describe(float v, uint32_t bits) {
@@ -134,9 +155,8 @@ int replay_script(const ScriptReplayOptions& o) {
   bool plan_differs = false;
   if (o.plan) {
     // Checked here, before the script starts: against the model's layers and heads where the
-    // run's config names them (nanoGPT's n_layer, n_head), else only its syntax.
-    const json cfg = parse_object(run.config);
-    const int n_layer = cfg.value("n_layer", kMaxLayers), n_head = cfg.value("n_head", kMaxHeads);
+    // recording says them, else only its syntax.
+    const auto [n_layer, n_head] = attention_shape(st, run, range->first);
     const plan::Plan recorded = plan::parse(run.plan, n_layer, n_head);
     plan_differs = plan::apply(recorded, *o.plan) != recorded;
   }

@@ -92,6 +92,23 @@ class RecordReplay(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("verified: every step from 10 to 12", r.stdout)
 
+    def test_recorded_plan_applies_on_replay(self):
+        # A run recorded under a plan (o in FP32 in one head: other bits than the default) replays
+        # bitwise only if rewind.attention runs under that plan again.
+        store = os.path.join(self.dir, "plan.db")
+        cmd = script(store, "--steps", "8", "--plan", "L1.H1.o=fp32", "--no-config")
+        self.assertEqual(subprocess.run(cmd, shell=True, capture_output=True).returncode, 0)
+        self.assertEqual(rewind.open(store).run().plan, "L1.H1.o=fp32")
+        losses = rewind.open(store).run().steps()["loss"]
+        self.assertFalse(np.array_equal(losses, rewind.open(self.store).run().steps()["loss"][:8]))
+        r = self.rewind_cli("replay", "--cmd", cmd, "--store", store, "--from", "5", "--to", "7", "--verify")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("verified: every step from 5 to 7", r.stdout)
+        # Without a config the layers a plan may name come from the recorded monitors.
+        r = self.rewind_cli("replay", "--cmd", cmd, "--store", store, "--from", "5", "--to", "7", "--plan", "L2.pv=fp32")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("layer 2 out of range (model has 2 layers", r.stderr)
+
     def test_perturbed_step_is_named(self):
         r = self.replay(script(self.store, "--perturb", "10"), "--verify")
         self.assertEqual(r.returncode, 4, r.stdout + r.stderr)

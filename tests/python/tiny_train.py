@@ -62,6 +62,8 @@ def main():
     ap.add_argument("--checkpoint-every", type=int, default=5)
     ap.add_argument("--n-embd", type=int, default=32)
     ap.add_argument("--data-seed", type=int, default=0)
+    ap.add_argument("--no-config", action="store_true", help="record no config (layers from the monitors)")
+    ap.add_argument("--plan", default="", help="the precision plan recorded with the run")
     ap.add_argument("--perturb", type=int, default=-1, help="nudge a weight after this step's update")
     a = ap.parse_args()
     torch.use_deterministic_algorithms(True)
@@ -81,7 +83,8 @@ def main():
     model = GPT(vocab, block, n_layer=2, n_embd=a.n_embd, n_head=2, dropout=0.1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     config = {"n_layer": 2, "n_head": 2, "n_embd": a.n_embd, "block_size": block, "vocab_size": vocab}
-    rec = rewind.record(a.store, model, opt, checkpoint_every=a.checkpoint_every, config=config)  # rewind
+    rec = rewind.record(a.store, model, opt, checkpoint_every=a.checkpoint_every, plan=a.plan,
+                        config=None if a.no_config else config)  # rewind
     for it in range(rec.start, a.steps):  # rewind: rec.start (0, or the checkpoint a replay starts at)
         lr = 3e-3 * min(1.0, (it + 1) / 5) * 0.5 * (1 + math.cos(math.pi * it / a.steps))
         for g in opt.param_groups:
