@@ -4,7 +4,10 @@
 # then the scaling table: gpt2-small (micro-batch 8 x 1024, 2 micro-batches per GPU a step) on
 # N = 1, 2, 4, 8 GPUs (those the machine has), rewind against PyTorch DDP (torchrun,
 # experiments/train_bench/torch_baseline.py) with the same global batch, in the same call.
-# Usage: bash scripts/gpu_multi.sh   (BUILD, OUT, NS="1 2 4", STEPS=30, SKIP_TESTS=1, TEST_TIMEOUT=200 honoured)
+# Usage: bash scripts/gpu_multi.sh   (BUILD, OUT, NS="1 2 4", STEPS=30, SKIP_TESTS=1, TEST_TIMEOUT=200 honoured;
+#        QUICK=1: at N = 2 only replay --verify, not step, bisect and the out-of-memory case;
+#        PHASES=1: a third run per N > 1 with REWIND_PHASE_TIMES=1 and one with the gradient
+#        exchange after the backward, REWIND_GRAD_BUCKET_MB=0, for the overlap's share)
 # Builds rewind and dist_cuda_test with scripts/gpu_build.sh unless $BUILD already has them.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,9 +50,17 @@ for n in $NS; do
   rm -f "$W/rec_$n.db"*
   "$R" train "${common[@]}" --record "$W/rec_$n.db" --checkpoint-every 10 > "$OUT/record_$n.log" 2>&1 \
     || { echo "rewind --record on $n GPUs failed:"; tail -5 "$OUT/record_$n.log"; }
-  if [[ $n == 2 ]]; then  # the recording verifies on its own N without flags (issue 32 item 4)
+  if (( n > 1 )); then  # the recording verifies on its own N without flags (issue 32 item 4)
     "$R" replay --store "$W/rec_$n.db" --from 10 --to 19 --verify > "$OUT/replay_$n.log" 2>&1
-    echo "replay --verify of the 2-GPU recording, steps 10-19: exit $? ($(grep -o 'bitwise identical[^.]*' "$OUT/replay_$n.log" | head -1))" | tee -a "$OUT/multi.txt"
+    echo "replay --verify of the $n-GPU recording, steps 10-19: exit $? ($(grep -o 'bitwise identical[^.]*' "$OUT/replay_$n.log" | head -1))" | tee -a "$OUT/multi.txt"
+  fi
+  if (( n > 1 )) && [[ -n ${PHASES:-} ]]; then
+    REWIND_PHASE_TIMES=1 "$R" train "${common[@]}" > "$OUT/phases_$n.log" 2>&1
+    echo "N=$n $(grep -m1 '^phase times' "$OUT/phases_$n.log")" | tee -a "$OUT/multi.txt"
+    REWIND_GRAD_BUCKET_MB=0 "$R" train "${common[@]}" > "$OUT/nobuckets_$n.log" 2>&1
+    echo "N=$n exchange after the backward (REWIND_GRAD_BUCKET_MB=0): median step $(median_ms "$OUT/nobuckets_$n.log") ms" | tee -a "$OUT/multi.txt"
+  fi
+  if [[ $n == 2 && -z ${QUICK:-} ]]; then
     "$R" step --store "$W/rec_$n.db" --step 15 --fp32 'L1.H1.pv' > "$OUT/step_$n.log" 2>&1
     echo "step --store (2-GPU recording) --step 15: exit $? ($(grep -m1 -iE 'loss|error' "$OUT/step_$n.log" | cut -c1-100))" | tee -a "$OUT/multi.txt"
     "$R" bisect --store "$W/rec_$n.db" --window 10:19 --fail 'nan || max(loss) > 100' --quiet > "$OUT/bisect_$n.log" 2>&1

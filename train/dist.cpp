@@ -63,6 +63,14 @@ class C10dComm : public Comm {
     return out[0];
   }
 
+  torch::Tensor allgather_flat(const torch::Tensor& t) override {
+    if (!device_.is_cuda()) return Comm::allgather_flat(t);  // Gloo of LibTorch 1.x: no _allgather_base
+    torch::Tensor in = t.to(device_).contiguous().view({-1});
+    torch::Tensor out = torch::empty({in.numel() * env_.world}, in.options());
+    pg_->_allgather_base(out, in)->wait();
+    return out;
+  }
+
   torch::Tensor all_to_all(const torch::Tensor& t) override {
     torch::Tensor in = t.to(device_).contiguous();
     torch::Tensor out = torch::empty_like(in);
@@ -175,7 +183,7 @@ torch::Tensor Comm::sum_in_rank_order(const torch::Tensor& t) {
   const torch::Tensor parts = all_to_all(flat).view({n, shard});
   torch::Tensor acc = parts[0].clone();
   for (int r = 1; r < n; ++r) acc.add_(parts[r]);
-  return torch::cat(allgather(acc)).slice(0, 0, numel).view(t.sizes());
+  return allgather_flat(acc).slice(0, 0, numel).view(t.sizes());
 }
 
 std::vector<int64_t> Comm::allgather_int64(int64_t v) {

@@ -45,6 +45,9 @@ class Comm {
   int world() const { return env().world; }
   // Every rank's `t` (same shape and dtype on all ranks), in rank order.
   virtual std::vector<torch::Tensor> allgather(const torch::Tensor& t) = 0;
+  // Every rank's `t` laid end to end in rank order, flat (world x t.numel() elements): on NCCL
+  // straight into one buffer, without the copy out of a list that allgather makes.
+  virtual torch::Tensor allgather_flat(const torch::Tensor& t) { return torch::cat(allgather(t.reshape({-1}))); }
   // Rank r receives chunk `rank` of rank r's `t` as its chunk r (t's first dimension split into
   // `world` equal chunks; every rank's t has the same shape).
   virtual torch::Tensor all_to_all(const torch::Tensor& t) = 0;

@@ -3,12 +3,14 @@
 # every EVERY steps, once keeping every checkpoint and once with `--keep-last K --keep-every M`,
 # in the same call. Samples the store's size on disk (store + WAL) every second while each runs,
 # and prints the mean and median recorded step of both (what retention adds to a step).
-# Usage: bash experiments/store_bench/retention_gpu.sh [BUILD_DIR]   (STEPS=250 EVERY=25 K=3 M=100)
+# Usage: bash experiments/store_bench/retention_gpu.sh [BUILD_DIR]   (STEPS=250 EVERY=25 K=3 M=100 ACCUM=1)
+# A checkpoint that falls due while the previous one is still being written is deferred (the
+# recorder's backpressure), so EVERY x the step time should exceed a checkpoint write (~4 s).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build-gpu}
 R=$BUILD/rewind
-STEPS=${STEPS:-250} EVERY=${EVERY:-25} K=${K:-3} M=${M:-100}
+STEPS=${STEPS:-250} EVERY=${EVERY:-25} K=${K:-3} M=${M:-100} ACCUM=${ACCUM:-1}
 W=${W:-$(mktemp -d /tmp/rewind_retention_XXXXXX)}
 OUT=${OUT:-$W}
 mkdir -p "$W" "$OUT"
@@ -18,7 +20,7 @@ for mode in all kept; do
   db=$W/$mode.db
   rm -f "$db" "$db-wal" "$db-shm"
   extra=(); [[ $mode == kept ]] && extra=(--keep-last "$K" --keep-every "$M")
-  "$R" train --preset gpt2-small --device cuda --data "$W/t.bin" --batch-size 8 --gradient-accumulation-steps 1 \
+  "$R" train --preset gpt2-small --device cuda --data "$W/t.bin" --batch-size 8 --gradient-accumulation-steps "$ACCUM" \
     --steps "$STEPS" --checkpoint-every "$EVERY" --log-every 1 --record "$db" "${extra[@]}" > "$OUT/train_$mode.log" 2>&1 &
   pid=$!
   t0=$(date +%s)
