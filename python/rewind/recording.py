@@ -116,10 +116,14 @@ class Recorder:
     """What rewind.record returns: records each step of the loop (or, under `rewind replay
     --cmd`, replays a window of a recording). Use rec.start as the loop's first iteration."""
 
-    def __init__(self, path, model, optimizer, checkpoint_every=50, plan="", config=None):
+    def __init__(self, path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None):
         if checkpoint_every < 1:
             raise ValueError("rewind.record: checkpoint_every must be at least 1")
         self.model, self.optimizer = model, optimizer
+        self.state = dict(state or {})
+        for name, obj in self.state.items():
+            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
+                raise TypeError(f"rewind.record: state[{name!r}] has no state_dict/load_state_dict")
         self.checkpoint_every = int(checkpoint_every)
         self.step_index = 0       # the step the loop runs next
         self._pending = None      # (tensors, kind, rng, t0) between batch and step
@@ -152,6 +156,7 @@ class Recorder:
         tensors = []
         skeleton = {"model": _flatten("model", self.model.state_dict(), tensors),
                     "optimizer": _flatten("optimizer", self.optimizer.state_dict(), tensors),
+                    "state": {k: _flatten(f"state/{k}", v.state_dict(), tensors) for k, v in self.state.items()},
                     "step": self.step_index}
         tensors.append(("skeleton", _bytes_tensor(pickle.dumps(skeleton, protocol=4))))
         tensors.append(("rng/cpu", torch.get_rng_state()))
@@ -189,6 +194,11 @@ class Recorder:
         skeleton = pickle.loads(state["skeleton"].numpy().tobytes())
         self.model.load_state_dict(_unflatten(skeleton["model"], state))
         self.optimizer.load_state_dict(_unflatten(skeleton["optimizer"], state))
+        if sorted(skeleton["state"]) != sorted(self.state):
+            raise _C.RewindError(f"rewind.record: state= names {sorted(self.state)} here, "
+                                 f"{sorted(skeleton['state'])} in the recording")
+        for k, v in self.state.items():
+            v.load_state_dict(_unflatten(skeleton["state"][k], state))
         _set_rng_state(state["rng/state"].numpy().tobytes())
         self.step_index = int(skeleton["step"])
         self._recorded_plan = run["plan"]
@@ -301,7 +311,7 @@ def _shape_difference(recorded, here):
     return "the model's parameters are in another order than in the recording"
 
 
-def record(path, model, optimizer, checkpoint_every=50, plan="", config=None):
+def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None):
     """Records the training loop of `model` and `optimizer` into a new store at `path` (never
     overwritten: an existing non-empty file is a rewind.RewindError), or, when `rewind replay
     --cmd` started this script, replays the asked window from that store instead.
@@ -309,7 +319,9 @@ def record(path, model, optimizer, checkpoint_every=50, plan="", config=None):
     checkpoint_every: model and optimizer state_dicts and the generators' states every that
     many steps. plan: the precision plan rewind.attention applies (recorded with the run).
     config: a JSON-able dict stored as the run's config (e.g. nanoGPT's config dict).
+    state: more objects whose state_dict() the checkpoints keep and a replay restores, by name,
+    e.g. {"scaler": scaler, "sched": lr_scheduler}.
 
         rec = rewind.record("run.db", model, optimizer, checkpoint_every=5)
     """
-    return Recorder(path, model, optimizer, checkpoint_every, plan, config)
+    return Recorder(path, model, optimizer, checkpoint_every, plan, config, state)

@@ -6,6 +6,7 @@ non-zero exit with the store untouched."""
 import hashlib
 import json
 import os
+import pickle
 import shlex
 import shutil
 import signal
@@ -108,6 +109,22 @@ class RecordReplay(unittest.TestCase):
         r = self.rewind_cli("replay", "--cmd", cmd, "--store", store, "--from", "5", "--to", "7", "--plan", "L2.pv=fp32")
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("layer 2 out of range (model has 2 layers", r.stderr)
+
+    def test_state_objects_are_checkpointed_and_restored(self):
+        # The lr comes from a LambdaLR passed as state=: a replay that restarted it would
+        # report another lr at the first step after the checkpoint.
+        store = os.path.join(self.dir, "sched.db")
+        cmd = script(store, "--steps", "8", "--scheduler")
+        self.assertEqual(subprocess.run(cmd, shell=True, capture_output=True).returncode, 0)
+        skeleton = pickle.loads(rewind.open(store).run().checkpoint(5)["skeleton"].numpy().tobytes())
+        self.assertEqual(skeleton["state"]["sched"]["last_epoch"], 5)  # no tensors: all in the skeleton
+        r = self.rewind_cli("replay", "--cmd", cmd, "--store", store, "--from", "6", "--to", "7", "--verify")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("verified: every step from 5 to 7", r.stdout)
+        r = self.rewind_cli("replay", "--cmd", script(store, "--steps", "8"), "--store", store, "--from", "6",
+                            "--to", "7", "--verify")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("state= names [] here, ['sched'] in the recording", r.stderr.strip().splitlines()[-1])
 
     def test_perturbed_step_is_named(self):
         r = self.replay(script(self.store, "--perturb", "10"), "--verify")

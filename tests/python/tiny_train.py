@@ -64,6 +64,7 @@ def main():
     ap.add_argument("--data-seed", type=int, default=0)
     ap.add_argument("--no-config", action="store_true", help="record no config (layers from the monitors)")
     ap.add_argument("--plan", default="", help="the precision plan recorded with the run")
+    ap.add_argument("--scheduler", action="store_true", help="lr from a LambdaLR (state= of rewind.record)")
     ap.add_argument("--perturb", type=int, default=-1, help="nudge a weight after this step's update")
     a = ap.parse_args()
     torch.use_deterministic_algorithms(True)
@@ -83,10 +84,14 @@ def main():
     model = GPT(vocab, block, n_layer=2, n_embd=a.n_embd, n_head=2, dropout=0.1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     config = {"n_layer": 2, "n_head": 2, "n_embd": a.n_embd, "block_size": block, "vocab_size": vocab}
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: 0.9 ** it) if a.scheduler else None
     rec = rewind.record(a.store, model, opt, checkpoint_every=a.checkpoint_every, plan=a.plan,
-                        config=None if a.no_config else config)  # rewind
+                        config=None if a.no_config else config,
+                        state={"sched": sched} if sched else None)  # rewind
     for it in range(rec.start, a.steps):  # rewind: rec.start (0, or the checkpoint a replay starts at)
         lr = 3e-3 * min(1.0, (it + 1) / 5) * 0.5 * (1 + math.cos(math.pi * it / a.steps))
+        if sched:
+            lr = sched.get_last_lr()[0]
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = rec.batch(get_batch)  # rewind: was x, y = get_batch()
@@ -95,6 +100,8 @@ def main():
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if sched:
+            sched.step()
         if it == a.perturb:
             with torch.no_grad():
                 model.wte.weight[0, 0] += 1e-3
