@@ -63,7 +63,8 @@ std::string tree(const BisectReport& r) {
     s += "<h3>Layer/head/op search</h3>\n<p class='note'>A probe's set S (<code>low{S}</code>: S kept low, the rest "
          "at the reference; <code>fp32{S}</code>: S promoted, the rest as recorded) is split into the probes listed "
          "under it; a part not probed (its verdict followed from its sibling's) is split under the nearest probe "
-         "that holds it.</p>\n<div class='tree'>" +
+         "that holds it. The root is the recorded plan's run <code>fp32{}</code>, where the whole space is low."
+         "</p>\n<div class='tree'>" +
          t.list(narrowing_roots) + "</div>\n";
   }
   if (!fix_roots.empty()) {

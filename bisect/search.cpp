@@ -391,15 +391,17 @@ class Engine {
 
   // Probe::parent: the latest of the first `earlier` probes whose leaves hold all of c's (the
   // set that was split, or a set around it where the part split came by elimination). Leaf
-  // sets are kept sorted per probe; an empty set (the anchors) has no parent and none below it.
+  // sets are kept sorted per probe. The baseline (nothing promoted) stands for the whole space,
+  // all of it low: the root of every split. All-FP32 (nothing kept low) has no set.
   int parent_of(const Candidate& c, size_t earlier) {
     std::vector<std::string> mine;
-    for (const auto& e : c.elements)
+    const bool baseline = c.mode == Mode::kPromote && c.elements.empty();
+    for (const auto& e : baseline ? space_.top_level() : c.elements)
       for (const auto& leaf : space_.leaves(e)) mine.push_back(to_string(leaf));
     std::sort(mine.begin(), mine.end());
     mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
     int parent = -1;
-    if (!mine.empty())
+    if (!mine.empty() && !baseline)
       for (size_t j = earlier; j-- > 0;)
         if (!leaves_[j].empty() &&
             std::includes(leaves_[j].begin(), leaves_[j].end(), mine.begin(), mine.end())) {

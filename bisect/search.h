@@ -38,8 +38,9 @@ struct Probe {
   bool fails = false;
   double cost = 0;    // predicted step time relative to the recorded step (SearchOptions::cost)
   // The probe whose set was split to ask this one (issue 35, the report's narrowing tree): the
-  // latest probe of an earlier oracle call whose leaves (either mode) hold all of this one's.
-  // -1: none (the empty anchors of the checks, and the whole space kept low: the root).
+  // latest probe of an earlier oracle call whose leaves (either mode) hold all of this one's,
+  // the baseline (fp32{}: nothing promoted) counting as the whole space. -1: none (the
+  // anchors: the baseline is the root of every split, all-FP32 has no set).
   int parent = -1;
 };
 

@@ -17,10 +17,12 @@
 namespace rwd::bisect {
 namespace {
 
-// The leaves of a candidate's elements, whichever the mode.
+// The leaves of a candidate's elements, whichever the mode; the baseline (nothing promoted)
+// stands for the whole space.
 LowSet element_leaves(const Candidate& c, const SearchSpace& space) {
   LowSet out;
-  for (const auto& e : c.elements)
+  const bool baseline = c.mode == Mode::kPromote && c.elements.empty();
+  for (const auto& e : baseline ? space.top_level() : c.elements)
     for (const auto& leaf : space.leaves(e)) out.insert(to_string(leaf));
   return out;
 }
@@ -42,11 +44,12 @@ SearchResult run(const SearchSpace& space, std::function<bool(const LowSet&)> ru
     EXPECT_TRUE(seen.insert(low).second) << "probed twice: " << to_string(p.candidate);
   }
   // Issue 35's narrowing tree: a probe's parent is the latest probe of an earlier oracle call
-  // whose leaves hold all of its own; none for the empty anchors and where no earlier set holds it.
+  // whose leaves hold all of its own (the baseline's: the whole space); none for the anchors.
   for (const auto& p : r.probes) {
     const LowSet mine = element_leaves(p.candidate, space);
     int want = -1;
-    for (int j = p.index - 1; j >= 0 && !mine.empty(); --j) {
+    const bool baseline = p.candidate.mode == Mode::kPromote && p.candidate.elements.empty();
+    for (int j = p.index - 1; j >= 0 && !mine.empty() && !baseline; --j) {
       const LowSet theirs = element_leaves(r.probes[j].candidate, space);
       if (r.probes[j].batch < p.batch && !theirs.empty() &&
           std::includes(theirs.begin(), theirs.end(), mine.begin(), mine.end())) {
@@ -273,30 +276,29 @@ TEST(Search, VerdictDoesNotDependOnBatchSize) {
 }
 
 TEST(Search, ProbesFormATreeFromTheWholeSpaceDownToTheCulprit) {
-  // One culprit, one probe at a time: the anchors and the whole space kept low are the roots;
-  // every other probe hangs below the whole space, and the chain above the probe that asks the
-  // culprit alone runs through a layer set and a head set (layers -> heads -> ops).
+  // One culprit, one probe at a time: the two anchors are the only roots; every other probe
+  // hangs below the baseline (the whole space low), and the chain above the probe that asks
+  // the culprit alone runs through the whole space, a layer set and a head set.
   for (bool cheap : {false, true}) {
     SearchResult r = run(paper_space(), any_low({"L7.H5.pv"}), 1, true, cheap);
     ASSERT_EQ(r.status, Status::kLocalized) << r.summary;
-    int roots = 0, anchors = 0, top = -1, leaf = -1;
+    int roots = 0, top = -1, leaf = -1;
     for (const auto& p : r.probes) {
-      anchors += p.candidate.elements.empty();
       if (p.parent < 0) {
         ++roots;
-        if (!p.candidate.elements.empty()) top = p.index;
+        if (p.candidate.mode == Mode::kPromote) top = p.index;
       }
       if (names(p.candidate.elements) == Names{"L7.H5.pv"}) leaf = p.index;
     }
     ASSERT_GE(top, 0);
     ASSERT_GE(leaf, 0);
-    EXPECT_EQ(roots, anchors + 1) << "the anchors and the whole space";
+    EXPECT_EQ(roots, 2) << "the baseline and all-FP32";
     std::vector<std::string> chain;
     for (int i = r.probes[leaf].parent; i >= 0; i = r.probes[i].parent) chain.push_back(r.probes[i].phase);
     EXPECT_GE(chain.size(), 3u);
     int i = leaf;
     while (r.probes[i].parent >= 0) i = r.probes[i].parent;
-    EXPECT_EQ(i, top) << "every chain ends at the whole space kept low";
+    EXPECT_EQ(i, top) << "every chain ends at the baseline";
   }
 }
 
