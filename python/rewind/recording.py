@@ -28,6 +28,7 @@ from . import _C
 REPLAY_ENV = "REWIND_REPLAY"
 
 _active_plan = ""
+_replaying = False  # a replayed process has made its recorder
 
 
 def active_plan():
@@ -99,13 +100,25 @@ def _bytes_tensor(b):
 
 
 def _batch_tensors(out):
-    """The tensors of what get_batch returned and how to rebuild it: a tensor, or a tuple/list."""
+    """The tensors of what get_batch returned and how to rebuild it (_rebuild_batch): a tensor,
+    a tuple or list of tensors, or a dict of them with string keys (as a Hugging Face collator)."""
     if torch.is_tensor(out):
-        return [out], "tensor"
+        return [out], {"kind": "tensor"}
     if isinstance(out, (tuple, list)) and out and all(torch.is_tensor(t) for t in out):
-        return list(out), type(out).__name__
-    raise TypeError("rec.batch: get_batch must return a tensor or a tuple/list of tensors, not "
-                    f"{type(out).__name__}")
+        return list(out), {"kind": type(out).__name__}
+    if isinstance(out, dict) and out and all(isinstance(k, str) and torch.is_tensor(v) for k, v in out.items()):
+        return list(out.values()), {"kind": "dict", "keys": list(out)}
+    raise TypeError("rec.batch: get_batch must return a tensor, a tuple/list of tensors or a dict of "
+                    f"them, not {type(out).__name__}")
+
+
+def _rebuild_batch(tensors, desc):
+    kind = desc["kind"]
+    if kind == "tensor":
+        return tensors[0]
+    if kind == "dict":
+        return dict(zip(desc["keys"], tensors))
+    return tuple(tensors) if kind == "tuple" else tensors
 
 
 def _parameters(model):
@@ -165,14 +178,17 @@ class Recorder:
 
     # --- replay ------------------------------------------------------------------------------
     def _begin_replay(self, spec):
-        global _active_plan
+        global _active_plan, _replaying
+        if _replaying:
+            raise _C.RewindError("rewind.record: a replay drives one recorder per process; this script made a second")
+        _replaying = True
         self._report = open(spec["report"], "w", buffering=1)
         self._to, self._from = int(spec["to"]), int(spec["from"])
         self._plan = spec.get("plan", "")
         try:
             self._restore(spec)
         except (_C.RewindError, RuntimeError, ValueError, KeyError) as e:
-            self._fail(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+            self._fail(_one_line(e))
         self._write({"start": self.step_index, "run": self.run})
 
     def _restore(self, spec):
@@ -194,11 +210,12 @@ class Recorder:
         skeleton = pickle.loads(state["skeleton"].numpy().tobytes())
         self.model.load_state_dict(_unflatten(skeleton["model"], state))
         self.optimizer.load_state_dict(_unflatten(skeleton["optimizer"], state))
-        if sorted(skeleton["state"]) != sorted(self.state):
+        extra = skeleton.get("state", {})
+        if sorted(extra) != sorted(self.state):
             raise _C.RewindError(f"rewind.record: state= names {sorted(self.state)} here, "
-                                 f"{sorted(skeleton['state'])} in the recording")
+                                 f"{sorted(extra)} in the recording")
         for k, v in self.state.items():
-            v.load_state_dict(_unflatten(skeleton["state"][k], state))
+            v.load_state_dict(_unflatten(extra[k], state))
         _set_rng_state(state["rng/state"].numpy().tobytes())
         self.step_index = int(skeleton["step"])
         self._recorded_plan = run["plan"]
@@ -229,26 +246,26 @@ class Recorder:
         _set_rng_state(rec["rng"])
         if s == self._from and self._plan:
             _active_plan = ";".join(p for p in (self._recorded_plan, self._plan) if p)
-        return tensors, desc["kind"]
+        return _rebuild_batch(tensors, desc)
 
     # --- the loop's two calls -----------------------------------------------------------------
     def batch(self, get_batch, *args, **kwargs):
-        """Starts a step: returns get_batch(*args, **kwargs) (a tensor or a tuple of tensors),
-        recording it. During a replay get_batch is not called: the recorded batch comes back
+        """Starts a step: returns get_batch(*args, **kwargs) (a tensor, a tuple or list of
+        tensors, or a dict of them), recording it. During a replay get_batch is not called: the recorded batch comes back
         (on the recorded device) and the generators are set to what they were after it."""
         if self._pending is not None:
             raise _C.RewindError(f"rec.batch: step {self.step_index} already has its batch; call rec.step first")
         t0 = time.perf_counter()
         if self.replaying:
-            tensors, kind = self._replay_batch()
+            out = self._replay_batch()
             self._pending = (None, None, None, t0)
-            return tensors[0] if kind == "tensor" else (tuple(tensors) if kind == "tuple" else tensors)
+            return out
         if self.step_index % self.checkpoint_every == 0:
             self._checkpoint()
         _C.collect_monitors()  # drops what ran outside a step (e.g. an evaluation)
         out = get_batch(*args, **kwargs)
-        tensors, kind = _batch_tensors(out)
-        desc = {"kind": kind, "tensors": [{"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
+        tensors, layout = _batch_tensors(out)
+        desc = {**layout, "tensors": [{"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
                                            "device": str(t.device)} for t in tensors]}
         self._pending = (tensors, desc, _rng_state(), t0)
         return out
@@ -258,8 +275,8 @@ class Recorder:
         gradient norm (as FP32 bits), the learning rate (default: the optimizer's first group's),
         a digest of the parameters, any other scalars given as keywords and the per-head monitors
         of the rewind.attention calls since rec.batch ("L0.H1.max_logit", "repmax_rate",
-        "pbar_one", "stable_guard"). During a replay it
-        reports them to `rewind replay` instead, and ends the process after the window's last step."""
+        "pbar_one", "stable_guard"). During a replay it reports them to `rewind replay`
+        instead, and ends the process after the window's last step."""
         if self._pending is None:
             raise _C.RewindError(f"rec.step: step {self.step_index} has no batch; call rec.batch first")
         tensors, desc, rng, t0 = self._pending
@@ -296,6 +313,14 @@ class Recorder:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _one_line(e):
+    """An exception as one line: load_state_dict's start on a second line, a KeyError is a key."""
+    if isinstance(e, KeyError):
+        return f"the recording lacks {e}"
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return " ".join(lines[:2]) if lines else type(e).__name__
 
 
 def _shape_difference(recorded, here):

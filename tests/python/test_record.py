@@ -18,6 +18,8 @@ import unittest
 
 import numpy as np
 
+import torch
+
 import rewind
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -194,6 +196,69 @@ class RecordReplay(unittest.TestCase):
         self.assertNotEqual(again.returncode, 0)  # never records over a store
         self.assertIn("RewindError", again.stderr)
         self.assertEqual(sha(self.store), before)
+
+
+class InProcess(unittest.TestCase):
+    """The REWIND_REPLAY protocol without the CLI: a loop whose get_batch returns a dict, recorded
+    and then replayed in this process from the checkpoint at step 3."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="rewind_inproc_")
+
+    def tearDown(self):
+        os.environ.pop(rewind.recording.REPLAY_ENV, None)
+        rewind.recording._replaying = False
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def loop(self, rec, get_batch, last, seen):
+        model, opt = rec.model, rec.optimizer
+        for it in range(rec.start, last + 1):
+            b = rec.batch(get_batch)
+            seen[it] = {k: v.clone() for k, v in b.items()}
+            loss = torch.nn.functional.cross_entropy(model(b["x"]), b["y"])
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step(loss=loss, lr=0.1)
+
+    def make(self):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 3))
+        return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def test_dict_batches_replay_without_calling_get_batch(self):
+        store, report = os.path.join(self.dir, "run.db"), os.path.join(self.dir, "report.jsonl")
+        model, opt = self.make()
+        rec = rewind.record(store, model, opt, checkpoint_every=3)
+        recorded, replayed = {}, {}
+        self.loop(rec, lambda: {"x": torch.randn(2, 4), "y": torch.randint(3, (2,))}, 5, recorded)
+        rec.close()
+        os.environ[rewind.recording.REPLAY_ENV] = json.dumps(
+            {"store": store, "run": 0, "from": 4, "to": 5, "plan": "", "report": report})
+        model, opt = self.make()
+        rec = rewind.record("ignored.db", model, opt, checkpoint_every=3)
+        self.assertEqual(rec.start, 3)
+
+        def not_called():
+            raise AssertionError("get_batch called during a replay")
+        with self.assertRaises(SystemExit):
+            self.loop(rec, not_called, 99, replayed)
+        self.assertEqual(sorted(replayed), [3, 4, 5])
+        for it, b in replayed.items():
+            self.assertEqual(list(b), ["x", "y"])
+            self.assertTrue(all(torch.equal(b[k], recorded[it][k]) for k in b))
+        with open(report) as f:
+            lines = [json.loads(line) for line in f]
+        self.assertEqual(lines[0], {"start": 3, "run": 1})
+        self.assertEqual(lines[-1], {"done": 5})
+        want = rewind.open(store).run().steps()
+        got = [line for line in lines if "step" in line]
+        self.assertEqual([g["step"] for g in got], [3, 4, 5])
+        for g in got:
+            self.assertEqual(g["digest"], want["param_digest"][g["step"]])
+            self.assertEqual(np.float32(g["loss"]), want["loss"][g["step"]])
+        with self.assertRaises(rewind.RewindError):  # one recorder per replaying process
+            rewind.record("ignored.db", model, opt)
 
 
 if __name__ == "__main__":
