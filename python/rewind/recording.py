@@ -121,6 +121,21 @@ def _rebuild_batch(tensors, desc):
     return tuple(tensors) if kind == "tuple" else tensors
 
 
+def decode_batch(rec, device=None):
+    """A recorded step's batch (ScriptReplay.step's dict) as get_batch returned it, on the
+    recorded device (or `device`)."""
+    desc = json.loads(rec["extra"])["batch"]
+    raw, tensors, at = rec["batch"], [], 0
+    for d in desc["tensors"]:
+        t = torch.empty(d["shape"], dtype=getattr(torch, d["dtype"]))
+        n = t.numel() * t.element_size()
+        if n:
+            t.view(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(raw[at:at + n]), dtype=torch.uint8))
+        at += n
+        tensors.append(t.to(device or d["device"]))
+    return _rebuild_batch(tensors, desc)
+
+
 def _parameters(model):
     return [[n, list(p.shape), str(p.dtype).replace("torch.", "")] for n, p in model.named_parameters()]
 
@@ -234,19 +249,11 @@ class Recorder:
         rec = self._replay.step(self.run, s)
         if rec is None:
             self._fail(f"run {self.run} has no recorded step {s}")
-        desc = json.loads(rec["extra"])["batch"]
-        raw, tensors, at = rec["batch"], [], 0
-        for d in desc["tensors"]:
-            t = torch.empty(d["shape"], dtype=getattr(torch, d["dtype"]))
-            n = t.numel() * t.element_size()
-            if n:
-                t.view(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(raw[at:at + n]), dtype=torch.uint8))
-            at += n
-            tensors.append(t.to(d["device"]))
+        batch = decode_batch(rec)
         _set_rng_state(rec["rng"])
         if s == self._from and self._plan:
             _active_plan = ";".join(p for p in (self._recorded_plan, self._plan) if p)
-        return _rebuild_batch(tensors, desc)
+        return batch
 
     # --- the loop's two calls -----------------------------------------------------------------
     def batch(self, get_batch, *args, **kwargs):

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from . import _C
+from .recording import decode_batch
 
 
 def _frame(columns, as_frame):
@@ -65,7 +66,13 @@ class Run:
     def batch(self, step, data=None):
         """The batch a recorded step trained on, as nanoGPT's get_batch makes it: (x, y) int64
         torch tensors of shape (micro-batches, batch_size, block_size), y = x shifted by one
-        token. `data`: the token file (default: the recorded path; uint16 like train.bin)."""
+        token. `data`: the token file (default: the recorded path; uint16 like train.bin).
+        A run recorded by rewind.record: what its get_batch returned, on the CPU."""
+        if self.meta.get("kind") == "python":
+            rec = _C.ScriptReplay(self.path).step(self.id, step)
+            if rec is None:
+                raise KeyError(f"run {self.id} of {self.path} has no recorded step {step}")
+            return decode_batch(rec, device="cpu")
         s = self.steps()
         where = np.flatnonzero(s["step"] == step)
         if len(where) == 0 or s["offsets"][where[0]] is None:

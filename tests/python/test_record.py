@@ -257,6 +257,12 @@ class InProcess(unittest.TestCase):
         for g in got:
             self.assertEqual(g["digest"], want["param_digest"][g["step"]])
             self.assertEqual(np.float32(g["loss"]), want["loss"][g["step"]])
+        run = rewind.open(store).run()  # the recorded batches read back
+        for it in range(6):
+            b = run.batch(it)
+            self.assertTrue(list(b) == ["x", "y"] and all(torch.equal(b[k], recorded[it][k]) for k in b))
+        with self.assertRaises(KeyError):
+            run.batch(6)
         with self.assertRaises(rewind.RewindError):  # one recorder per replaying process
             rewind.record("ignored.db", model, opt)
 
