@@ -115,6 +115,20 @@ std::string narrowing_section(const BisectReport& r) {
                      verdicts.empty() ? "" : "Verdicts: " + verdicts + ".");
 }
 
+// Issue 35: how far each probe's loss went from the recorded one, at a glance.
+std::string divergence_section(const BisectReport& r) {
+  std::vector<html::Dot> dots;
+  for (const auto& p : r.probes) {
+    const Divergence d = divergence(r, p);
+    dots.push_back({p.index, d.nonfinite_step >= 0 ? INFINITY : d.steps ? d.max_abs : NAN, p.outcome.fails});
+  }
+  return "<h2>Divergence from the recorded run</h2>\n" +
+         html::dot_chart("largest |loss - recorded loss| of each probe over its steps", dots) +
+         "<p class='note'>A probe replays recorded steps under another plan; how far its loss moved from the recorded "
+         "one (log axis; 0 and NaN/Inf on rows of their own; a probe with no recorded step to compare is left out). "
+         "The table below gives each value and the difference at the probe's last step.</p>\n";
+}
+
 std::string probe_table(const BisectReport& r) {
   std::string h =
       "<h2>Every probe</h2>\n<p class='note'>Split from: the probe whose set this one's is part of (the tree above). "
@@ -170,7 +184,7 @@ std::string report_html(const BisectReport& r) {
   if (r.narrowed) h += narrowing_section(r);
   if (r.probes.empty()) return h + "<p>No probe ran.</p>\n</main></body></html>\n";
   h += "<h2>Narrowing tree (\u2717 fails, \u2713 passes)</h2>\n" + html::tree(r);
-  return h + probe_table(r) + "</main></body></html>\n";
+  return h + divergence_section(r) + probe_table(r) + "</main></body></html>\n";
 }
 
 }  // namespace rwd::bisect

@@ -2,6 +2,7 @@
 // the inline SVG line chart (report_html_chart.cpp) and the narrowing tree (report_html_tree.cpp).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -30,6 +31,17 @@ struct Line {
 // every step), and `desc` when given.
 std::string chart(const std::string& title, const std::vector<Line>& lines, int64_t x0, int64_t x1,
                   const std::vector<std::pair<int64_t, std::string>>& marks = {}, const std::string& desc = "");
+
+// One probe's divergence for the dot chart: its largest |loss - recorded loss| (0: none, +inf:
+// the probe's loss went NaN/Inf, NaN: nothing to compare) and its verdict.
+struct Dot {
+  int probe = 0;
+  double value = NAN;
+  bool fails = false;
+};
+// The probes' divergences on a log axis, one mark per probe (a cross fails, a circle passes),
+// zero on a row of its own at the bottom and NaN/Inf on one at the top.
+std::string dot_chart(const std::string& title, const std::vector<Dot>& dots);
 
 // The narrowing tree as nested lists: every probe under the probe whose set it was split from.
 std::string tree(const BisectReport& r);

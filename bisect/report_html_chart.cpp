@@ -63,12 +63,16 @@ std::vector<size_t> thinned(const std::vector<double>& v) {
   return out;
 }
 
-bool same_values(const Line& a, const Line& b) {
-  if (a.from != b.from || a.values.size() != b.values.size() || a.values.empty()) return false;
+// Whether line a is hidden under b (drawn later): b has a value at each of a's steps, within
+// `tolerance` (a pixel's worth of the y axis), and a's non-finite steps are b's.
+bool hidden_under(const Line& a, const Line& b, double tolerance) {
+  if (a.values.empty() || a.from < b.from ||
+      a.from + static_cast<int64_t>(a.values.size()) > b.from + static_cast<int64_t>(b.values.size()))
+    return false;
   for (size_t i = 0; i < a.values.size(); ++i) {
-    const double x = a.values[i], y = b.values[i];
+    const double x = a.values[i], y = b.values[static_cast<size_t>(a.from - b.from) + i];
     if (std::isfinite(x) != std::isfinite(y)) return false;
-    if (std::isfinite(x) && std::fabs(x - y) > 1e-9 * std::max(1.0, std::fabs(x))) return false;
+    if (std::isfinite(x) && std::fabs(x - y) > tolerance) return false;
   }
   return true;
 }
@@ -99,6 +103,17 @@ Ticks nice_ticks(double lo, double hi, int n) {
   return t;
 }
 
+// An SVG's opening with its accessible name, the title text and the plot's frame. viewBox +
+// max-width: the chart scales down to a phone's width instead of widening the page.
+std::string frame(const char* cls, const std::string& title, double W, double H, double L, double R, double T,
+                  double B) {
+  return "<svg xmlns='http://www.w3.org/2000/svg' class='" + std::string(cls) + "' viewBox='0 0 " + num(W) + " " +
+         num(H) + "' width='" + num(W) + "' height='" + num(H) + "' role='img' aria-label='" + esc(title) +
+         "' font-family='sans-serif' font-size='11'>\n<title>" + esc(title) + "</title>\n<text x='" + num(L) +
+         "' y='18' font-size='13' font-weight='bold'>" + esc(title) + "</text>\n<rect x='" + num(L) + "' y='" +
+         num(T) + "' width='" + num(W - L - R) + "' height='" + num(H - T - B) + "' fill='none' stroke='#999'/>\n";
+}
+
 }  // namespace
 
 std::string chart(const std::string& title, const std::vector<Line>& lines, int64_t x0, int64_t x1,
@@ -116,13 +131,7 @@ std::string chart(const std::string& title, const std::vector<Line>& lines, int6
   if (x1 <= x0) x1 = x0 + 1;
   auto X = [&](double s) { return L + (s - x0) / double(x1 - x0) * (W - L - R); };
   auto Y = [&](double v) { return T + (hi - v) / (hi - lo) * (H - T - B); };
-  // viewBox + max-width: the chart scales down to a phone's width instead of widening the page.
-  std::string s = "<svg xmlns='http://www.w3.org/2000/svg' class='chart' viewBox='0 0 " + num(W) + " " + num(H) +
-                  "' width='" + num(W) + "' height='" + num(H) + "' role='img' aria-label='" + esc(title) +
-                  "' font-family='sans-serif' font-size='11'>\n<title>" + esc(title) + "</title>\n";
-  s += "<text x='" + num(L) + "' y='18' font-size='13' font-weight='bold'>" + esc(title) + "</text>\n";
-  s += "<rect x='" + num(L) + "' y='" + num(T) + "' width='" + num(W - L - R) + "' height='" + num(H - T - B) +
-       "' fill='none' stroke='#999'/>\n";
+  std::string s = frame("chart", title, W, H, L, R, T, B);
   const Ticks yt = nice_ticks(lo, hi, 5);
   for (size_t i = 0; i < yt.at.size(); ++i)
     s += "<text x='" + num(L - 5) + "' y='" + num(Y(yt.at[i]) + 4) + "' text-anchor='end'>" + yt.labels[i] + "</text>\n";
@@ -167,12 +176,16 @@ std::string chart(const std::string& title, const std::vector<Line>& lines, int6
     }
   }
   s += "</svg>\n";
-  // Lines drawn later cover earlier ones: say which labelled line is hidden under which.
+  // Lines drawn later cover earlier ones: say which labelled line is hidden under which (the
+  // same values, or within a pixel of the plot's height at every step).
   std::vector<std::string> notes;
+  const double pixel = (hi - lo) / (H - T - B);
   for (size_t i = 0; i < lines.size(); ++i)
-    for (size_t j = i + 1; j < lines.size(); ++j)
-      if (lines[i].legend && lines[j].legend && same_values(lines[i], lines[j])) {
-        notes.push_back("'" + lines[i].name + "' is hidden under '" + lines[j].name + "': the same value at every step.");
+    for (size_t j = lines.size(); j-- > i + 1;)
+      if (lines[i].legend && lines[j].legend && hidden_under(lines[i], lines[j], pixel)) {
+        notes.push_back("'" + lines[i].name + "' is hidden under '" + lines[j].name + "': " +
+                        (hidden_under(lines[i], lines[j], 0) ? "the same value" : "less than a pixel apart") +
+                        " at every step.");
         break;
       }
   if (!desc.empty()) notes.insert(notes.begin(), desc);
@@ -182,6 +195,56 @@ std::string chart(const std::string& title, const std::vector<Line>& lines, int6
     s += "</p>\n";
   }
   return s;
+}
+
+std::string dot_chart(const std::string& title, const std::vector<Dot>& dots) {
+  const double W = 760, H = 240, L = 72, R = 190, T = 30, B = 40;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (const auto& d : dots)
+    if (std::isfinite(d.value) && d.value > 0) lo = std::min(lo, d.value), hi = std::max(hi, d.value);
+  if (!std::isfinite(lo)) lo = hi = 1;
+  const int e0 = static_cast<int>(std::floor(std::log10(lo))), e1 = std::max(e0 + 1, static_cast<int>(std::ceil(std::log10(hi))));
+  const double row = 20;  // the rows of zero (bottom) and NaN/Inf (top), outside the log axis
+  const double top = T + row + 8, bottom = H - B - row - 8;
+  const int n = std::max<int>(1, static_cast<int>(dots.size()));
+  auto X = [&](double i) { return L + 10 + i / std::max(1, n - 1) * (W - L - R - 20); };
+  auto Y = [&](double v) {
+    if (!std::isfinite(v)) return T + row / 2;
+    if (v <= 0) return H - B - row / 2;
+    return bottom - (std::log10(v) - e0) / (e1 - e0) * (bottom - top);
+  };
+  std::string s = frame("dots", title, W, H, L, R, T, B);
+  for (double y : {T + row, H - B - row})  // the rows' borders
+    s += "<line x1='" + num(L) + "' x2='" + num(W - R) + "' y1='" + num(y) + "' y2='" + num(y) + "' stroke='#ddd'/>\n";
+  const int every = std::max(1, (e1 - e0 + 3) / 4);
+  for (int e = e0; e <= e1; e += every)
+    s += "<text x='" + num(L - 5) + "' y='" + num(Y(std::pow(10.0, e)) + 4) + "' text-anchor='end'>" +
+         g4(std::pow(10.0, e)) + "</text>\n";
+  s += "<text x='" + num(L - 5) + "' y='" + num(Y(0) + 4) + "' text-anchor='end'>0</text>\n<text x='" + num(L - 5) +
+       "' y='" + num(Y(INFINITY) + 4) + "' text-anchor='end'>NaN/Inf</text>\n";
+  const int step = std::max(1, n / 10);
+  for (int i = 0; i < n; i += step)
+    s += "<text x='" + num(X(i)) + "' y='" + num(H - B + 15) + "' text-anchor='middle'>#" + std::to_string(dots.empty() ? 0 : dots[i].probe) + "</text>\n";
+  s += "<text x='" + num((L + W - R) / 2) + "' y='" + num(H - 8) + "' text-anchor='middle'>probe</text>\n";
+  for (size_t i = 0; i < dots.size(); ++i) {
+    const Dot& d = dots[i];
+    if (std::isnan(d.value)) continue;
+    const double x = X(static_cast<double>(i)), y = Y(d.value);
+    s += "<g><title>probe " + std::to_string(d.probe) + ": " + (d.fails ? "fails" : "passes") + ", " +
+         (std::isfinite(d.value) ? "max |d loss| " + g4(d.value) : std::string("NaN/Inf loss")) + "</title>";
+    if (d.fails)
+      s += "<path d='M" + num(x - 4) + "," + num(y - 4) + "L" + num(x + 4) + "," + num(y + 4) + "M" + num(x - 4) + "," +
+           num(y + 4) + "L" + num(x + 4) + "," + num(y - 4) + "' stroke='#d62728' stroke-width='2'/></g>\n";
+    else
+      s += "<circle cx='" + num(x) + "' cy='" + num(y) + "' r='4' fill='none' stroke='#2ca02c' stroke-width='2'/></g>\n";
+  }
+  const double ly = T + 8;
+  s += "<path d='M" + num(W - R + 16) + "," + num(ly - 4) + "L" + num(W - R + 24) + "," + num(ly + 4) + "M" +
+       num(W - R + 16) + "," + num(ly + 4) + "L" + num(W - R + 24) + "," + num(ly - 4) +
+       "' stroke='#d62728' stroke-width='2'/><text x='" + num(W - R + 32) + "' y='" + num(ly + 4) + "'>fails</text>\n";
+  s += "<circle cx='" + num(W - R + 20) + "' cy='" + num(ly + 16) + "' r='4' fill='none' stroke='#2ca02c' "
+       "stroke-width='2'/><text x='" + num(W - R + 32) + "' y='" + num(ly + 20) + "'>passes</text>\n";
+  return s + "</svg>\n";
 }
 
 }  // namespace rwd::bisect::html

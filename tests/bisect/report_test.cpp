@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bisect/report_html.h"
 #include "bisect/report_probes.h"
 
 namespace rwd::bisect {
@@ -144,6 +145,32 @@ TEST(Report, ChartsNameTheirLinesAndSayWhichOneIsHidden) {
     EXPECT_EQ(h.compare(end + 2, 7, "<title>"), 0);
   }
   EXPECT_GE(charts, 1u);
+}
+
+TEST(Report, ALineWithinAPixelOfALaterOneIsNamedAsHidden) {
+  using html::Line;
+  auto page = [](double shift) {
+    return html::chart("t", {Line{"a", "#000", 0, {1, 2, 3}}, Line{"b", "#111", 0, {1 + shift, 2 + shift, 3}}}, 0, 2);
+  };
+  EXPECT_NE(page(0.0).find("&#39;a&#39; is hidden under &#39;b&#39;: the same value at every step."), std::string::npos);
+  // The plot is 230 px high over ~2.2 loss units: 0.001 is under a pixel, 0.1 is 10 px.
+  EXPECT_NE(page(0.001).find("&#39;a&#39; is hidden under &#39;b&#39;: less than a pixel apart"), std::string::npos);
+  EXPECT_EQ(page(0.1).find("hidden under"), std::string::npos);
+}
+
+TEST(Report, DivergenceChartMarksEachProbeByShape) {
+  const std::string h = report_html(localized());
+  const size_t at = h.find("<h2>Divergence from the recorded run</h2>");
+  ASSERT_NE(at, std::string::npos);
+  const std::string svg = h.substr(at, h.find("</svg>", at) - at);
+  // Probe 0 equals the recording (the zero row), probe 4 went NaN (the top row), and every
+  // probe with a comparable step is a mark: a cross where it fails, a circle where it passes.
+  EXPECT_NE(svg.find("<title>probe 0: fails, max |d loss| 0</title><path"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("<title>probe 1: passes, max |d loss| 1.4</title><circle"), std::string::npos);
+  EXPECT_NE(svg.find("<title>probe 4: passes, NaN/Inf loss</title><circle"), std::string::npos);
+  size_t marks = 0;
+  for (size_t i = svg.find("<g><title>probe "); i != std::string::npos; i = svg.find("<g><title>probe ", i + 1)) ++marks;
+  EXPECT_EQ(marks, 6u);
 }
 
 TEST(Report, NotReproducibleShowsTheCurveTheThresholdAndTheClosestStep) {

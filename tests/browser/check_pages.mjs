@@ -90,6 +90,8 @@ async function structure(page, kind, nested) {
     if (kind === 'report') {
       for (const c of svgs.filter((s) => s.classList.contains('chart')))
         if (!c.querySelector('polyline')) problems.push(`chart '${c.getAttribute('aria-label')}' draws no curve`);
+      for (const c of svgs.filter((s) => s.classList.contains('dots')))
+        if (!c.querySelector('circle, path')) problems.push(`chart '${c.getAttribute('aria-label')}' marks no probe`);
       if (nested && !document.querySelector('.tree li li')) problems.push('the narrowing tree has no probe under another');
       for (const e of document.querySelectorAll('.tree code'))
         if (e.textContent.endsWith('...')) problems.push(`a tree label is cut: ${e.textContent}`);
