@@ -151,8 +151,9 @@ bool Db::file_moved() const {
          moved != 0;
 }
 
-void Db::checkpoint_wal(const char* doing) {
-  const int rc = sqlite3_wal_checkpoint_v2(db_, "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+void Db::checkpoint_wal(const char* doing, bool truncate) {
+  const int mode = truncate ? SQLITE_CHECKPOINT_TRUNCATE : SQLITE_CHECKPOINT_PASSIVE;
+  const int rc = sqlite3_wal_checkpoint_v2(db_, "main", mode, nullptr, nullptr);
   if (rc != SQLITE_OK && rc != SQLITE_BUSY) fail(rc, doing);
 }
 

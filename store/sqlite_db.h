@@ -38,7 +38,11 @@ class Db {
   // Copies what the WAL holds into the main file and fsyncs both, without waiting for (or
   // blocking) other connections: PRAGMA wal_checkpoint(PASSIVE). BUSY (another connection is
   // checkpointing) is no error: what is left waits for the next call. A no-op outside WAL mode.
-  void checkpoint_wal(const char* doing);
+  // truncate: wal_checkpoint(TRUNCATE) instead, which waits (busy timeout) for the other
+  // writers' transactions, holds new ones back while it copies the rest, and empties the WAL
+  // file: while another connection commits all the time, PASSIVE never finds the WAL fully
+  // copied, so SQLite never restarts it and the file grows with every byte ever written.
+  void checkpoint_wal(const char* doing, bool truncate = false);
   // Whether the file was deleted or renamed since it was opened: SQLite then keeps writing to
   // the unlinked inode (or the WAL) without an error, so writers ask before each commit.
   bool file_moved() const;

@@ -121,9 +121,9 @@ Transaction Store::begin_step() {
   return Transaction(db_);
 }
 
-void Store::checkpoint_wal() {
+void Store::checkpoint_wal(bool truncate) {
   if (mode_ == Mode::kReadOnly) return;
-  db_.checkpoint_wal("checkpointing the WAL");
+  db_.checkpoint_wal("checkpointing the WAL", truncate);
 }
 
 void Store::check_in_place() {

@@ -187,7 +187,10 @@ class Store {
   // Copies what the WAL holds into the main file and fsyncs it, without waiting for (or
   // blocking) other connections: PRAGMA wal_checkpoint(PASSIVE). Frames a reader still needs
   // stay in the WAL for a later call. A no-op outside WAL mode or on a read-only store.
-  void checkpoint_wal();
+  // truncate: wal_checkpoint(TRUNCATE), which waits for other writers and empties the WAL file
+  // (Db::checkpoint_wal): what a long recording needs after each checkpoint, or its WAL grows
+  // by every checkpoint written, retention or not.
+  void checkpoint_wal(bool truncate = false);
 
   // Checkpoint retention (issue 37). plan_thin says what thin would do to `run` under `rules`
   // (reads only); thin deletes those checkpoints and the blobs no other row refers to, in one

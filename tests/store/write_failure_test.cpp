@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <thread>
+
 #include "store/store.h"
 #include "store/store_worker.h"
 #include "tests/store/store_test_util.h"
@@ -91,6 +94,42 @@ TEST(WalCheckpoint, OffMeansTheWriterMovesTheWalIntoTheFile) {
   EXPECT_GT(file_size(path + "-wal"), 40 << 20);
   s.checkpoint_wal();
   EXPECT_GT(file_size(path), before + (40 << 20));
+  Store ro = Store::open(path, Mode::kReadOnly);
+  EXPECT_TRUE(ro.verify().empty());
+}
+
+// A recording's two writers: the checkpoint writer's blobs and a step writer that commits all
+// the time. TRUNCATE waits for the other's transactions and empties the WAL while it goes on
+// committing (PASSIVE never can: issue 37's store grew by every checkpoint written).
+TEST(WalCheckpoint, TruncateEmptiesTheWalWhileAnotherWriterCommits) {
+  test::TempDir dir;
+  const std::string path = dir.file("s.db");
+  StoreOptions opt;
+  opt.wal_autocheckpoint = 0;
+  Store s = Store::create(path, opt);
+  std::atomic<bool> stop{false};
+  std::atomic<int> commits{0};
+  std::thread steps([&] {
+    Store t = Store::open(path, Mode::kReadWrite, opt);
+    for (uint64_t i = 0; !stop; ++i) {
+      const std::vector<uint8_t> b = test::random_bytes(1000000 + i, 2000);
+      t.put_blob(b.data(), b.size());
+      ++commits;
+    }
+  });
+  for (int i = 0; i < 10; ++i) {
+    const std::vector<uint8_t> b = test::random_bytes(i, 4 << 20);
+    s.put_blob(b.data(), b.size());
+  }
+  while (commits < 20) std::this_thread::yield();
+  const int before = commits;
+  s.checkpoint_wal(/*truncate=*/true);
+  const int64_t wal = file_size(path + "-wal");
+  stop = true;
+  steps.join();
+  EXPECT_LT(wal, 4 << 20) << "the WAL was not emptied";
+  EXPECT_GT(file_size(path), 40 << 20);
+  EXPECT_GT(commits, before) << "the other writer was stopped for good";
   Store ro = Store::open(path, Mode::kReadOnly);
   EXPECT_TRUE(ro.verify().empty());
 }
