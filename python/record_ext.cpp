@@ -3,6 +3,7 @@
 // same store format rewind's trainer writes (runs, steps, blobs, checkpoints, metrics).
 #include "python/record_ext.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,23 +24,75 @@ namespace py = pybind11;
 
 namespace {
 
-// The d2 parameter digest (common/hash.h: digest_term) of the tensors in order, computed on
-// the host: the same bits as Trainer::param_digest for the same parameters, so `store info`
-// and replay read one format. The sum over words does not depend on the order of additions.
-std::string param_digest(const std::vector<torch::Tensor>& params) {
-  uint64_t h = kFnvOffset;
+// splitmix64 (common/hash.h) on int64 tensors, on whatever device they live: the same bits as
+// on uint64, since + and * wrap in two's complement and a logical shift is the arithmetic one
+// with the sign-extended bits masked off.
+torch::Tensor splitmix64(torch::Tensor x) {
+  auto srl = [](const torch::Tensor& v, int k) { return v.__rshift__(k).bitwise_and((int64_t{1} << (64 - k)) - 1); };
+  x = x + static_cast<int64_t>(0x9e3779b97f4a7c15ull);
+  x = (x ^ srl(x, 30)) * static_cast<int64_t>(0xbf58476d1ce4e5b9ull);
+  x = (x ^ srl(x, 27)) * static_cast<int64_t>(0x94d049bb133111ebull);
+  return x ^ srl(x, 31);
+}
+
+// Words per slice of the tensor path: its temporaries are a few int64 tensors of this length
+// (32 MiB each).
+constexpr int64_t kDigestChunk = int64_t{1} << 22;
+
+// The wrapping sum of digest_term(w_i, i) over the 32-bit words of contiguous `c`, as a 0-dim
+// int64 tensor on c's device: tensor ops, so a GPU's parameters never cross to the host.
+torch::Tensor word_sum_tensor(const torch::Tensor& c, int64_t words) {
+  const torch::Tensor w = c.reshape({-1}).view(torch::kInt32);
+  const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(c.device());
+  torch::Tensor acc = torch::zeros({}, opts);
+  for (int64_t b = 0; b < words; b += kDigestChunk) {
+    const int64_t e = std::min(words, b + kDigestChunk);
+    const torch::Tensor word = w.slice(0, b, e).to(torch::kInt64).bitwise_and(int64_t{0xffffffff});
+    acc += splitmix64(torch::arange(b, e, opts).__lshift__(32).bitwise_or(word)).sum();
+  }
+  return acc;
+}
+
+// The d2 parameter digest (common/hash.h: digest_term) of the tensors in order: the same bits
+// as Trainer::param_digest for the same parameters, so `store info` and replay read one format.
+// Host tensors are summed in a plain loop; device tensors (or all, with `tensor_path`, which the
+// tests compare with the loop) by word_sum_tensor, one device-to-host copy for all the sums.
+// The sum over words does not depend on the order of additions.
+std::string param_digest(const std::vector<torch::Tensor>& params, bool tensor_path) {
+  std::vector<int64_t> words(params.size());
+  std::vector<uint64_t> sums(params.size(), 0);
+  std::vector<std::pair<size_t, torch::Tensor>> pending;  // (index, 0-dim sum on the device)
   for (size_t k = 0; k < params.size(); ++k) {
-    const torch::Tensor c = params[k].detach().to(torch::kCPU).contiguous();
+    const torch::Tensor c = params[k].detach().contiguous();
     const int64_t bytes = c.numel() * static_cast<int64_t>(c.element_size());
     if (bytes % 4 != 0)
       throw Error(ExitCode::kUsage, "param digest: parameter " + std::to_string(k) + " holds " + std::to_string(bytes) +
                                         " bytes, not a whole number of 32-bit words");
-    const int64_t words = bytes / 4;
+    words[k] = bytes / 4;
+    if (tensor_path || !c.is_cpu()) {
+      pending.emplace_back(k, word_sum_tensor(c, words[k]));
+      continue;
+    }
     const auto* w = static_cast<const uint32_t*>(c.data_ptr());
-    uint64_t sum = 0;
-    for (int64_t i = 0; i < words; ++i) sum += digest_term(w[i], static_cast<uint64_t>(i));
-    h = fnv1a64(&words, sizeof words, h);
-    h = fnv1a64(&sum, sizeof sum, h);
+    for (int64_t i = 0; i < words[k]; ++i) sums[k] += digest_term(w[i], static_cast<uint64_t>(i));
+  }
+  if (!pending.empty()) {
+    std::vector<torch::Tensor> parts;
+    bool one_device = true;
+    for (const auto& p : pending) {
+      parts.push_back(p.second);
+      one_device = one_device && p.second.device() == pending.front().second.device();
+    }
+    if (!one_device)
+      for (torch::Tensor& t : parts) t = t.to(torch::kCPU);
+    const torch::Tensor host = torch::stack(parts).to(torch::kCPU);  // one copy (per device)
+    for (size_t j = 0; j < pending.size(); ++j)
+      sums[pending[j].first] = static_cast<uint64_t>(host[static_cast<int64_t>(j)].item<int64_t>());
+  }
+  uint64_t h = kFnvOffset;
+  for (size_t k = 0; k < params.size(); ++k) {
+    h = fnv1a64(&words[k], sizeof words[k], h);
+    h = fnv1a64(&sums[k], sizeof sums[k], h);
   }
   return "d2:" + hex64(h);
 }
@@ -215,7 +268,7 @@ class ScriptReplay {
 };
 
 void bind_record(py::module_& m) {
-  m.def("param_digest", &param_digest, py::arg("params"),
+  m.def("param_digest", &param_digest, py::arg("params"), py::arg("tensor_path") = false,
         "the d2 digest (\"d2:\" + 16 hex) of the tensors in order, as rewind's trainer records it");
   py::class_<ScriptRecording>(m, "ScriptRecording")
       .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&>(),

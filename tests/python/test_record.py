@@ -198,6 +198,23 @@ class RecordReplay(unittest.TestCase):
         self.assertEqual(sha(self.store), before)
 
 
+class Digest(unittest.TestCase):
+    def test_tensor_path_matches_the_host_loop(self):
+        # The tensor-op digest (what a GPU's parameters take) against the plain loop over words,
+        # on tensors past one 4M-word slice, BF16 ones, a scalar, and words with the top bit set.
+        g = torch.Generator().manual_seed(0)
+        ts = [torch.randn(3, 5, generator=g), torch.randn(4100, 1100, generator=g),
+              torch.randn(6, 4, generator=g).bfloat16(), torch.tensor(-2.5), -torch.rand(7, generator=g)]
+        want = rewind._C.param_digest(ts)
+        self.assertEqual(rewind._C.param_digest(ts, tensor_path=True), want)
+        self.assertRegex(want, "^d2:[0-9a-f]{16}$")
+        ts[1][4000, 1000] = torch.nextafter(ts[1][4000, 1000], torch.tensor(9.0))  # one bit, second slice
+        self.assertNotEqual(rewind._C.param_digest(ts, tensor_path=True), want)
+        self.assertEqual(rewind._C.param_digest(ts, tensor_path=True), rewind._C.param_digest(ts))
+        with self.assertRaises(rewind.RewindError):  # 3 BF16 values: not whole 32-bit words
+            rewind._C.param_digest([torch.zeros(3, dtype=torch.bfloat16)])
+
+
 class InProcess(unittest.TestCase):
     """The REWIND_REPLAY protocol without the CLI: a loop whose get_batch returns a dict, recorded
     and then replayed in this process from the checkpoint at step 3."""
