@@ -154,7 +154,7 @@ class Recorder:
                 raise TypeError(f"rewind.record: state[{name!r}] has no state_dict/load_state_dict")
         self.checkpoint_every = int(checkpoint_every)
         self.step_index = 0       # the step the loop runs next
-        self._pending = None      # (tensors, kind, rng, t0) between batch and step
+        self._pending = None      # (tensors, desc, rng, t0) between batch and step
         self._report = None
         spec = os.environ.get(REPLAY_ENV)
         self.replaying = spec is not None
@@ -193,7 +193,7 @@ class Recorder:
 
     # --- replay ------------------------------------------------------------------------------
     def _begin_replay(self, spec):
-        global _active_plan, _replaying
+        global _replaying
         if _replaying:
             raise _C.RewindError("rewind.record: a replay drives one recorder per process; this script made a second")
         _replaying = True
