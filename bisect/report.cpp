@@ -74,6 +74,12 @@ std::string cost_text(double x) { return std::isfinite(x) ? fmt("%.2f", x) : "-"
 
 // The near miss in words: the closest step, its value and threshold.
 std::string near_miss_text(const NearMiss& m) {
+  int holds = 0;
+  for (bool h : m.holds) holds += h;
+  if (m.closest < 0 && holds > 0)
+    return "It holds at " + std::to_string(holds) + " of " + std::to_string(m.holds.size()) +
+           " steps (true from the start, it marks no failure: a failure turns it from false to true); no step "
+           "where it does not hold has a threshold to come close to. " + m.note;
   if (m.closest < 0) return m.note;
   const size_t i = static_cast<size_t>(m.closest - m.from);
   return "Closest at step " + std::to_string(m.closest) + ": " + m.series + " " + fmt("%.4g", m.values[i]) +

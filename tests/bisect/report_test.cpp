@@ -193,6 +193,9 @@ TEST(Report, NotReproducibleShowsTheCurveTheThresholdAndTheClosestStep) {
   EXPECT_NE(report_markdown(r).find("Closest at step 2"), std::string::npos);
   const auto j = nlohmann::json::parse(report_json(r));
   EXPECT_EQ(j["near_miss"]["closest_step"], 2);
+  // A predicate that holds from the start has no closest step: the text says why.
+  const NearMiss always = near_miss(Predicate::parse("loss > 1"), s, 0, 3);
+  EXPECT_EQ(near_miss_text(always).rfind("It holds at 4 of 4 steps", 0), 0u) << near_miss_text(always);
   EXPECT_NEAR(j["near_miss"]["threshold"][0].get<double>(), 6.0, 1e-4);
 }
 
