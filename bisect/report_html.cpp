@@ -153,6 +153,24 @@ std::string probe_table(const BisectReport& r) {
   return h + "</table></div>\n";
 }
 
+// The outcome in words above the verdict's text: the status without dashes and the culprits.
+std::string result_line(const BisectReport& r) {
+  std::string status;
+  if (r.narrowed) status = status_name(r.search.status);
+  else if (r.time) status = r.time->status == TimeSearch::Status::kWindow ? "causal window found"
+                            : r.time->status == TimeSearch::Status::kBakedIn ? "baked into the earliest checkpoint"
+                            : r.time->status == TimeSearch::Status::kNotPrecision ? "not a precision failure"
+                                                                                   : "not reproducible";
+  if (status.empty()) return "";
+  std::replace(status.begin(), status.end(), '-', ' ');
+  std::string h = "<p><strong>Result: " + esc(status) + "</strong>";
+  if (r.narrowed && !r.search.failing_set.empty())
+    h += "; failing set <code>" + esc(to_string(r.search.failing_set)) + "</code>";
+  if (r.narrowed && !r.search.fixing_set.empty())
+    h += "; fixing set <code>" + esc(to_string(r.search.fixing_set)) + "</code>";
+  return h + "</p>\n";
+}
+
 }  // namespace
 
 std::string report_html(const BisectReport& r) {
@@ -177,8 +195,8 @@ std::string report_html(const BisectReport& r) {
        std::to_string(r.n_head) + " heads" +
        (r.narrowed ? ", reference <code>" + esc(r.reference.empty() ? std::string("all-FP32") : r.reference) + "</code>"
                    : std::string()) +
-       "</p>\n<h2>Verdict</h2>\n<pre>" + esc(r.verdict) + "</pre>\n<p><strong>Probes.</strong> " + esc(tally(r).text) +
-       "</p>\n";
+       "</p>\n<h2>Verdict</h2>\n" + result_line(r) + "<pre>" + esc(r.verdict) +
+       "</pre>\n<p><strong>Probes.</strong> " + esc(tally(r).text) + "</p>\n";
   if (r.near_miss) h += near_miss_section(r);
   if (r.time && !r.time->probes.empty()) h += time_section(r);
   if (r.narrowed) h += narrowing_section(r);

@@ -121,7 +121,11 @@ TEST(Report, DivergenceFromTheRecordedRun) {
 }
 
 TEST(Report, HtmlHasWhatMarkdownHas) {
-  const BisectReport r = localized();
+  BisectReport r = localized();
+  r.search.status = Status::kSeparateFix;  // the status in words, with the culprits, above the verdict's text
+  EXPECT_NE(report_html(r).find("<strong>Result: separate fix</strong>; failing set <code>{L1.H0.pv}</code>"),
+            std::string::npos);
+  r = localized();
   const std::string h = report_html(r);
   for (const std::string& s : {std::string("Recorded plan at the window start: <code>L*.H*.qk=sbf16</code>"),
                                std::string("Probes per phase"), std::string("<td>cheap/layers</td><td>2</td>"),
