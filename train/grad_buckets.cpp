@@ -1,8 +1,9 @@
 // Bucketed gradient exchange started from autograd's accumulate-grad hooks (grad_buckets.h).
-// On CUDA a bucket's exchange runs on a side stream that first waits for the compute stream
-// (the accumulated gradients), so the collectives and the rank-order sums overlap the rest of
-// the backward; finish() makes the compute stream wait for the side stream. On CPUs (Gloo) the
-// same code runs synchronously inside the backward.
+// A hook that completes a bucket records an event on the compute stream (the accumulated
+// gradients) and hands the bucket to the exchange thread, which makes a side stream wait for
+// that event and queues the collectives and the rank-order sums there, so they overlap the rest
+// of the backward; finish() makes the compute stream wait for the side stream. On CPUs (Gloo)
+// the exchange thread sums while autograd goes on.
 #include "train/grad_buckets.h"
 
 #include <torch/csrc/autograd/function.h>
@@ -13,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #ifdef REWIND_CUDA
@@ -25,10 +27,11 @@ namespace rwd::train {
 
 #ifdef REWIND_CUDA
 struct GradBuckets::Stream {
-  explicit Stream(c10::DeviceIndex device)
-      : side(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)), compute(side) {}
+  Stream(c10::DeviceIndex device, size_t buckets)
+      : side(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device)), compute(side), ready(buckets) {}
   c10::cuda::CUDAStream side;
   c10::cuda::CUDAStream compute;  // the trainer's stream, taken at arm()
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> ready;  // per bucket: its gradients accumulated
 };
 #else
 struct GradBuckets::Stream {};
@@ -79,7 +82,7 @@ GradBuckets::GradBuckets(Comm& comm, const std::vector<torch::Tensor>& params, i
   }
   waiting_.assign(buckets_.size(), 0);
 #ifdef REWIND_CUDA
-  if (!params_.empty() && params_[0].is_cuda()) stream_ = std::make_unique<Stream>(params_[0].device().index());
+  if (!params_.empty() && params_[0].is_cuda()) stream_ = std::make_unique<Stream>(params_[0].device().index(), buckets_.size());
 #endif
   for (size_t k = 0; k < params_.size(); ++k) {
     std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[k]);
@@ -87,9 +90,16 @@ GradBuckets::GradBuckets(Comm& comm, const std::vector<torch::Tensor>& params, i
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<ReadyHook>([this](size_t i) { ready(i); }, k)));
     accumulators_.push_back(std::move(acc));
   }
+  thread_ = std::thread([this] { loop(); });
 }
 
 GradBuckets::~GradBuckets() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
   for (size_t k = 0; k < accumulators_.size(); ++k) accumulators_[k]->del_post_hook(hook_keys_[k]);
 }
 
@@ -97,6 +107,7 @@ void GradBuckets::arm() {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t b = 0; b < buckets_.size(); ++b) waiting_[b] = buckets_[b].size();
   next_ = 0;
+  exchanged_ = 0;
   armed_ = true;
 #ifdef REWIND_CUDA
   if (stream_) stream_->compute = c10::cuda::getCurrentCUDAStream(stream_->side.device_index());
@@ -112,15 +123,29 @@ void GradBuckets::ready(size_t param) {
 }
 
 void GradBuckets::launch_ready_locked() {
-  while (next_ < buckets_.size() && waiting_[next_] == 0) exchange(next_++);
+  while (next_ < buckets_.size() && waiting_[next_] == 0) hand_over_locked(next_++);
+}
+
+void GradBuckets::hand_over_locked(size_t bucket) {
+#ifdef REWIND_CUDA
+  if (stream_) {
+    auto& ev = stream_->ready[bucket];
+    if (!ev) ev = std::make_unique<at::cuda::CUDAEvent>();
+    ev->record(stream_->compute);
+  }
+#endif
+  queue_.push_back(bucket);
+  cv_.notify_all();
 }
 
 void GradBuckets::finish() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   // Buckets whose hooks did not all run (a parameter the step did not use) go now, in order:
   // the ranks ran the same graph, so they skip the same gradients.
-  while (next_ < buckets_.size()) exchange(next_++);
+  while (next_ < buckets_.size()) hand_over_locked(next_++);
   armed_ = false;
+  cv_.wait(lock, [&] { return exchanged_ == buckets_.size(); });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 #ifdef REWIND_CUDA
   if (stream_) {
     at::cuda::CUDAEvent done;
@@ -128,6 +153,28 @@ void GradBuckets::finish() {
     done.block(stream_->compute);
   }
 #endif
+}
+
+void GradBuckets::loop() {
+  torch::NoGradGuard no_grad;  // per thread
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    const size_t bucket = queue_.front();
+    queue_.pop_front();
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      exchange(bucket);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    if (error && !error_) error_ = error;
+    ++exchanged_;
+    cv_.notify_all();
+  }
 }
 
 void GradBuckets::exchange(size_t bucket) {
@@ -141,11 +188,9 @@ void GradBuckets::exchange(size_t bucket) {
   }
   if (grads.empty()) return;
 #ifdef REWIND_CUDA
-  std::optional<c10::cuda::CUDAStreamGuard> on_side;
+  std::optional<c10::cuda::CUDAStreamGuard> on_side;  // the device and the side stream, this thread
   if (stream_) {
-    at::cuda::CUDAEvent accumulated;  // the gradients as the compute stream left them
-    accumulated.record(stream_->compute);
-    accumulated.block(stream_->side);
+    stream_->ready[bucket]->block(stream_->side);  // the gradients as the compute stream left them
     on_side.emplace(stream_->side);
   }
 #endif

@@ -1,16 +1,22 @@
 // The data-parallel gradient exchange in buckets, started while the backward still runs (as
 // PyTorch DDP does): each bucket goes through Comm::sum_in_rank_order as soon as the last
 // micro-batch's backward has accumulated all its parameters' gradients, so the transfer hides
-// behind the backward of the layers before it. Every element is still summed r0 + r1 + ... in
+// behind the backward of the layers before it. The hooks only hand a ready bucket to a thread
+// of its own, which queues the collectives and sums: autograd's thread, which queues the
+// backward's kernels and bounds a GPU step, does no more work than without buckets. Every element is still summed r0 + r1 + ... in
 // rank order, so the bits are those of one exchange after the backward (the property the
 // bitwise replays rest on), whatever the bucket sizes and however the exchange interleaves.
 #pragma once
 
 #include <torch/types.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "train/dist.h"
@@ -35,8 +41,9 @@ class GradBuckets {
   // gradients are all accumulated is exchanged (buckets go in order on every rank: NCCL needs
   // the same sequence of collectives everywhere).
   void arm();
-  // Call after that backward: exchanges what is left, in order, and makes the device's
-  // current stream wait for every bucket. The gradients then hold the sums.
+  // Call after that backward: exchanges what is left, in order, waits until every bucket's
+  // work is queued, and makes the device's current stream wait for it (on CPUs: until it is
+  // done). The gradients then hold the sums. Rethrows the exchange thread's error.
   void finish();
   // The environment's bucket size in bytes: REWIND_GRAD_BUCKET_MB (MiB, fractions allowed;
   // default 25, as DDP); 0 turns the overlap off (one exchange after the backward).
@@ -45,7 +52,9 @@ class GradBuckets {
  private:
   struct Stream;  // the side stream and its events on CUDA (opaque: no CUDA header here)
   void ready(size_t param);            // an accumulated gradient (autograd's thread)
-  void launch_ready_locked();          // exchanges the ready buckets at the front, in order
+  void launch_ready_locked();          // hands the ready buckets at the front over, in order
+  void hand_over_locked(size_t bucket);
+  void loop();                         // the exchange thread
   void exchange(size_t bucket);
 
   Comm& comm_;
@@ -56,9 +65,15 @@ class GradBuckets {
   size_t next_ = 0;                            // the first bucket not yet exchanged
   bool armed_ = false;
   std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<size_t> queue_;   // buckets handed over, not yet exchanged
+  size_t exchanged_ = 0;       // buckets exchanged since arm()
+  bool stop_ = false;
+  std::exception_ptr error_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
   std::vector<uintptr_t> hook_keys_;
   std::unique_ptr<Stream> stream_;
+  std::thread thread_;  // last: started once everything above exists
 };
 
 }  // namespace rwd::train

@@ -1,9 +1,12 @@
-// GradBuckets (issue 32): buckets are exchanged from the backward's hooks, in bucket order,
-// before the backward returns, and the gradients end up as the rank-order sums.
+// GradBuckets (issue 32): buckets are handed to the exchange thread from the backward's hooks,
+// without waiting for finish(), in bucket order, and the gradients end up as the rank-order sums.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "train/grad_buckets.h"
@@ -12,13 +15,13 @@ namespace rwd::train {
 namespace {
 
 // Rank 0 of two whose peer computed exactly the same gradients: every collective answers as
-// rank 1 would have, and logs its calls. `in_backward` tells whether autograd is still running.
+// rank 1 would have, and logs its calls (from the exchange thread).
 class TwinComm : public Comm {
  public:
   TwinComm() { env_.world = 2; }
   const DistEnv& env() const override { return env_; }
   std::vector<torch::Tensor> allgather(const torch::Tensor& t) override {
-    calls.push_back(std::string("allgather ") + (*in_backward ? "in" : "after"));
+    log("allgather");
     if (last_a2a_.defined()) {  // the summed shards: ours, then rank 1's (twice its own chunk 1)
       const int64_t shard = last_a2a_.numel() / 2;
       torch::Tensor theirs = last_a2a_.slice(0, shard, 2 * shard) + last_a2a_.slice(0, shard, 2 * shard);
@@ -28,17 +31,34 @@ class TwinComm : public Comm {
     return {t.clone(), t.clone()};
   }
   torch::Tensor all_to_all(const torch::Tensor& t) override {
-    calls.push_back(std::string("all_to_all ") + (*in_backward ? "in" : "after"));
+    log("all_to_all");
     last_a2a_ = t.clone();
     const int64_t shard = t.numel() / 2;
     return torch::cat({t.slice(0, 0, shard), t.slice(0, 0, shard)});  // our chunk 0 and rank 1's
   }
-  std::vector<std::string> calls;
-  const bool* in_backward = nullptr;
+  std::vector<std::string> calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_;
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.clear();
+  }
+  // Waits up to `ms` milliseconds for `n` calls; returns how many there were.
+  size_t wait_for(size_t n, int ms = 10000) {
+    for (int i = 0; i < ms / 10 && calls().size() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return calls().size();
+  }
 
  private:
+  void log(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back(what);
+  }
   DistEnv env_;
   torch::Tensor last_a2a_;
+  std::mutex mu_;
+  std::vector<std::string> calls_;
 };
 
 TEST(GradBuckets, ExchangedFromTheBackwardInOrderWithTheSums) {
@@ -63,33 +83,28 @@ TEST(GradBuckets, ExchangedFromTheBackwardInOrderWithTheSums) {
   }
 
   TwinComm comm;
-  bool in_backward = false;
-  comm.in_backward = &in_backward;
   GradBuckets buckets(comm, params, 80 << 10);
   loss_of(x0).backward();  // not armed: an earlier micro-batch exchanges nothing
-  EXPECT_TRUE(comm.calls.empty());
+  EXPECT_EQ(comm.wait_for(1, 200), 0u);
   buckets.arm();
-  in_backward = true;
   loss_of(x1).backward();
-  in_backward = false;
+  // Three buckets, each an all_to_all and an allgather, handed over by the hooks: all of them
+  // come without finish() (the last completes with the backward's last node).
+  EXPECT_EQ(comm.wait_for(6), 6u) << "the hooks did not start the exchange";
   buckets.finish();
-  // Three buckets, each an all_to_all and an allgather; the first two (weights 2 and 1) start
-  // inside the backward, the last (weight 0, completed last) may only start at its very end.
-  ASSERT_EQ(comm.calls.size(), 6u);
-  EXPECT_EQ(comm.calls[0], "all_to_all in");
-  EXPECT_EQ(comm.calls[1], "allgather in");
-  EXPECT_EQ(comm.calls[2], "all_to_all in");
-  EXPECT_EQ(comm.calls[3], "allgather in");
+  const std::vector<std::string> calls = comm.calls();
+  ASSERT_EQ(calls.size(), 6u);
+  for (size_t i = 0; i < calls.size(); ++i) EXPECT_EQ(calls[i], i % 2 ? "allgather" : "all_to_all") << i;
   for (size_t i = 0; i < params.size(); ++i)
     EXPECT_TRUE(torch::equal(params[i].grad(), want[i])) << "parameter " << i;
 
   // A step whose backward leaves a parameter out: finish() still exchanges every bucket.
   for (auto& p : params) p.mutable_grad() = torch::Tensor();
-  comm.calls.clear();
+  comm.clear();
   buckets.arm();
   torch::tanh(x1.matmul(params[0])).sum().backward();
   buckets.finish();
-  EXPECT_EQ(comm.calls.size(), 2u);  // only weight 0 has a gradient
+  EXPECT_EQ(comm.calls().size(), 2u);  // only weight 0 has a gradient
   EXPECT_FALSE(params[1].grad().defined());
 }
 
