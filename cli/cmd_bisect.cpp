@@ -11,7 +11,9 @@
 #include "cli/commands.h"
 #include "cli/launch.h"
 #include "cli/options.h"
+#include "cli/replay_script.h"
 #include "common/error.h"
+#include "store/store.h"
 
 namespace rwd::cli {
 
@@ -132,6 +134,10 @@ int run_bisect(int argc, char** argv) {
   bisect::BisectOptions o;
   o.store_path = r["store"].as<std::string>();
   o.run = r["run"].as<int64_t>();
+  {
+    store::Store peek = store::Store::open(o.store_path, store::Mode::kReadOnly);
+    refuse_script_run(peek, o.run, "bisect");
+  }
   if (r.count("window")) o.window = parse_window(r["window"].as<std::string>());
   o.fail = r["fail"].as<std::string>();
   o.pool.jobs = r["jobs"].as<int>();

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/replay_script.h"
 #include "common/error.h"
 #include "interop/nanogpt.h"
 #include "replay/replayer.h"
@@ -61,6 +62,7 @@ int run_export(int argc, char** argv) {
   } guard{tmp};
 
   store::Store s = store::Store::open(r["store"].as<std::string>(), store::Mode::kReadOnly);
+  refuse_script_run(s, r["run"].as<int64_t>(), "export");
   const train::RunSpec spec = train::RunSpec::load(s, r["run"].as<int64_t>());
   const auto ckpts = s.checkpoint_steps(spec.run_id);
   train::NamedTensors state;

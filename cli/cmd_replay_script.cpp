@@ -135,6 +135,13 @@ bool is_script_run(store::Store& s, int64_t run) {
   return false;
 }
 
+void refuse_script_run(store::Store& s, int64_t run, const std::string& command) {
+  if (is_script_run(s, run))
+    throw UsageError(command + ": this run was recorded by a Python script (rewind.record); " + command +
+                     " runs rewind's own trainer and cannot rebuild its model: replay it with "
+                     "rewind replay --cmd \"python3 train.py ...\"");
+}
+
 int replay_script(const ScriptReplayOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   store::Store st = store::Store::open(o.store, store::Mode::kReadOnly);

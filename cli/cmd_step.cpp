@@ -3,6 +3,7 @@
 #include <cxxopts.hpp>
 
 #include "cli/commands.h"
+#include "cli/replay_script.h"
 #include "cli/options.h"
 #include "common/error.h"
 #include "train/run_spec.h"
@@ -30,6 +31,7 @@ int run_step(int argc, char** argv) {
   if (!r.count("store") || !r.count("step") || !r.count("fp32"))
     throw UsageError("step: --store, --step and --fp32 are required");
   store::Store st = store::Store::open(r["store"].as<std::string>(), store::Mode::kReadOnly);
+  refuse_script_run(st, r["run"].as<int64_t>(), "step");
   train::RunSpec spec = train::RunSpec::load(st, r["run"].as<int64_t>());
   set_threads(spec.threads);
   replay::StepProbeResult res = replay::probe_step(st, spec.run_id, r["step"].as<int64_t>(),

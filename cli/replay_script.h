@@ -25,6 +25,9 @@ struct ScriptReplayOptions {
 // Whether run `run` (0: the last) of `s` was recorded by rewind.record (runs.meta "kind":
 // "python"), which only `--cmd` can replay.
 bool is_script_run(store::Store& s, int64_t run);
+// A UsageError naming `command` when that run was recorded by rewind.record: commands that
+// run rewind's own trainer (bisect, step, export) cannot continue a Python script's model.
+void refuse_script_run(store::Store& s, int64_t run, const std::string& command);
 
 // Runs the command with REWIND_REPLAY set, reads the steps its rewind.record reported and
 // compares them with the recording. Returns the exit code; a divergence under --verify is

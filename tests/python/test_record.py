@@ -84,6 +84,18 @@ class RecordReplay(unittest.TestCase):
         info = self.rewind_cli("store", "info", self.store)
         self.assertEqual(info.returncode, 0, info.stderr)
 
+    def test_trainer_commands_refuse_a_script_run_in_one_line(self):
+        out = os.path.join(self.dir, "refused.pt")
+        for args in (("step", "--store", self.store, "--step", "7", "--fp32", "L0.H0.pv"),
+                     ("bisect", "--store", self.store, "--window", "5:9", "--fail", "nan"),
+                     ("export", "nanogpt", "--store", self.store, "--step", "5", "-o", out)):
+            r = self.rewind_cli(*args)
+            self.assertEqual(r.returncode, 2, args[0] + ": " + r.stderr)
+            self.assertIn("recorded by a Python script", r.stderr)
+            self.assertIn("--cmd", r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertFalse(os.path.exists(out))
+
     def test_replay_verifies_bitwise(self):
         r = self.replay(script(self.store), "--verify")
         self.assertEqual(r.returncode, 0, r.stderr)
