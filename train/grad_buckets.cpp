@@ -103,8 +103,17 @@ GradBuckets::~GradBuckets() {
   for (size_t k = 0; k < accumulators_.size(); ++k) accumulators_[k]->del_post_hook(hook_keys_[k]);
 }
 
+void GradBuckets::reset() {
+  std::unique_lock<std::mutex> lock(mu_);
+  armed_ = false;
+  queue_.clear();
+  cv_.wait(lock, [&] { return !busy_; });
+  error_ = nullptr;
+}
+
 void GradBuckets::arm() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
   for (size_t b = 0; b < buckets_.size(); ++b) waiting_[b] = buckets_[b].size();
   next_ = 0;
   exchanged_ = 0;
@@ -163,6 +172,7 @@ void GradBuckets::loop() {
     if (stop_) return;
     const size_t bucket = queue_.front();
     queue_.pop_front();
+    busy_ = true;
     lock.unlock();
     std::exception_ptr error;
     try {
@@ -172,6 +182,7 @@ void GradBuckets::loop() {
     }
     lock.lock();
     if (error && !error_) error_ = error;
+    busy_ = false;
     ++exchanged_;
     cv_.notify_all();
   }

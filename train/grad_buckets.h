@@ -41,6 +41,9 @@ class GradBuckets {
   // gradients are all accumulated is exchanged (buckets go in order on every rank: NCCL needs
   // the same sequence of collectives everywhere).
   void arm();
+  // Call when a step starts: forgets a step that ended between arm() and finish() (its
+  // backward threw), once the exchange thread is idle, so that step's hooks stay disarmed.
+  void reset();
   // Call after that backward: exchanges what is left, in order, waits until every bucket's
   // work is queued, and makes the device's current stream wait for it (on CPUs: until it is
   // done). The gradients then hold the sums. Rethrows the exchange thread's error.
@@ -68,6 +71,7 @@ class GradBuckets {
   std::condition_variable cv_;
   std::deque<size_t> queue_;   // buckets handed over, not yet exchanged
   size_t exchanged_ = 0;       // buckets exchanged since arm()
+  bool busy_ = false;          // the exchange thread is inside exchange()
   bool stop_ = false;
   std::exception_ptr error_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks

@@ -152,6 +152,7 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   const int first = comm_ ? comm_->rank() * share : 0;
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
   const bool ranks = comm_ && comm_->world() > 1;
+  if (buckets_) buckets_->reset();  // an earlier step that threw mid-backward stays behind
   // Queued behind the first backward and read after the loss: their host time overlaps the
   // GPU's backward instead of leaving the GPU idle between host syncs (the same ops, bits).
   torch::Tensor wq_norms, norm;

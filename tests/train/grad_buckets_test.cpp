@@ -98,6 +98,21 @@ TEST(GradBuckets, ExchangedFromTheBackwardInOrderWithTheSums) {
   for (size_t i = 0; i < params.size(); ++i)
     EXPECT_TRUE(torch::equal(params[i].grad(), want[i])) << "parameter " << i;
 
+  // A step that ended between arm() and finish() (its backward threw): after reset() the next
+  // step's earlier micro-batch exchanges nothing, and its last one all three buckets.
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();
+  comm.clear();
+  buckets.arm();
+  buckets.reset();
+  loss_of(x0).backward();
+  EXPECT_EQ(comm.wait_for(1, 200), 0u) << "a step left armed exchanged an earlier micro-batch";
+  buckets.arm();
+  loss_of(x1).backward();
+  buckets.finish();
+  EXPECT_EQ(comm.calls().size(), 6u);
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_TRUE(torch::equal(params[i].grad(), want[i])) << "parameter " << i << " after a reset";
+
   // A step whose backward leaves a parameter out: finish() still exchanges every bucket.
   for (auto& p : params) p.mutable_grad() = torch::Tensor();
   comm.clear();
