@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "plan/plan.h"
 #include "store/store.h"
+#include "store/window_check.h"
 
 namespace rwd::cli {
 
@@ -148,13 +149,8 @@ int replay_script(const ScriptReplayOptions& o) {
   const store::RunInfo run = find_run(st, o.run);
   if (parse_object(run.meta).value("kind", "") != "python")
     throw UsageError("replay: run " + std::to_string(run.id) + " was recorded by rewind train; replay it without --cmd");
-  const auto range = st.step_range(run.id);
-  if (!range) throw Error(ExitCode::kData, "run " + std::to_string(run.id) + " has no recorded steps");
-  if (o.from > o.to) throw UsageError("empty window " + std::to_string(o.from) + ":" + std::to_string(o.to));
-  if (o.from < range->first || o.to > range->second)
-    throw UsageError("window " + std::to_string(o.from) + ":" + std::to_string(o.to) +
-                     " is outside the recording (steps " + std::to_string(range->first) + ".." +
-                     std::to_string(range->second) + ")");
+  store::check_window(st, run.id, o.from, o.to);
+  const auto range = st.step_range(run.id);  // present: checked above
   const auto ckpt = st.nearest_checkpoint(run.id, o.from);
   if (!ckpt)
     throw Error(ExitCode::kData, "missing checkpoint: no checkpoint at or before step " + std::to_string(o.from) +

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "store/window_check.h"
 #include "train/tensor_io.h"
 
 namespace rwd::replay {
@@ -273,13 +274,7 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
 ReplayResult replay(store::Store& s, const ReplayOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   train::RunSpec run = train::RunSpec::load(s, o.run);
-  auto range = s.step_range(run.run_id);
-  if (!range) throw Error(ExitCode::kData, "run " + std::to_string(run.run_id) + " has no recorded steps");
-  if (o.from > o.to) throw UsageError("empty window " + std::to_string(o.from) + ":" + std::to_string(o.to));
-  if (o.from < range->first || o.to > range->second)
-    throw UsageError("window " + std::to_string(o.from) + ":" + std::to_string(o.to) +
-                     " is outside the recording (steps " + std::to_string(range->first) + ".." +
-                     std::to_string(range->second) + ")");
+  store::check_window(s, run.run_id, o.from, o.to);
   Restored st = restore_before(s, run.run_id, o.from, o.data_path, o.verify, o.on_step, o.comm);
   const train::Config& c = run.config;
   ReplayResult result;
