@@ -230,6 +230,7 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   // them, so each rank stops at the same non-finite step and judges the same series.
   // Warm: the probes of one bisect restore the same checkpoint, read and decompressed once.
   replay::Restored st = replay::restore_before(s, run.run_id, p.from, "", false, {}, comm, /*warm=*/true);
+  out.restore_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Series series;
   series.first_step = p.from;
   // The history: what the predicate reads of the recording before the window (issue 25).
@@ -317,6 +318,7 @@ store::ProbeRecord to_record(const ProbeSpec& p, const ProbeOutcome& o) {
   m["loss"] = curve(o.loss);
   m["grad_norm"] = curve(o.grad_norm);
   m["step_s"] = o.step_s;
+  m["restore_s"] = o.restore_s;
   m["step_median_s"] = o.step_median_s;
   m["steps"] = o.steps;
   if (o.stopped_at >= 0) m["stopped_at"] = o.stopped_at;
@@ -336,6 +338,7 @@ std::optional<ProbeOutcome> from_record(const store::ProbeRecord& r) {
     o.grad_norm = uncurve(m.at("grad_norm"));
     o.wall_s = r.wall_s;
     o.step_s = m.value("step_s", 0.0);  // 0: stored before issue 26 (no step timing)
+    o.restore_s = m.value("restore_s", 0.0);
     // Counts through json_int: a tampered row is unreadable (nullopt below), never a bad cast.
     auto count = [&](const char* key, int64_t fallback) -> std::optional<int64_t> {
       if (!m.contains(key)) return fallback;

@@ -50,6 +50,7 @@ struct ProbeOutcome {
   std::vector<double> grad_norm;
   double wall_s = 0;
   double step_s = 0;              // of wall_s, the time in the window's training steps
+  double restore_s = 0;           // of wall_s, restoring the checkpoint before the window
   // The median of those steps' times: what a step costs once warm (the first probe of a GPU
   // process pays for lazy initialization in its first steps). 0: not known (stored earlier).
   double step_median_s = 0;

@@ -154,6 +154,7 @@ std::string report_json(const BisectReport& r) {
     pj["cached"] = p.outcome.cached;
     pj["wall_s"] = p.outcome.wall_s;
     pj["step_s"] = p.outcome.step_s;
+    pj["restore_s"] = p.outcome.restore_s;
     pj["step_median_s"] = p.outcome.step_median_s;
     pj["steps"] = p.outcome.steps;
     if (p.outcome.stopped_at >= 0) pj["stopped_at"] = p.outcome.stopped_at;

@@ -36,10 +36,11 @@ class Engine {
     // 1. The two anchors (one batch when parallel): baseline must fail, all-FP32 must pass.
     phase_ = "check";
     Candidate baseline{Mode::kPromote, {}}, all_fp32{Mode::kKeepLow, {}};
-    if (max_batch_ >= 2) evaluate_all({baseline, all_fp32});
+    std::vector<Element> top = space_.top_level();
+    // With three probes at once the space check joins them (wasted only when the run passes).
+    if (max_batch_ >= 2) evaluate_all({baseline, all_fp32, {Mode::kKeepLow, top}});
     if (!fails(baseline)) return finish(Status::kNotReproducible, "the baseline run passes");
     if (fails(all_fp32)) return finish(Status::kNotPrecision, "the all-FP32 run fails too");
-    std::vector<Element> top = space_.top_level();
     if (!fails({Mode::kKeepLow, top}))
       return finish(Status::kOutsideSpace, "keeping the whole search space low passes");
 
@@ -93,6 +94,10 @@ class Engine {
       std::vector<Element> g = items;
       bool checked = false;
       while (g.size() > 1) {
+        if (max_batch_ >= 2) {
+          if (!descend_bits(g, checked)) return false;
+          continue;
+        }
         const std::vector<std::vector<Element>> parts = split(g);
         const bool promote = prefer_promote(parts.front());
         // One culprit means promoting the group it lies in fixes the run: checked (cheaply)
@@ -107,9 +112,57 @@ class Engine {
       if (items.empty()) break;
     }
     phase_ = "verify";
+    if (max_batch_ >= 2) evaluate_all({{Mode::kPromote, {found}}, {Mode::kKeepLow, {found}}});
     if (fails({Mode::kPromote, {found}}) || !fails({Mode::kKeepLow, {found}})) return false;
     res_.failing_set = res_.fixing_set = {found};
     finish(Status::kLocalized, "promoting the failing set fixes the run");
+    return true;
+  }
+
+  // One round of the parallel descent (B = max_batch_ probes at once): probe j asks whether the
+  // culprit's index in g has bit j set (its part: the items whose index does), each in its
+  // cheaper form. B probes split g 2^B-fold where B + 1 parts (split) would cut it only
+  // (B + 1)-fold, and every probe of the round is needed: 4 GPUs take 12 layers to one in a
+  // round, one GPU in four. The check of cheap_search (promoting g fixes the run) takes one
+  // slot of the level's first promote round. Returns false when the answers name no item of g
+  // or the check fails (several culprits); the leaf found is verified both ways as in the
+  // sequential descent, which catches any other inconsistency.
+  bool descend_bits(std::vector<Element>& g, bool& checked) {
+    int bits = 0;
+    while ((size_t{1} << bits) < g.size()) ++bits;
+    auto ask_bits = [&](int b) {
+      std::vector<Candidate> ask;
+      for (int j = 0; j < b; ++j) {
+        std::vector<Element> part;
+        for (size_t i = 0; i < g.size(); ++i)
+          if ((i >> j) & 1) part.push_back(g[i]);
+        ask.push_back({prefer_promote(part) ? Mode::kPromote : Mode::kKeepLow, part});
+      }
+      return ask;
+    };
+    std::vector<Candidate> ask = ask_bits(std::min(bits, max_batch_));
+    const auto promotes = [](const std::vector<Candidate>& a) {
+      return std::any_of(a.begin(), a.end(), [](const Candidate& c) { return c.mode == Mode::kPromote; });
+    };
+    bool check = !checked && promotes(ask);
+    if (check && static_cast<int>(ask.size()) == max_batch_) ask = ask_bits(max_batch_ - 1);
+    check = check && promotes(ask);
+    std::vector<Candidate> round = ask;
+    if (check) round.insert(round.begin(), {Mode::kPromote, g});
+    evaluate_all(round);
+    if (check) {
+      checked = true;
+      if (fails({Mode::kPromote, g})) return false;
+    }
+    size_t code = 0;
+    for (size_t j = 0; j < ask.size(); ++j)
+      if (fails(ask[j]) != (ask[j].mode == Mode::kPromote)) code |= size_t{1} << j;
+    const size_t mask = (size_t{1} << ask.size()) - 1;
+    std::vector<Element> next;
+    for (size_t i = 0; i < g.size(); ++i)
+      if ((i & mask) == code) next.push_back(g[i]);
+    if (next.empty()) return false;
+    g = next;
     return true;
   }
 
@@ -122,17 +175,12 @@ class Engine {
     return 3 * cost_.step_cost({Mode::kPromote, a}, space_) < cost_.step_cost({Mode::kKeepLow, a}, space_);
   }
 
-  // Which part holds the single culprit, asked in the given form (see split): the first of the
-  // first k - 1 parts whose keep-low probe fails or whose promotion passes, else the last part.
-  // The leaf a descent ends at is checked both ways (cheap_search), so several culprits, where
-  // the two forms disagree, are caught there.
+  // Which part holds the single culprit, asked in the given form (see split; one probe at a
+  // time, descend_bits when parallel): the first of the first k - 1 parts whose keep-low probe
+  // fails or whose promotion passes, else the last part. The leaf a descent ends at is checked
+  // both ways (cheap_search), so several culprits, where the two forms disagree, are caught there.
   size_t which_part(const std::vector<std::vector<Element>>& parts, bool promote) {
     const Mode mode = promote ? Mode::kPromote : Mode::kKeepLow;
-    if (max_batch_ >= 2) {
-      std::vector<Candidate> ask;
-      for (size_t j = 0; j + 1 < parts.size(); ++j) ask.push_back({mode, parts[j]});
-      evaluate_all(ask);
-    }
     for (size_t j = 0; j + 1 < parts.size(); ++j)
       if (fails({mode, parts[j]}) != promote) return j;
     return parts.size() - 1;

@@ -67,7 +67,8 @@ early = sum(1 for p in run if p.get("stopped_at", -1) >= 0)
 c = rep.get("cost", {})
 rec = c.get("recorded_step_s") or 0
 print(f"{mode}: exit {code}, wall {t1 - t0:.1f} s, probes {len(run)} (early verdicts {early}), "
-      f"probe steps {nsteps} in {steps_s:.1f} s, overhead per probe {(wall_p - steps_s) / max(1, len(run)):.2f} s, "
+      f"probe steps {nsteps} in {steps_s:.1f} s, overhead per probe {(wall_p - steps_s) / max(1, len(run)):.2f} s (restore {sum(p.get('restore_s', 0) for p in run) / max(1, len(run)):.2f} s), "
+      f"rounds {n.get('batches')}, sum of probe walls {wall_p:.1f} s, "
       f"mean probe step {sum(cost) / max(1, len(cost)):.2f}x the recorded step ({1e3 * rec:.1f} ms), "
       f"cost predicted {c.get('predicted_total')} / calibrated {c.get('calibrated_total')} / measured "
       f"{c.get('measured_total')} recorded steps; failing set {n.get('failing_set')}, fixing set {n.get('fixing_set')}")

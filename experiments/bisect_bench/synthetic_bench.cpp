@@ -46,14 +46,18 @@ enum class Engine { kDdmin, kGroups, kCheap };
 struct Run {
   int probes = 0;
   double cost = 0;
+  int rounds = 0;       // oracle calls
+  double critical = 0;  // sum over rounds of the round's dearest probe: the wall on B GPUs
 };
 
-// One search, checking that the fixing set is exactly the planted culprits.
-Run search(const SearchSpace& space, const std::vector<std::string>& culprits, Engine engine) {
+// One search, checking that the fixing set is exactly the planted culprits; `batch` probes at once.
+Run search(const SearchSpace& space, const std::vector<std::string>& culprits, Engine engine,
+           int batch = 1) {
   rwd::bisect::SyntheticOracle o{space, rwd::bisect::any_low(culprits)};
   rwd::bisect::SearchOptions so;
   so.group_testing = engine != Engine::kDdmin;
   so.cheap_direction = engine == Engine::kCheap;
+  so.max_batch = batch;
   rwd::bisect::SearchResult r = rwd::bisect::search(space, o.oracle(), so);
   std::set<std::string> found, want(culprits.begin(), culprits.end());
   for (const auto& e : r.fixing_set) found.insert(rwd::bisect::to_string(e));
@@ -61,7 +65,11 @@ Run search(const SearchSpace& space, const std::vector<std::string>& culprits, E
     std::fprintf(stderr, "bisect_synthetic_bench: wrong fixing set: %s\n", r.summary.c_str());
     std::exit(1);
   }
-  return {static_cast<int>(r.probes.size()), r.cost};
+  std::vector<double> dearest(static_cast<size_t>(r.batches), 0.0);
+  for (const auto& p : r.probes) dearest[static_cast<size_t>(p.batch)] = std::max(dearest[static_cast<size_t>(p.batch)], p.cost);
+  double critical = 0;
+  for (double c : dearest) critical += c;
+  return {static_cast<int>(r.probes.size()), r.cost, r.batches, critical};
 }
 
 std::string range(const Stats& s) {
@@ -111,6 +119,28 @@ int main(int argc, char** argv) {
     }
     std::printf("%-34s %-7.1f %-18s %-18s %-8.1f %-8.1f %.2f\n", row.name, ddmin.mean(), range(groups).c_str(),
                 range(cheap).c_str(), cost_groups, cost_cheap, cost_cheap / cost_groups);
+  }
+  // Probes at once (--jobs / --gpus G): rounds and the critical path, the cheap engine.
+  std::printf("\nparallel probes, cheap engine, %d placements per row: rounds, probes, critical path "
+              "(sum of each round's dearest probe, recorded steps per window step) and its ratio to B = 1\n",
+              placements);
+  std::printf("%-16s %-3s %-8s %-8s %-10s %s\n", "culprits", "B", "rounds", "probes", "critical", "ratio");
+  for (const Row& row : {Row{"1", 1, false}, Row{"2, anywhere", 2, false}, Row{"6, one layer", 6, true}}) {
+    double base = 0;
+    for (int b : {1, 2, 4, 8}) {
+      std::mt19937 rng(1000 + row.d * 10 + row.one_layer);
+      Stats rounds, probes;
+      double critical = 0;
+      for (int i = 0; i < placements; ++i) {
+        const Run r = search(space, place(space, row.d, row.one_layer, rng), Engine::kCheap, b);
+        rounds.add(r.rounds);
+        probes.add(r.probes);
+        critical += r.critical / placements;
+      }
+      if (b == 1) base = critical;
+      std::printf("%-16s %-3d %-8.1f %-8.1f %-10.1f %.2f\n", row.name, b, rounds.mean(), probes.mean(),
+                  critical, critical / base);
+    }
   }
   return 0;
 }
