@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine, in one call: build with CUDA and run the cuda-labelled tests, the kernel
 # benchmark (TFLOP/s vs PyTorch SDPA flash), the gpt2-small training benchmark (tokens/s vs the
-# sdpa mode, recording overhead, phase times) and, with PROFILE=1, the step's kernel profile.
+# sdpa mode, recording overhead, phase times), the step under the FP32 probe plans and, with
+# PROFILE=1, the step's kernel profile.
 # Everything is logged under $OUT (default: the build folder). Stops at the first failure.
 # Usage: [BUILD=dir] [ROUNDS=n] [PROFILE=1] bash scripts/gpu_all.sh
 set -euo pipefail
@@ -17,6 +18,8 @@ echo "== kernel benchmark"
 "$BUILD/experiments/cuda_bench/cuda_bench" 2>&1 | tee "$OUT/cuda_bench.txt"
 echo "== gpt2-small training benchmark"
 bash "$ROOT/scripts/gpu_bench.sh" "$BUILD" 2>&1 | tee "$OUT/gpu_bench.txt"
+echo "== FP32 plans over the default (3xTF32 and simt FP32 GEMMs)"
+MODE=plans ROUNDS=${PLAN_ROUNDS:-2} STEPS=12 bash "$ROOT/scripts/gpu_bench.sh" "$BUILD" 2>&1 | tee "$OUT/gpu_bench_plans.txt"
 if [[ "${PROFILE:-0}" == 1 ]]; then
   echo "== step profile"
   bash "$ROOT/scripts/gpu_profile_step.sh" "$BUILD" 2>&1 | tee "$OUT/profile.txt" | head -40

@@ -9,6 +9,8 @@
 
 #include <vector>
 
+#include "train/fp32_gemm.h"
+
 namespace rwd::train {
 
 // On CUDA a low linear whose input already holds BF16 values runs as a real BF16 GEMM
@@ -60,15 +62,24 @@ struct CudaBf16LinearFn : public torch::autograd::Function<CudaBf16LinearFn> {
 
 struct LinearFn : public torch::autograd::Function<LinearFn> {
   // x: (..., in), w: (out, in) -> (..., out)
+  // x_bf16: x holds BF16 values (exact in TF32: the split GEMM skips its low part).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& w, bool low, bool round_out) {
+                               const torch::Tensor& w, bool low, bool round_out, bool x_bf16) {
     // The input is rounded by its producer (LayerNorm, attention's O, GELU), not here, so
     // that promoting the producer (e.g. `ln=fp32`) really feeds FP32 values in.
     const torch::Tensor& xs = x;
     torch::Tensor ws = low ? rnd(w) : w;
     ctx->save_for_backward({xs, ws});
     ctx->saved_data["low"] = low;
-    torch::Tensor y = torch::matmul(xs, ws.t());
+    ctx->saved_data["x_bf16"] = x_bf16;
+    torch::Tensor y;
+    if (split_fp32_gemm(xs)) {  // GPU: 3xTF32 (fp32_gemm.h); ws is BF16-valued when low
+      std::vector<int64_t> shape = xs.sizes().vec();
+      shape.back() = ws.size(0);
+      y = split_tf32_mm(tf32_parts(xs.reshape({-1, xs.size(-1)}), x_bf16), tf32_parts(ws, low).t()).view(shape);
+    } else {
+      y = torch::matmul(xs, ws.t());
+    }
     return (low && round_out) ? rnd(y) : y;
   }
 
@@ -78,15 +89,23 @@ struct LinearFn : public torch::autograd::Function<LinearFn> {
     const torch::Tensor& ws = saved[1];
     const bool low = ctx->saved_data["low"].toBool();
     torch::Tensor g = low ? rnd(grads[0]) : grads[0];
-    torch::Tensor dx = torch::matmul(g, ws);                          // (..., in)
+    torch::Tensor dx, dw;
     torch::Tensor g2 = g.reshape({-1, g.size(-1)});                   // (N, out)
     torch::Tensor x2 = xs.reshape({-1, xs.size(-1)});                 // (N, in)
-    torch::Tensor dw = torch::matmul(g2.t(), x2);                     // (out, in)
+    if (split_fp32_gemm(g)) {
+      // g is split once for both GEMMs; low: g and ws hold BF16 values (one exact GEMM for dX).
+      const Tf32Parts gp = tf32_parts(g2.contiguous(), low);
+      dx = split_tf32_mm(gp, tf32_parts(ws, low)).view(xs.sizes());                    // (..., in)
+      dw = split_tf32_mm(gp.t(), tf32_parts(x2, ctx->saved_data["x_bf16"].toBool()));  // (out, in)
+    } else {
+      dx = torch::matmul(g, ws);                                      // (..., in)
+      dw = torch::matmul(g2.t(), x2);                                 // (out, in)
+    }
     if (low) {
       dx = rnd(dx);
       dw = rnd(dw);
     }
-    return {dx, dw, torch::Tensor(), torch::Tensor()};
+    return {dx, dw, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -97,7 +116,7 @@ torch::Tensor round_bf16(const torch::Tensor& x) { return RoundBf16Fn::apply(x);
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, bool round_out,
                      bool x_bf16) {
   if (low && x_bf16 && x.is_cuda()) return CudaBf16LinearFn::apply(x, w, round_out);
-  return LinearFn::apply(x, w, low, round_out);
+  return LinearFn::apply(x, w, low, round_out, x_bf16);
 }
 
 torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,

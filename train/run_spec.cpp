@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "train/fp32_gemm.h"
 #include "store/store.h"
 
 namespace rwd::train {
@@ -78,6 +79,7 @@ std::string device_name(const torch::Device& device) {
 }
 
 void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device, int world) {
+  use_recorded_fp32_gemm(run, device);
   static std::set<int64_t> warned;  // bisect restores the same run many times
   if (!warned.insert(run.run_id).second) return;
   const long long id = run.run_id;
@@ -104,7 +106,15 @@ AttentionImpl attention_impl(const std::string& name) {
 
 std::string rewind_version() { return "0.3.0"; }
 std::string torch_version() { return TORCH_VERSION; }
-int numerics_version(bool cuda) { return cuda ? 3 : 2; }
+int numerics_version(bool cuda) {
+  if (!cuda) return 2;
+  return fp32_gemm() == Fp32Gemm::kSplitTf32 ? 4 : 3;
+}
+
+void use_recorded_fp32_gemm(const RunSpec& run, const torch::Device& device) {
+  if (!device.is_cuda() || fp32_gemm_from_env()) return;
+  set_fp32_gemm(run.recorded_numerics >= 4 ? Fp32Gemm::kSplitTf32 : Fp32Gemm::kSimt);
+}
 
 std::string RunSpec::meta_json() const {
   nlohmann::ordered_json j;

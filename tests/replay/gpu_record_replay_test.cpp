@@ -27,14 +27,15 @@ struct GpuRun {
   std::string dir, data, store;
   bool skip = false;
   std::string why;
-  GpuRun(const std::string& name, const std::string& args) {
+  // env: variables for the recording, e.g. "REWIND_FP32_GEMM=simt".
+  GpuRun(const std::string& name, const std::string& args, const std::string& env = "") {
     char tmpl[] = "/tmp/rewind_gpu_XXXXXX";
     dir = mkdtemp(tmpl);
     data = dir + "/d.bin";
     store = dir + "/" + name + ".db";
     Cmd d = sh(kBin + " data synth --tokens 500000 --vocab 256 -o " + data);
     EXPECT_EQ(d.code, 0) << d.out;
-    Cmd rec = sh(kBin + " train --device cuda --data " + data + " --record " + store + kModel + " " + args);
+    Cmd rec = sh(env + " " + kBin + " train --device cuda --data " + data + " --record " + store + kModel + " " + args);
     skip = rec.code == 2 && rec.out.find("no CUDA device") != std::string::npos;
     why = rec.out;
     if (!skip) EXPECT_EQ(rec.code, 0) << rec.out;
@@ -48,6 +49,24 @@ TEST(GpuRecordReplay, ThirtyStepsReplayBitwiseOnTheSameGpu) {
   for (const char* w : {"--from 0 --to 29", "--from 15 --to 25"}) {
     Cmd rp = sh(kBin + " replay --store " + run.store + " " + w + " --verify");
     EXPECT_EQ(rp.code, 0) << w << "\n" << rp.out;
+  }
+}
+
+// An all-FP32 plan's linears run 3xTF32 GEMMs (numerics 4) or, under REWIND_FP32_GEMM=simt,
+// cuBLAS's FP32 GEMM (numerics 3, as every run recorded before). Replay picks the GEMM the
+// run was recorded with, so both recordings replay bitwise without the variable; forcing the
+// other GEMM diverges (exit 4), which shows the choice reaches the steps.
+TEST(GpuRecordReplay, Fp32PlansReplayWithTheGemmTheyWereRecordedWith) {
+  for (const char* gemm : {"3xtf32", "simt"}) {
+    const char* other = std::string(gemm) == "simt" ? "3xtf32" : "simt";
+    GpuRun run(gemm, "--steps 12 --checkpoint-every 5 --plan 'all=fp32'", std::string("REWIND_FP32_GEMM=") + gemm);
+    if (run.skip) GTEST_SKIP() << "no CUDA device: " << run.why;
+    Cmd same = sh(kBin + " replay --store " + run.store + " --from 0 --to 11 --verify");
+    EXPECT_EQ(same.code, 0) << gemm << "\n" << same.out;
+    EXPECT_EQ(same.out.find("numerics"), std::string::npos) << gemm << ": no numerics warning expected\n" << same.out;
+    Cmd forced = sh(std::string("REWIND_FP32_GEMM=") + other + " " + kBin + " replay --store " + run.store +
+                    " --from 0 --to 11 --verify");
+    EXPECT_EQ(forced.code, 4) << gemm << " recording replayed with " << other << "\n" << forced.out;
   }
 }
 

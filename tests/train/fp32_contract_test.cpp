@@ -1,10 +1,12 @@
 // On a GPU: what `fp32` promises for the linears, LayerNorm and LM head (plan `qkv`, `proj`,
 // `mlp`, `ln`, `head`, `all=fp32`), the modules the attention kernels' split-BF16 contract
-// (AttentionFp32.*) does not cover. They run LibTorch's FP32 kernels: cuBLAS FP32 GEMMs with
-// TF32 off (setup_device) on the GPU. The contract, per module, output and gradient, on random
-// and crafted inputs: the relative RMS error against an FP64 reference is at most 3x that of
-// the same function in FP32 on the CPU (the twin), the largest error of one element at most 4x.
-// A TF32 GEMM breaks it by orders of magnitude; the last test shows the check sees that. Skips cleanly without a CUDA device.
+// (AttentionFp32.*) does not cover. On the GPU the GEMMs run as 3xTF32 (train/fp32_gemm.h;
+// cuBLAS's FP32 GEMMs with TF32 off under REWIND_FP32_GEMM=simt), the rest LibTorch's FP32
+// kernels. The contract, per module, output and gradient, on random and crafted inputs: the
+// relative RMS error against an FP64 reference is at most 3x that of the same function in FP32
+// on the CPU (the twin), the largest error of one element at most 4x. A plain TF32 GEMM breaks
+// it by orders of magnitude; the last test shows the check sees that. Skips cleanly without a
+// CUDA device.
 #include <gtest/gtest.h>
 
 #include <ATen/Context.h>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "cuda_fixture.h"
+#include "train/fp32_gemm.h"
 #include "train/mixed.h"
 
 namespace rwd::train {
@@ -171,9 +174,12 @@ TEST_F(Fp32Contract, LmHeadLossAndGradients) {
 TEST_F(Fp32Contract, Tf32GemmsFailTheContract) {
   const torch::Tensor x = make_input("random", {2048, 768}, 1);
   const torch::Tensor w = 0.02 * make_input("random", {2304, 768}, 2);
+  const Fp32Gemm was = fp32_gemm();
+  set_fp32_gemm(Fp32Gemm::kSimt);  // a plain GEMM, TF32 by the global flag (3xTF32 would pass)
   at::globalContext().setAllowTF32CuBLAS(true);
   const Outcome o = measure(linear_fn(upstream({2048, 2304}, 3)), {x, w}, device_);
   at::globalContext().setAllowTF32CuBLAS(false);
+  set_fp32_gemm(was);
   std::printf("fp32 contract linear/random with TF32: y rms ratio %.1f, max ratio %.1f\n",
               o.gpu[0].rms / o.twin[0].rms, o.gpu[0].max / o.twin[0].max);
   EXPECT_GT(o.gpu[0].rms, 8.0 * o.twin[0].rms);
