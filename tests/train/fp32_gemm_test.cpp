@@ -80,9 +80,15 @@ void check_gemm(const std::string& what, const torch::Tensor& a32, const torch::
   const Err ep = err(plain, ref), es = err(split, ref);
   const double t_plain = ms_of([&] { return torch::mm(a, b); });
   const double t_split = ms_of([&] { return split_tf32_mm(a, b, a_exact, b_exact); });
-  std::printf("3xtf32 %-34s max %.3e vs fp32 %.3e (%.2fx) | rms %.3e vs %.3e (%.2fx) | %.3f ms vs %.3f ms (%.2fx faster)\n",
+  // Where an error comes from: the sums alone, a TF32 GEMM of TF32-exact operands (exact
+  // products: only the tensor cores' accumulation errs) against the FP32 GEMM of the same.
+  const torch::Tensor ah = tf32_parts(a, a_exact).hi, bh = tf32_parts(b, b_exact).hi;
+  const torch::Tensor ref_h = torch::mm(ah.to(torch::kFloat64), bh.to(torch::kFloat64));
+  const Err acc_tc = err(split_tf32_mm(ah, bh, true, true), ref_h), acc_simt = err(torch::mm(ah, bh), ref_h);
+  std::printf("3xtf32 %-34s max %.3e vs fp32 %.3e (%.2fx) | rms %.3e vs %.3e (%.2fx) | %.3f ms vs %.3f ms (%.2fx faster)"
+              " | sums alone: tensor cores max %.2e rms %.2e, fp32 max %.2e rms %.2e\n",
               what.c_str(), es.max, ep.max, es.max / (ep.max + 1e-300), es.rms, ep.rms, es.rms / (ep.rms + 1e-300),
-              t_split, t_plain, t_plain / t_split);
+              t_split, t_plain, t_plain / t_split, acc_tc.max, acc_tc.rms, acc_simt.max, acc_simt.rms);
   EXPECT_LE(es.max, 2.0 * ep.max) << what << ": 3xTF32 max error " << es.max << " > 2x FP32 GEMM's " << ep.max;
   EXPECT_LE(es.rms, 2.0 * ep.rms) << what << ": 3xTF32 RMS error " << es.rms << " > 2x FP32 GEMM's " << ep.rms;
   EXPECT_FALSE(at::globalContext().allowTF32CuBLAS()) << "the TF32 guard did not restore the setting";
