@@ -352,7 +352,7 @@ BisectReport run_bisect(const BisectOptions& o) {
     throw UsageError("bisect: --until and --window-only need --find-window");
   store::Store st = store::Store::open(o.store_path, store::Mode::kReadWrite);
   BisectReport rep;
-  train::RunSpec run = train::RunSpec::load(st, o.run);
+  train::RunSpec run = o.run_spec ? *o.run_spec : train::RunSpec::load(st, o.run);
   Predicate pred = Predicate::parse(o.fail);
   pred.validate(series_keys(run.config));
   const std::string job_text = "run " + std::to_string(run.run_id) + " " +

@@ -31,6 +31,9 @@ struct BisectOptions {
   bool group_testing = true;                   // --search cheap (default) | groups | ddmin
   bool cheap_direction = true;                 // --search cheap (issue 26; the default since issue 36)
   bool progress = true;                        // progress line on stderr
+  // The run as the probes see it, when rewind's trainer did not record it (bisect --cmd: a
+  // script's run, its layers, heads and plan schedule); otherwise loaded from the store.
+  std::optional<train::RunSpec> run_spec;
 };
 
 // One probe as the report sees it: what was asked, in which phase, and the answer.

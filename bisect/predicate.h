@@ -45,8 +45,9 @@ struct PredicateNode;  // the parsed expression tree (predicate_internal.h)
 //   * Non-finite values (NaN, +-Inf) read as +inf everywhere except nan(): a NaN loss is
 //     "infinitely bad", so `max(loss) > 6` and `loss > 6` are true and `min(loss) < 1` is
 //     false for it. Arithmetic that yields NaN (inf - inf, 0/0) also reads as +inf.
-//   * `nan` is true if any value of any series in the window is NaN or +-Inf; `nan(x)` only
-//     looks at x (before the +inf rule).
+//   * `nan` is true if any value of any series in the window but recorded_loss (the
+//     recording's, not the replay's) is NaN or +-Inf; `nan(x)` only looks at x (before the
+//     +inf rule).
 //   * first/last/max/min/mean/median: over the window (history does not count); the median of
 //     an even count is the mean of the two middle values. growth(x) =
 //     last(x) / the value of x at the step before the window (from the history; without

@@ -48,6 +48,22 @@ std::vector<int64_t> plan_points(const ProbeSpec& p, const train::RunSpec& run) 
   return pts;
 }
 
+// A probe's series before its first step: the history, what the predicate reads of the
+// recording before the window (issue 25).
+Series window_start(store::Store& s, const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred);
+
+// The verdict on the window's series, its curves and its median step time.
+void conclude(ProbeOutcome& out, Series& series, const Predicate& pred, std::vector<double> step_times) {
+  if (!step_times.empty()) {
+    std::sort(step_times.begin(), step_times.end());
+    const size_t n = step_times.size();
+    out.step_median_s = n % 2 ? step_times[n / 2] : 0.5 * (step_times[n / 2 - 1] + step_times[n / 2]);
+  }
+  out.fails = pred.eval(series);
+  out.loss = series.values["loss"];
+  out.grad_norm = series.values["grad_norm"];
+}
+
 }  // namespace
 
 std::string ProbeSpec::label() const {
@@ -214,6 +230,23 @@ Series recorded_series(store::Store& s, int64_t run, int64_t from, int64_t to,
   return out;
 }
 
+namespace {
+
+Series window_start(store::Store& s, const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred) {
+  Series series;
+  series.first_step = p.from;
+  const std::vector<std::string> used = pred.series_used();
+  auto range = s.step_range(run.run_id);
+  if (range && range->first < p.from) {
+    Series before = recorded_series(s, run.run_id, range->first, p.from - 1, &used);
+    for (const auto& key : used)
+      if (before.values.count(key)) series.history[key] = std::move(before.values[key]);
+  }
+  return series;
+}
+
+}  // namespace
+
 ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,
                            const Predicate& pred, train::Comm* comm) {
   auto t0 = std::chrono::steady_clock::now();
@@ -231,16 +264,7 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   // Warm: the probes of one bisect restore the same checkpoint, read and decompressed once.
   replay::Restored st = replay::restore_before(s, run.run_id, p.from, "", false, {}, comm, /*warm=*/true);
   out.restore_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  Series series;
-  series.first_step = p.from;
-  // The history: what the predicate reads of the recording before the window (issue 25).
-  const std::vector<std::string> used = pred.series_used();
-  auto range = s.step_range(run.run_id);
-  if (range && range->first < p.from) {
-    Series before = recorded_series(s, run.run_id, range->first, p.from - 1, &used);
-    for (const auto& key : used)
-      if (before.values.count(key)) series.history[key] = std::move(before.values[key]);
-  }
+  Series series = window_start(s, p, run, pred);
   // Early verdict (issue 36): a monotone predicate that holds on the steps run so far holds on
   // the whole window, so the probe stops there. Judging the prefix costs time of its own: alone
   // in its process the probe judges at most every `every` steps, so that judging takes ~2% of
@@ -287,15 +311,30 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
       next_check = step + every;
     }
   }
-  if (!step_times.empty()) {
-    std::sort(step_times.begin(), step_times.end());
-    const size_t n = step_times.size();
-    out.step_median_s = n % 2 ? step_times[n / 2] : 0.5 * (step_times[n / 2 - 1] + step_times[n / 2]);
-  }
-  out.fails = pred.eval(series);
-  out.loss = series.values["loss"];
-  out.grad_norm = series.values["grad_norm"];
+  conclude(out, series, pred, step_times);
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+ProbeOutcome judge_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred,
+                         const std::string& key, const ExternalRun& r, double wall_s) {
+  ProbeOutcome out;
+  out.key = key;
+  out.plan = probe_plan(p, run, p.from).canonical();
+  out.device = r.device;
+  out.stopped_at = r.stopped_at;
+  Series series = window_start(s, p, run, pred);
+  series.values = r.values;
+  const size_t ran = series.values["loss"].size();
+  out.steps = static_cast<int>(ran);
+  auto& recorded = series.values["recorded_loss"];
+  recorded.clear();
+  if (ran > 0)
+    for (const auto& st : s.steps(run.run_id, p.from, p.from + static_cast<int64_t>(ran) - 1))
+      recorded.push_back(st.loss());
+  for (double t : r.step_s) out.step_s += t;
+  conclude(out, series, pred, r.step_s);
+  out.wall_s = wall_s;
   return out;
 }
 

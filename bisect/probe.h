@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -98,6 +99,22 @@ Series recorded_series(store::Store& s, int64_t run, int64_t from, int64_t to,
 // ranks, every one of which runs the same probe (nullptr: this process alone).
 ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,
                            const Predicate& pred, train::Comm* comm = nullptr);
+
+// A probe's window computed by something other than this process's trainer (`bisect --cmd`:
+// the user's script): what it reported of each step it ran, from `from` on.
+struct ExternalRun {
+  // "loss", "grad_norm", "lr" and any monitors ("L1.H0.max_logit"), one value per step run.
+  std::map<std::string, std::vector<double>> values;
+  std::vector<double> step_s;  // each step's time
+  int64_t stopped_at = -1;     // ended before the window's end at a non-finite loss; -1: whole
+  std::string device = "cpu";
+};
+
+// The outcome of an external run, judged as execute_probe judges its own: the recorded history
+// before the window, the recorded loss beside the replayed one, the predicate. `key`: the
+// probe's cache key (the pool's).
+ProbeOutcome judge_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred,
+                         const std::string& key, const ExternalRun& r, double wall_s);
 
 // The probes table row of an outcome, and back (nullopt: not a bisect probe or unreadable).
 store::ProbeRecord to_record(const ProbeSpec& p, const ProbeOutcome& o);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "common/hash.h"
 #include "train/data.h"
 
 extern char** environ;
@@ -53,6 +55,8 @@ ProbePool::ProbePool(store::Store& s, const train::RunSpec& run, const Predicate
                      PoolOptions options)
     : store_(s), run_(run), pred_(pred), options_(std::move(options)) {
   if (options_.jobs < 1) throw UsageError("bisect: --jobs must be >= 1");
+  if (options_.runner && (options_.jobs != 1 || options_.comm))
+    throw UsageError("bisect: probes of a script (--cmd) run one at a time (--jobs 1, one rank)");
   if (options_.comm) {
     world_ = options_.comm->world();
     if (options_.jobs != 1 || !options_.gpus.empty())
@@ -98,7 +102,7 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch) {
   std::map<std::string, size_t> first;  // key -> index of its first occurrence in batch
   std::vector<ProbeSpec> todo;
   for (size_t i = 0; i < batch.size(); ++i) {
-    keys.push_back(probe_key(batch[i], run_, pred_, world_));
+    keys.push_back(key(batch[i]));
     if (first.count(keys[i])) continue;
     first[keys[i]] = i;
     if (!options_.fresh) {
@@ -121,7 +125,15 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch) {
         in_probe_ = true;
         options_.comm->broadcast_text(p.to_json());  // the other ranks run it with us
       }
-      ProbeOutcome o = execute_probe(store_, p, run_, pred_, options_.comm);
+      ProbeOutcome o;
+      if (options_.runner) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const ExternalRun r = options_.runner(p, run_);
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        o = judge_probe(store_, p, run_, pred_, key(p), r, wall);
+      } else {
+        o = execute_probe(store_, p, run_, pred_, options_.comm);
+      }
       in_probe_ = false;
       store_.put_probe(to_record(p, o));
       fresh.push_back(o);
@@ -141,6 +153,11 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch) {
     if (on_done) on_done(batch[i], out[i]);
   }
   return out;
+}
+
+std::string ProbePool::key(const ProbeSpec& p) const {
+  const std::string k = probe_key(p, run_, pred_, world_);
+  return options_.key_extra.empty() ? k : hex64(fnv1a64(k + "\n" + options_.key_extra));
 }
 
 void ProbePool::start_workers() {

@@ -24,6 +24,12 @@ struct PoolOptions {
   // The job's ranks (not owned; nullptr: one process). Set on rank 0, whose pool runs every
   // probe on all ranks (jobs must be 1); the other ranks run follow_probes.
   train::Comm* comm = nullptr;
+  // Runs a probe's window elsewhere (bisect --cmd: the user's script) instead of this
+  // process's trainer; its report is judged by judge_probe. Probes then run one at a time.
+  std::function<ExternalRun(const ProbeSpec&, const train::RunSpec&)> runner;
+  // Part of every probe's cache key when not empty (bisect --cmd: the command, so that another
+  // script's probes are other probes).
+  std::string key_extra;
 };
 
 class ProbePool {
@@ -58,6 +64,7 @@ class ProbePool {
   };
   void start_workers();
   void stop_workers();
+  std::string key(const ProbeSpec& p) const;
 
   store::Store& store_;
   const train::RunSpec& run_;

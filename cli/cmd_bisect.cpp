@@ -5,15 +5,17 @@
 #include <cstring>
 #include <cxxopts.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "bisect/driver.h"
 #include "bisect/report.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
 #include "cli/options.h"
-#include "cli/replay_script.h"
+#include "cli/script_window.h"
 #include "common/error.h"
 #include "store/store.h"
+#include "train/plan_schedule.h"
 
 namespace rwd::cli {
 
@@ -68,6 +70,61 @@ int run_worker(int argc, char** argv) {
   return bisect::probe_worker(r["store"].as<std::string>(), r["probe"].as<std::string>());
 }
 
+// Prints the verdict, writes the report where asked; returns the exit code.
+int finish(const bisect::BisectReport& rep, const cxxopts::ParseResult& r) {
+  std::printf("%s", rep.verdict.c_str());
+  if (r.count("report")) {
+    const std::string dir = r["report"].as<std::string>();
+    bisect::write_report(rep, dir);
+    std::printf("report: %s/report.html (also report.md, report.json)\n", dir.c_str());
+  }
+  return rep.exit_code;
+}
+
+// bisect --cmd: the script's run as the probes see it (its attention layers and heads, its plan
+// schedule) and a runner that computes each probe's window by running the script with the
+// probe's plan at the window's first step and at each recorded plan change inside it.
+void use_script(bisect::BisectOptions& o, const std::string& cmd) {
+  store::Store st = store::Store::open(o.store_path, store::Mode::kReadOnly);
+  const store::RunInfo info = find_run(st, o.run);
+  if (!is_script_run(st, info.id))
+    throw UsageError("bisect: run " + std::to_string(info.id) + " was recorded by rewind train; bisect it without --cmd");
+  train::RunSpec run;
+  run.run_id = info.id;
+  std::tie(run.config.n_layer, run.config.n_head) = attention_shape(st, info);
+  run.plan = train::PlanSchedule::from_json(info.plan);
+  o.run_spec = run;
+  o.pool.key_extra = "cmd " + cmd;
+  const std::string store_path = o.store_path;
+  o.pool.runner = [cmd, store_path](const bisect::ProbeSpec& p, const train::RunSpec& run) {
+    ScriptWindowRequest req;
+    req.what = "bisect --cmd";
+    req.cmd = cmd;
+    req.store = store_path;
+    req.run = run.run_id;
+    req.from = p.from;
+    req.to = p.to;
+    req.stop_nonfinite = true;
+    req.quiet = true;  // the bisect's output is its progress and verdict
+    req.plans.emplace_back(p.from, bisect::probe_plan(p, run, p.from).canonical());
+    for (const auto& change : run.plan.changes)
+      if (change.first > p.from && change.first <= p.to)
+        req.plans.emplace_back(change.first, bisect::probe_plan(p, run, change.first).canonical());
+    const ScriptWindow w = run_script_window(req);
+    bisect::ExternalRun r;
+    for (const ScriptStep& s : w.steps) {
+      if (s.step < p.from) continue;  // from the checkpoint to the window, under the recorded plan
+      r.values["loss"].push_back(s.loss());
+      r.values["grad_norm"].push_back(s.grad_norm());
+      r.values["lr"].push_back(s.lr);
+      for (const auto& [k, v] : s.metrics) r.values[k].push_back(v);
+      r.step_s.push_back(s.seconds);
+    }
+    if (w.stopped && !w.steps.empty() && w.steps.back().step < p.to) r.stopped_at = w.steps.back().step;
+    return r;
+  };
+}
+
 }  // namespace
 
 int run_bisect(int argc, char** argv) {
@@ -78,7 +135,8 @@ int run_bisect(int argc, char** argv) {
       "localize a failure of a recorded run by replaying it under candidate precision plans\n\n"
       "  rewind bisect --store run.db --window 20:59 --fail 'max(loss) > 1.5 * loss[20] || nan'\n"
       "  rewind bisect --store run.db --find-window --fail 'nan || max(loss) > 6' --jobs 2\n"
-      "  rewind bisect log --store run.db\n\n"
+      "  rewind bisect log --store run.db\n"
+      "  rewind bisect --cmd \"python3 train.py\" --store run.db --window 20:39 --fail nan   # a Python script's run\n\n"
       "A probe replays the window from the checkpoint at or before its start with a candidate plan\n"
       "and judges it with --fail. The recorded plan must fail and all-FP32 must pass; then layers,\n"
       "heads and ops are narrowed by group testing (every culprit acting alone, any number of\n"
@@ -103,6 +161,9 @@ int run_bisect(int argc, char** argv) {
   opts.add_options()
       ("store", "the recording", cxxopts::value<std::string>())
       ("run", "run id (default: the last run)", cxxopts::value<int64_t>()->default_value("0"))
+      ("cmd", "a run recorded by a Python script (rewind.record): the command that runs it, e.g. "
+              "\"python3 train.py\"; each probe runs it once over the window under the probe's plan",
+       cxxopts::value<std::string>())
       ("window", "A:B, the window of steps to narrow (inclusive)", cxxopts::value<std::string>())
       ("fail", "failure predicate, e.g. 'nan || max(loss) > 1.5 * loss[A]'", cxxopts::value<std::string>())
       ("jobs", "probes run in parallel, in as many long-lived worker processes (1 with several ranks)",
@@ -134,9 +195,11 @@ int run_bisect(int argc, char** argv) {
   bisect::BisectOptions o;
   o.store_path = r["store"].as<std::string>();
   o.run = r["run"].as<int64_t>();
-  {
+  if (!r.count("cmd")) {
     store::Store peek = store::Store::open(o.store_path, store::Mode::kReadOnly);
-    refuse_script_run(peek, o.run, "bisect");
+    if (is_script_run(peek, o.run))
+      throw UsageError("bisect: this run was recorded by a Python script (rewind.record); give the command that "
+                       "runs it: rewind bisect --cmd \"python3 train.py ...\"");
   }
   if (r.count("window")) o.window = parse_window(r["window"].as<std::string>());
   o.fail = r["fail"].as<std::string>();
@@ -158,6 +221,13 @@ int run_bisect(int argc, char** argv) {
     throw UsageError("bisect: --search must be groups, cheap or ddmin, got '" + engine + "'");
   o.group_testing = engine != "ddmin";
   o.cheap_direction = engine == "cheap";
+  if (r.count("cmd")) {
+    if (r.count("nproc-per-node") || r.count("gpus") || o.pool.jobs != 1)
+      throw UsageError("bisect --cmd: the script's probes run one at a time (no --jobs, --gpus, --nproc-per-node)");
+    use_script(o, r["cmd"].as<std::string>());
+    bisect::BisectReport rep = bisect::run_bisect(o);
+    return finish(rep, r);
+  }
   train::RunSpec spec;
   {
     store::Store st = store::Store::open(o.store_path, store::Mode::kReadOnly);
@@ -179,14 +249,7 @@ int run_bisect(int argc, char** argv) {
   if (comm && env.rank != 0) return bisect::follow_probes(o.store_path, *comm);
   o.pool.comm = comm.get();
 
-  bisect::BisectReport rep = bisect::run_bisect(o);
-  std::printf("%s", rep.verdict.c_str());
-  if (r.count("report")) {
-    const std::string dir = r["report"].as<std::string>();
-    bisect::write_report(rep, dir);
-    std::printf("report: %s/report.html (also report.md, report.json)\n", dir.c_str());
-  }
-  return rep.exit_code;
+  return finish(bisect::run_bisect(o), r);
 }
 
 }  // namespace rwd::cli

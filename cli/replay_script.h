@@ -6,9 +6,7 @@
 #include <optional>
 #include <string>
 
-namespace rwd::store {
-class Store;
-}
+#include "cli/script_window.h"
 
 namespace rwd::cli {
 
@@ -21,13 +19,6 @@ struct ScriptReplayOptions {
   std::string cmd;   // run by /bin/sh -c
   std::string json;  // where to write the per-step curve ("": nowhere)
 };
-
-// Whether run `run` (0: the last) of `s` was recorded by rewind.record (runs.meta "kind":
-// "python"), which only `--cmd` can replay.
-bool is_script_run(store::Store& s, int64_t run);
-// A UsageError naming `command` when that run was recorded by rewind.record: commands that
-// run rewind's own trainer (bisect, step, export) cannot continue a Python script's model.
-void refuse_script_run(store::Store& s, int64_t run, const std::string& command);
 
 // Runs the command with REWIND_REPLAY set, reads the steps its rewind.record reported and
 // compares them with the recording. Returns the exit code; a divergence under --verify is

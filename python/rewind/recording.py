@@ -12,6 +12,7 @@ A step is what runs between rec.batch and rec.step; a checkpoint at step s is th
 step s runs (as in rewind's trainer)."""
 import atexit
 import json
+import math
 import os
 import pickle
 import random
@@ -23,8 +24,10 @@ import torch
 
 from . import _C
 
-# Set by `rewind replay --cmd` (cli/cmd_replay_script.cpp): a JSON object with store, run,
-# from, to, plan and report (the file this process writes its per-step lines to).
+# Set by `rewind replay|bisect --cmd` (cli/script_window.cpp): a JSON object with store, run,
+# from, to, plans (the plan of each step from the first one's step on, replacing the recorded
+# schedule there: [[step, spec], ...], empty for the recorded plans) and report (the file this
+# process writes its per-step lines to).
 REPLAY_ENV = "REWIND_REPLAY"
 
 _active_plan = ""
@@ -35,6 +38,20 @@ def active_plan():
     """The precision plan rewind.attention applies when it is given none: the one recorded with
     the run, and during a replay with --plan that plan on top of it from the window's first step."""
     return _active_plan
+
+
+def plan_at(recorded, step):
+    """The plan of `step` in a run's recorded plan: a plain spec, or a schedule (JSON {"base":
+    spec, "changes": [[step, spec], ...]}, as rewind train --plan-from and rewind.record's
+    plan_from write it) whose changes apply on top of the base from their step on."""
+    try:
+        schedule = json.loads(recorded) if recorded.startswith("{") else None
+    except ValueError:
+        schedule = None
+    if not isinstance(schedule, dict):
+        return recorded
+    parts = [schedule.get("base", "")] + [spec for s, spec in schedule.get("changes", []) if s <= step]
+    return ";".join(p for p in parts if p)
 
 
 def _f32_bits(value):
@@ -144,7 +161,8 @@ class Recorder:
     """What rewind.record returns: records each step of the loop (or, under `rewind replay
     --cmd`, replays a window of a recording). Use rec.start as the loop's first iteration."""
 
-    def __init__(self, path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None):
+    def __init__(self, path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None,
+                 plan_from=None):
         if checkpoint_every < 1:
             raise ValueError("rewind.record: checkpoint_every must be at least 1")
         self.model, self.optimizer = model, optimizer
@@ -156,12 +174,14 @@ class Recorder:
         self.step_index = 0       # the step the loop runs next
         self._pending = None      # (tensors, desc, rng, t0) between batch and step
         self._report = None
+        self._plans = []          # a replay's asked plans: [(step, spec)]
+        self._recorded_plan = _schedule(plan, plan_from)  # a replay's: the recording's
         spec = os.environ.get(REPLAY_ENV)
         self.replaying = spec is not None
         if self.replaying:
             self._begin_replay(json.loads(spec))
         else:
-            self._begin_recording(str(path), plan, config or {})
+            self._begin_recording(str(path), self._recorded_plan, config or {})
         self.start = self.step_index
 
     # --- recording -------------------------------------------------------------------------
@@ -178,7 +198,7 @@ class Recorder:
         self.run = self._rec.run
         atexit.register(self.close)  # commits what is queued if the script never calls close
         _C.set_monitoring(True)
-        _active_plan = plan
+        _active_plan = plan_at(plan, 0)
 
     def _checkpoint(self):
         tensors = []
@@ -199,7 +219,8 @@ class Recorder:
         _replaying = True
         self._report = open(spec["report"], "w", buffering=1)
         self._to, self._from = int(spec["to"]), int(spec["from"])
-        self._plan = spec.get("plan", "")
+        self._plans = [(int(s), p) for s, p in spec.get("plans", [])]
+        self._stop_nonfinite = bool(spec.get("stop_nonfinite", False))
         try:
             self._restore(spec)
         except (_C.RewindError, RuntimeError, ValueError, KeyError) as e:
@@ -234,25 +255,34 @@ class Recorder:
         _set_rng_state(state["rng/state"].numpy().tobytes())
         self.step_index = int(skeleton["step"])
         self._recorded_plan = run["plan"]
-        _active_plan = self._recorded_plan
+        _active_plan = self._plan_of(self.step_index)
+        _C.set_monitoring(True)  # the per-head monitors go back with each step (a bisect's predicate)
 
     def _fail(self, message):
         self._write({"error": message})
         raise _C.RewindError(message) from None
 
     def _write(self, obj):
-        self._report.write(json.dumps(obj) + "\n")
+        # NaN and Inf are no JSON: null (the loss and grad norm travel as their bits too).
+        def finite(v):
+            if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+                return None
+            return {k: finite(x) for k, x in v.items()} if isinstance(v, dict) else v
+        self._report.write(json.dumps(finite(obj)) + "\n")
+
+    def _plan_of(self, step):
+        """The plan step `step` runs under: the recorded one, or during a replay from the first
+        of the asked plans' step on, the last of them whose step <= `step`."""
+        asked = [p for s, p in self._plans if s <= step]
+        return asked[-1] if asked else plan_at(self._recorded_plan, step)
 
     def _replay_batch(self):
-        global _active_plan
         s = self.step_index
         rec = self._replay.step(self.run, s)
         if rec is None:
             self._fail(f"run {self.run} has no recorded step {s}")
         batch = decode_batch(rec)
         _set_rng_state(rec["rng"])
-        if s == self._from and self._plan:
-            _active_plan = ";".join(p for p in (self._recorded_plan, self._plan) if p)
         return batch
 
     # --- the loop's two calls -----------------------------------------------------------------
@@ -262,14 +292,17 @@ class Recorder:
         (on the recorded device) and the generators are set to what they were after it."""
         if self._pending is not None:
             raise _C.RewindError(f"rec.batch: step {self.step_index} already has its batch; call rec.step first")
+        global _active_plan
         t0 = time.perf_counter()
+        _active_plan = self._plan_of(self.step_index)
         if self.replaying:
             out = self._replay_batch()
+            _C.collect_monitors()  # drops what ran outside a step (e.g. an evaluation)
             self._pending = (None, None, None, t0)
             return out
         if self.step_index % self.checkpoint_every == 0:
             self._checkpoint()
-        _C.collect_monitors()  # drops what ran outside a step (e.g. an evaluation)
+        _C.collect_monitors()
         out = get_batch(*args, **kwargs)
         tensors, layout = _batch_tensors(out)
         desc = {**layout, "tensors": [{"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
@@ -293,19 +326,23 @@ class Recorder:
         digest = _C.param_digest([p for p in self.model.parameters()])
         s = self.step_index
         self.step_index += 1
+        scalars = [(k, _scalar(v, k)) for k, v in metrics.items()] + _C.collect_monitors()
+        seconds = time.perf_counter() - t0
         if self.replaying:
             self._write({"step": s, "loss": loss_v, "loss_bits": _f32_bits(loss_v), "grad_norm": norm_v,
-                         "grad_norm_bits": _f32_bits(norm_v), "lr": lr_v, "digest": digest})
-            if s >= self._to:
+                         "grad_norm_bits": _f32_bits(norm_v), "lr": lr_v, "digest": digest,
+                         "seconds": seconds, "metrics": dict(scalars)})
+            stop = self._stop_nonfinite and s >= self._from and not math.isfinite(loss_v)
+            if stop:  # a bisect probe: NaN/Inf stays so, the rest of the window cannot change it
+                self._write({"stopped": s})
+            if s >= self._to or stop:
                 self._write({"done": s})
                 self._report.close()
                 sys.exit(0)
             return
-        seconds = time.perf_counter() - t0
         extra = json.dumps({"batch": desc, "seconds": seconds})
-        scalars = ([("lr", lr_v), ("step_seconds", seconds)] + [(k, _scalar(v, k)) for k, v in metrics.items()]
-                   + _C.collect_monitors())
-        self._rec.put_step(s, lr_v, loss_v, norm_v, digest, tensors, rng, extra, scalars)
+        self._rec.put_step(s, lr_v, loss_v, norm_v, digest, tensors, rng, extra,
+                           [("lr", lr_v), ("step_seconds", seconds)] + scalars)
 
     def close(self):
         """Ends the recording: waits until every step and checkpoint is committed (the store's
@@ -343,7 +380,18 @@ def _shape_difference(recorded, here):
     return "the model's parameters are in another order than in the recording"
 
 
-def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None):
+def _schedule(plan, plan_from):
+    """The recorded plan text: `plan`, or with plan_from ({step: spec}) the schedule JSON that
+    rewind train --plan-from writes (train/plan_schedule.h)."""
+    if not plan_from:
+        return plan
+    changes = sorted([int(s), str(spec)] for s, spec in plan_from.items())
+    if changes[0][0] < 0:
+        raise ValueError("rewind.record: plan_from steps must be >= 0")
+    return json.dumps({"base": plan, "changes": changes})
+
+
+def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None, plan_from=None):
     """Records the training loop of `model` and `optimizer` into a new store at `path` (never
     overwritten: an existing non-empty file is a rewind.RewindError), or, when `rewind replay
     --cmd` started this script, replays the asked window from that store instead.
@@ -353,7 +401,9 @@ def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, st
     config: a JSON-able dict stored as the run's config (e.g. nanoGPT's config dict).
     state: more objects whose state_dict() the checkpoints keep and a replay restores, by name,
     e.g. {"scaler": scaler, "sched": lr_scheduler}.
+    plan_from: {step: spec}, plans applied on top of `plan` from those steps on (as rewind
+    train --plan-from), e.g. {20: "L1.H0.pv=fault(strength=25600)"} to plant a fault for a test.
 
         rec = rewind.record("run.db", model, optimizer, checkpoint_every=5)
     """
-    return Recorder(path, model, optimizer, checkpoint_every, plan, config, state)
+    return Recorder(path, model, optimizer, checkpoint_every, plan, config, state, plan_from)

@@ -3,7 +3,6 @@ it writes is a rewind store (rewind.open, `rewind store verify`), `rewind replay
 --verify` replays a window bitwise from the recorded batches and generator states, a step
 perturbed on replay is named, and a script that cannot replay the window gets one line and a
 non-zero exit with the store untouched."""
-import hashlib
 import json
 import os
 import pickle
@@ -21,38 +20,11 @@ import numpy as np
 import torch
 
 import rewind
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "tiny_train.py")
-REWIND = os.environ.get("REWIND_BIN", "")
+from script_run import RecordedRun, needs_rewind, script, sha
 
 
-def script(store, *args):
-    return " ".join(shlex.quote(a) for a in [sys.executable, SCRIPT, "--store", store, *args])
-
-
-def sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-@unittest.skipUnless(REWIND and os.path.exists(REWIND), "needs the rewind binary (REWIND_BIN)")
-class RecordReplay(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="rewind_record_")
-        cls.store = os.path.join(cls.dir, "run.db")
-        r = subprocess.run(script(cls.store, "--steps", "20"), shell=True, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise AssertionError("recording failed: " + r.stderr[-2000:])
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.dir, ignore_errors=True)
-
-    def rewind_cli(self, *args):
-        return subprocess.run([REWIND, *args], capture_output=True, text=True)
-
+@needs_rewind
+class RecordReplay(RecordedRun):
     def replay(self, cmd, *extra, window=("7", "14")):
         return self.rewind_cli("replay", "--cmd", cmd, "--store", self.store, "--from", window[0],
                                "--to", window[1], *extra)
@@ -200,10 +172,7 @@ class RecordReplay(unittest.TestCase):
             (self.replay(script(self.store), "--plan", "L5.H0.pv=fp32"), 2, "layer 5 out of range (model has 2 layers"),
         ]
         for r, code, text in cases:
-            self.assertEqual(r.returncode, code, r.stdout + r.stderr)
-            last = r.stderr.strip().splitlines()[-1]  # the script's own traceback may precede it
-            self.assertTrue(last.startswith("rewind: error: "), last)
-            self.assertIn(text, last)
+            self.assert_one_line(r, code, text)
         again = subprocess.run(script(self.store, "--steps", "2"), shell=True, capture_output=True, text=True)
         self.assertNotEqual(again.returncode, 0)  # never records over a store
         self.assertIn("RewindError", again.stderr)

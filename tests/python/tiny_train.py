@@ -62,8 +62,12 @@ def main():
     ap.add_argument("--checkpoint-every", type=int, default=5)
     ap.add_argument("--n-embd", type=int, default=32)
     ap.add_argument("--data-seed", type=int, default=0)
+    ap.add_argument("--learnable", action="store_true", help="data with a pattern the model learns (random otherwise)")
     ap.add_argument("--no-config", action="store_true", help="record no config (layers from the monitors)")
     ap.add_argument("--plan", default="", help="the precision plan recorded with the run")
+    ap.add_argument("--plan-from", action="append", default=[], metavar="STEP:SPEC",
+                    help="a plan on top from STEP on (rewind.record's plan_from), e.g. a planted fault")
+    ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     ap.add_argument("--scheduler", action="store_true", help="lr from a LambdaLR (state= of rewind.record)")
     ap.add_argument("--perturb", type=int, default=-1, help="nudge a weight after this step's update")
     a = ap.parse_args()
@@ -74,6 +78,9 @@ def main():
     np.random.seed(1337)
     vocab, block, batch = 64, 16, 4
     data = torch.from_numpy(np.random.RandomState(a.data_seed).randint(0, vocab, 4096)).long()
+    if a.learnable:  # each token a function of the two before it: attention pays off
+        for i in range(2, len(data)):
+            data[i] = (data[i - 1] + 3 * data[i - 2] + 1) % vocab
 
     def get_batch():
         ix = torch.randint(len(data) - block - 8, (batch,)) + random.randrange(4) + int(np.random.randint(4))
@@ -85,11 +92,12 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     config = {"n_layer": 2, "n_head": 2, "n_embd": a.n_embd, "block_size": block, "vocab_size": vocab}
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: 0.9 ** it) if a.scheduler else None
+    plan_from = {int(x.split(":", 1)[0]): x.split(":", 1)[1] for x in a.plan_from}
     rec = rewind.record(a.store, model, opt, checkpoint_every=a.checkpoint_every, plan=a.plan,
-                        config=None if a.no_config else config,
+                        plan_from=plan_from, config=None if a.no_config else config,
                         state={"sched": sched} if sched else None)  # rewind
     for it in range(rec.start, a.steps):  # rewind: rec.start (0, or the checkpoint a replay starts at)
-        lr = 3e-3 * min(1.0, (it + 1) / 5) * 0.5 * (1 + math.cos(math.pi * it / a.steps))
+        lr = a.lr * min(1.0, (it + 1) / 5) * 0.5 * (1 + math.cos(math.pi * it / a.steps))
         if sched:
             lr = sched.get_last_lr()[0]
         for g in opt.param_groups:
@@ -106,7 +114,7 @@ def main():
             with torch.no_grad():
                 model.wte.weight[0, 0] += 1e-3
         rec.step(loss=loss, grad_norm=norm, lr=lr)  # rewind
-        print(f"iter {it}: loss {loss.item():.4f}")
+        print(f"iter {it}: loss {loss.item():.4f} grad norm {norm.item():.4f}")
     rec.close()  # rewind
 
 
