@@ -11,5 +11,6 @@ int run_step(int argc, char** argv);    // cli/cmd_step.cpp
 int run_bisect(int argc, char** argv);  // cli/cmd_bisect.cpp
 int run_import(int argc, char** argv);  // cli/cmd_import.cpp
 int run_export(int argc, char** argv);  // cli/cmd_export.cpp
+int run_doctor(int argc, char** argv);  // cli/cmd_doctor.cpp
 
 }  // namespace rwd::cli

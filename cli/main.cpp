@@ -27,6 +27,7 @@ const Command kCommands[] = {
     {"replay", rwd::cli::run_replay, "re-execute a recorded window; --verify bit-exactness"},
     {"step", rwd::cli::run_step, "one recorded step, low precision vs FP32-substituted ops"},
     {"bisect", rwd::cli::run_bisect, "localize a failure: layer/head/op (--window) or time (--find-window)"},
+    {"doctor", rwd::cli::run_doctor, "is a Python training script bitwise repeatable? names the first op that is not"},
     {"store", rwd::cli::run_store, "inspect or thin a store: info | ls | verify | export | thin"},
     {"import", rwd::cli::run_import, "a nanoGPT checkpoint into a new store: `import nanogpt --ckpt`"},
     {"export", rwd::cli::run_export, "a recorded step as a nanoGPT checkpoint: `export nanogpt -o`"},
@@ -45,7 +46,7 @@ void print_help() {
       "  1  internal error (a bug)\n"
       "  2  usage error: bad option, plan spec, predicate or step range\n"
       "  3  data error: not a store, corrupt or tampered data, newer schema, missing checkpoint\n"
-      "  4  finding: replay diverged, or bisect localized a precision failure\n");
+      "  4  finding: replay diverged, bisect localized a precision failure, or doctor found a difference\n");
 }
 
 // LibTorch's messages run on with a C++ backtrace; the error line is their first line.

@@ -23,6 +23,7 @@ import time
 import torch
 
 from . import _C
+from .doctor import DOCTOR_ENV, Doctor
 
 # Set by `rewind replay|bisect --cmd` (cli/script_window.cpp): a JSON object with store, run,
 # from, to, plans (the plan of each step from the first one's step on, replacing the recorded
@@ -175,10 +176,13 @@ class Recorder:
         self._pending = None      # (tensors, desc, rng, t0) between batch and step
         self._report = None
         self._plans = []          # a replay's asked plans: [(step, spec)]
+        self._doctor = None
         self._recorded_plan = _schedule(plan, plan_from)  # a replay's: the recording's
         spec = os.environ.get(REPLAY_ENV)
         self.replaying = spec is not None
-        if self.replaying:
+        if os.environ.get(DOCTOR_ENV) is not None:  # rewind doctor: hash the first steps, record nothing
+            self._doctor = Doctor(json.loads(os.environ[DOCTOR_ENV]), model, optimizer)
+        elif self.replaying:
             self._begin_replay(json.loads(spec))
         else:
             self._begin_recording(str(path), self._recorded_plan, config or {})
@@ -295,6 +299,11 @@ class Recorder:
         global _active_plan
         t0 = time.perf_counter()
         _active_plan = self._plan_of(self.step_index)
+        if self._doctor:
+            out = get_batch(*args, **kwargs)  # the script's own source: is it the same twice?
+            self._doctor.begin_step(self.step_index, out)
+            self._pending = (None, None, None, t0)
+            return out
         if self.replaying:
             out = self._replay_batch()
             _C.collect_monitors()  # drops what ran outside a step (e.g. an evaluation)
@@ -322,6 +331,10 @@ class Recorder:
         tensors, desc, rng, t0 = self._pending
         self._pending = None
         loss_v, norm_v = _scalar(loss, "loss"), _scalar(grad_norm, "grad_norm")
+        if self._doctor:
+            self._doctor.end_step(self.step_index, loss_v)
+            self.step_index += 1
+            return
         lr_v = float(self.optimizer.param_groups[0]["lr"] if lr is None else lr)
         digest = _C.param_digest([p for p in self.model.parameters()])
         s = self.step_index
@@ -348,7 +361,7 @@ class Recorder:
         """Ends the recording: waits until every step and checkpoint is committed (the store's
         background writers; a failed write is raised here or at the next rec.step) and lets go
         of the store's writer lock. Called at exit if the script does not."""
-        if not self.replaying:
+        if not self.replaying and not self._doctor:
             _C.set_monitoring(False)
             self._rec.close()
 

@@ -8,6 +8,7 @@ learning rate by iteration.
 """
 import argparse
 import math
+import os
 import random
 
 import numpy as np
@@ -37,9 +38,34 @@ class Block(nn.Module):
         return x + self.drop(self.mlp(self.ln_2(x)))
 
 
-class GPT(nn.Module):
-    def __init__(self, vocab, block, n_layer, n_embd, n_head, dropout):
+class RunDependent(nn.Module):
+    """What `rewind doctor` must catch (--nondeterministic): "index_add", CUDA's atomic
+    index_add emulated on the CPU (the token vectors of each sequence summed into one, 16 chunks
+    of them added in an order drawn from OS entropy, outside torch, as a GPU's scheduling
+    orders atomics), or "noise", a random op on a generator seeded from OS entropy."""
+
+    def __init__(self, kind, vocab, n_embd):
         super().__init__()
+        self.kind = kind
+        self.register_buffer("table", torch.randn(vocab, n_embd, generator=torch.Generator().manual_seed(7)) * 10)
+        self.gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(7), "little"))
+
+    def forward(self, idx):  # (B, T) -> (B, T, C)
+        b, t = idx.shape
+        if self.kind == "noise":
+            return 1e-3 * torch.randn(b, t, self.table.size(1), generator=self.gen)
+        rows = torch.arange(b).repeat_interleave(t).chunk(16)
+        vals = self.table[idx.reshape(-1)].chunk(16)
+        out = torch.zeros(b, self.table.size(1))
+        for c in random.SystemRandom().sample(range(len(rows)), len(rows)):
+            out.index_add_(0, rows[c], vals[c])
+        return 1e-3 * out[:, None, :]
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, block, n_layer, n_embd, n_head, dropout, nondeterministic=None):
+        super().__init__()
+        self.odd = RunDependent(nondeterministic, vocab, n_embd) if nondeterministic else None
         self.wte, self.wpe = nn.Embedding(vocab, n_embd), nn.Embedding(block, n_embd)
         self.h = nn.ModuleList(Block(i, n_embd, n_head, dropout) for i in range(n_layer))
         self.ln_f = nn.LayerNorm(n_embd)
@@ -49,6 +75,8 @@ class GPT(nn.Module):
     def forward(self, idx, targets):
         pos = torch.arange(idx.size(1))
         x = self.drop(self.wte(idx) + self.wpe(pos))
+        if self.odd is not None:
+            x = x + self.odd(idx)
         for blk in self.h:
             x = blk(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
@@ -69,6 +97,8 @@ def main():
                     help="a plan on top from STEP on (rewind.record's plan_from), e.g. a planted fault")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     ap.add_argument("--scheduler", action="store_true", help="lr from a LambdaLR (state= of rewind.record)")
+    ap.add_argument("--nondeterministic", choices=["index_add", "noise"],
+                    help="a run-dependent op in the forward (for rewind doctor)")
     ap.add_argument("--perturb", type=int, default=-1, help="nudge a weight after this step's update")
     a = ap.parse_args()
     torch.use_deterministic_algorithms(True)
@@ -88,7 +118,7 @@ def main():
         y = torch.stack([data[i + 1:i + 1 + block] for i in ix])
         return x, y
 
-    model = GPT(vocab, block, n_layer=2, n_embd=a.n_embd, n_head=2, dropout=0.1)
+    model = GPT(vocab, block, n_layer=2, n_embd=a.n_embd, n_head=2, dropout=0.1, nondeterministic=a.nondeterministic)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     config = {"n_layer": 2, "n_head": 2, "n_embd": a.n_embd, "block_size": block, "vocab_size": vocab}
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: 0.9 ** it) if a.scheduler else None

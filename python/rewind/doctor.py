@@ -1,0 +1,131 @@
+"""rewind doctor's side in the script: when `rewind doctor --cmd "python3 train.py ..."` starts
+it with REWIND_DOCTOR set, rewind.record records nothing; instead it hashes the bits of every
+tensor the loop's first steps compute (each aten op's outputs through a TorchDispatchMode, so
+the backward's and the optimizer's ops too), with the module whose forward ran it, and writes
+them to a file. `rewind doctor` runs the script twice and names the first op whose bits differ."""
+import hashlib
+import json
+import struct
+import sys
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+# Set by `rewind doctor --cmd` (cli/cmd_doctor.cpp): a JSON object with steps (how many loop
+# steps to hash) and report (the file this process writes its lines to).
+DOCTOR_ENV = "REWIND_DOCTOR"
+
+
+def tensor_hash(t):
+    """16 hex digits of a hash of a tensor's bits (its dtype and shape, then its bytes in C order)."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+    if t.numel():
+        h.update(t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+class _HashOps(TorchDispatchMode):
+    """Hashes every tensor an aten op returns, in the order the ops run."""
+
+    def __init__(self, doctor):
+        super().__init__()
+        self.doctor = doctor
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = str(func)
+        # Uninitialized memory (empty*) and the profiler's handles (record_function, as
+        # optimizer.step opens one) are no results: their bits mean nothing.
+        if "empty" in func.__name__ or name.startswith("profiler."):
+            return out
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type != "meta":
+                self.doctor.op(name, t)
+        return out
+
+
+class Doctor:
+    """Hashes the first `steps` steps of the loop: the parameters before them, each step's batch,
+    every op's outputs, the loss and the parameters after each step; then ends the process."""
+
+    def __init__(self, spec, model, optimizer):
+        self.steps = int(spec["steps"])
+        self.model = model
+        self._report = open(spec["report"], "w", buffering=1 << 16)
+        self._modules = []     # names of the modules whose forward is running, innermost last
+        self._in_optimizer = False
+        self._index = 0        # ops hashed in this step
+        self._step = 0
+        self._mode = _HashOps(self)
+        types = {}
+        for name, m in model.named_modules():
+            types[name or "(model)"] = type(m).__name__
+            m.register_forward_pre_hook(self._enter_module(name or "(model)"))
+            m.register_forward_hook(self._leave_module)
+        step = optimizer.step
+
+        def optimizer_step(*args, **kwargs):  # its ops are named as the optimizer's
+            self._in_optimizer = True
+            try:
+                return step(*args, **kwargs)
+            finally:
+                self._in_optimizer = False
+        optimizer.step = optimizer_step
+        self._write({"start": 0, "steps": self.steps, "torch": torch.__version__,
+                     "deterministic": torch.are_deterministic_algorithms_enabled(), "modules": types})
+        self._write({"step": -1, "what": "parameters", "name": "the parameters before the first step",
+                     "hash": self._parameters_hash()})
+
+    def _enter_module(self, name):
+        def hook(module, inputs):
+            self._modules.append(name)
+        return hook
+
+    def _leave_module(self, module, inputs, output):
+        if self._modules:
+            self._modules.pop()
+
+    def _parameters_hash(self):
+        h = hashlib.blake2b(digest_size=8)
+        for name, p in self.model.named_parameters():
+            h.update(name.encode() + tensor_hash(p).encode())
+        return h.hexdigest()
+
+    def _write(self, obj):
+        self._report.write(json.dumps(obj) + "\n")
+
+    def op(self, name, t):
+        if self._in_optimizer:
+            phase = "optimizer"
+        elif self._modules:
+            phase = "forward"
+        else:  # autograd runs the backward with grad mode off, as no_grad code (clipping) runs
+            phase = "forward" if torch.is_grad_enabled() else "backward"
+        self._write({"step": self._step, "i": self._index, "what": "op", "name": name, "phase": phase,
+                     "module": self._modules[-1] if self._modules else "", "shape": list(t.shape),
+                     "dtype": str(t.dtype).replace("torch.", ""), "hash": tensor_hash(t)})
+        self._index += 1
+
+    def begin_step(self, step, batch):
+        """After get_batch: hashes the batch, then every op until end_step."""
+        self._step, self._index = step, 0
+        tensors = [t for t in tree_flatten(batch)[0] if isinstance(t, torch.Tensor)]
+        h = hashlib.blake2b(digest_size=8)
+        for t in tensors:
+            h.update(tensor_hash(t).encode())
+        self._write({"step": step, "what": "batch", "name": "the batch get_batch returned", "hash": h.hexdigest()})
+        self._mode.__enter__()
+
+    def end_step(self, step, loss):
+        """At rec.step: the loss's bits and the parameters; ends the process after the last step."""
+        self._mode.__exit__(None, None, None)
+        self._write({"step": step, "what": "loss", "name": "the loss",
+                     "hash": struct.pack("<f", loss).hex()})
+        self._write({"step": step, "what": "parameters", "name": "the parameters after the step",
+                     "hash": self._parameters_hash()})
+        if step + 1 >= self.steps:
+            self._write({"done": step})
+            self._report.close()
+            sys.exit(0)
