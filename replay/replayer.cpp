@@ -182,6 +182,11 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
                         bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
                         train::Comm* comm, bool warm) {
   if (!warm || !warm_trainer_on()) return restore_cold(s, run_id, step, data_path, verify, on_step, comm, warm);
+  // REWIND_RESTORE_TIMES=1: each warm restore prints where its time went (stderr).
+  static const bool times = std::getenv("REWIND_RESTORE_TIMES") != nullptr;
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto ms = [](clock::time_point a, clock::time_point b) { return 1e3 * std::chrono::duration<double>(b - a).count(); };
   // The key: what the restored state and the trainer depend on. A store's checkpoint is named
   // by its content; the ranks by the job's communicator (one per process and job).
   const int64_t run = train::RunSpec::load(s, run_id).run_id;
@@ -211,10 +216,15 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
   // What a cold restore leaves: the state before `step`, the plan last in force, no hooks.
   train::Trainer& t = *w.restored.trainer;
   const train::Config& c = w.restored.run.config;
+  const auto t1 = clock::now();
   t.load_state(w.state);
+  const auto t2 = clock::now();
   t.set_plan(w.restored.run.plan.at(w.plan_step, c.n_layer, c.n_head));
   t.set_want_digest(false);
   t.set_before_update({});
+  if (times)
+    std::fprintf(stderr, "rewind: warm restore: key %.1f ms, load_state %.1f ms, plan %.1f ms\n", ms(t0, t1),
+                 ms(t1, t2), ms(t2, clock::now()));
   return w.restored;
 }
 
