@@ -316,8 +316,16 @@ NearMiss recorded_near_miss(Context& ctx, int64_t from, int64_t to) {
   return near_miss(ctx.pred, recorded_series(ctx.store, ctx.run.run_id, first, to, &used), from, to);
 }
 
+void Context::start() {
+  if (started) return;
+  store.put_kv(run.run_id, "bisect/log/" + job, "[]");
+  store.put_kv(run.run_id, "bisect/job/" + job, job_text);
+  started = true;
+}
+
 std::vector<ProbeOutcome> Context::probe(const std::vector<ProbeSpec>& batch) {
   std::vector<ProbeOutcome> outs = pool.run(batch);
+  start();
   nlohmann::json log = nlohmann::json::array();
   if (auto old = store.get_kv(run.run_id, "bisect/log/" + job)) log = nlohmann::json::parse(*old);
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -375,8 +383,7 @@ BisectReport run_bisect(const BisectOptions& o) {
   rep.jobs = o.pool.jobs;
   rep.ranks = o.pool.comm ? o.pool.comm->world() : 1;
   rep.gpus = o.pool.gpus;
-  st.put_kv(run.run_id, "bisect/log/" + ctx.job, "[]");
-  st.put_kv(run.run_id, "bisect/job/" + ctx.job, job_text);
+  ctx.job_text = job_text;
 
   auto range = st.step_range(run.run_id);
   if (!range) throw Error(ExitCode::kData, "run " + std::to_string(run.run_id) + " has no recorded steps");
@@ -413,6 +420,7 @@ BisectReport run_bisect(const BisectOptions& o) {
     rep.exit_code = rep.time && rep.time->status == TimeSearch::Status::kWindow ? 4 : 0;
   }
   rep.verdict = verdict_text(rep);
+  ctx.start();  // where no probe was asked (a time search that found no failure)
   st.put_kv(run.run_id, "bisect/verdict/" + ctx.job, rep.verdict);
   return rep;
 }

@@ -140,6 +140,12 @@ struct Context {
   std::string phase;
   std::shared_ptr<Progress> line;  // the progress line (recreated if the estimate grows)
   std::string reference = kFullPrecision;  // BisectOptions::reference, given to every probe
+  std::string job_text;
+  bool started = false;
+  // Writes the job's description and an empty probe log into the store, once: called when
+  // the first batch of probes is back, so that a bisect whose first probe fails (a script that
+  // cannot replay the window) leaves the store as it was.
+  void start();
 
   // Runs a batch in the current phase; appends to the report and the job's log.
   std::vector<ProbeOutcome> probe(const std::vector<ProbeSpec>& batch);

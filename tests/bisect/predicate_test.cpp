@@ -92,6 +92,17 @@ TEST(Predicate, NonFiniteValuesCountAsFailures) {
   EXPECT_TRUE(eval("0 * max(loss) > 1", s));  // inf * 0 is NaN, which reads as +inf
 }
 
+TEST(Predicate, BareNanReadsTheReplayNotTheRecording) {
+  // recorded_loss is the recording's: a NaN there is the failure under bisection, and a probe
+  // that replays the window without it passes `nan` (else the all-FP32 probe fails too).
+  Series s = window();
+  s.values["recorded_loss"] = {3.0, kNaN, kNaN, kNaN, kNaN};
+  EXPECT_FALSE(eval("nan", s));
+  EXPECT_TRUE(eval("nan(recorded_loss)", s));
+  s.values["grad_norm"][0] = kNaN;
+  EXPECT_TRUE(eval("nan", s));
+}
+
 TEST(Predicate, SpikeAgainstTheEma) {
   Series s;
   s.first_step = 0;

@@ -7,7 +7,7 @@ import shlex
 import sys
 import unittest
 
-from script_run import RecordedRun, needs_rewind
+from script_run import RecordedRun, needs_rewind, script, sha
 
 # pv=fault scales one head's O by ~(1 + strength / 256). Finite scales do not reach this tiny
 # model's loss (the pre-LayerNorms and ln_f take them out: strength 25600, O x 101, moves the
@@ -46,7 +46,12 @@ class BisectCmd(RecordedRun):
         self.assertEqual(again.returncode, 4, again.stderr)
         self.assertIn("(0 run, 14 cached", again.stdout)
 
-    def test_bad_requests_are_one_line(self):
+    def test_bad_requests_are_one_line_and_leave_the_store(self):
+        before = sha(self.store)
+        # Each fails at the first probe (a later one would leave the probes before it cached):
+        # the window of the early exit lies before the fault, where the recorded plan runs on.
+        early = script(self.store, "--steps", "15", "--checkpoint-every", "10")
+        other_shape = script(self.store, "--steps", "40", "--checkpoint-every", "10", "--n-embd", "48")
         cases = [
             (("bisect", "--store", self.store, "--window", "20:29", "--fail", "nan"),
              "recorded by a Python script (rewind.record); give the command that runs it"),
@@ -56,9 +61,16 @@ class BisectCmd(RecordedRun):
               "--window", "20:29", "--fail", "nan"), "without calling rewind.record"),
             (("bisect", "--cmd", self.cmd, "--store", self.store, "--window", "20:45", "--fail", "nan"),
              "is outside the recording (steps 0..39)"),
+            (("bisect", "--cmd", early, "--store", self.store, "--window", "10:19", "--fail", "nan"),
+             "the script exited with status 0 after step 14, before step 19"),
+            (("bisect", "--cmd", other_shape, "--store", self.store, "--window", "20:29", "--fail", "nan"),
+             "the model's parameter 'wte.weight' is [64, 48] float32 here, [64, 32] float32 in the recording"),
+            (("bisect", "--cmd", self.cmd, "--store", self.store, "--window", "20:29", "--fail", "nan",
+              "--reference", "L2.H0.pv=fp32"), "layer 2 out of range (model has 2 layers"),
         ]
         for args, text in cases:
             self.assert_one_line(self.rewind_cli(*args), 2, text)
+        self.assertEqual(sha(self.store), before)
 
 
 if __name__ == "__main__":
