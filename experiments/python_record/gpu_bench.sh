@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Issue 33 on one GPU, with train_gpt.py (nanoGPT-style, gpt2-small: 12 layers, 12 heads, 768,
+# seq 1024, batch 8, BF16 autocast):
+#  1. mean step time over STEPS-10 steps (10 warm-up steps left out) of the same loop as
+#     (a) SDPA, no recorder, (b) rewind.attention + deterministic algorithms, no recorder,
+#     (c) (b) + rewind.record with no checkpoint in the timed steps (the per-step cost),
+#     (d) (b) + rewind.record with a checkpoint every 25 steps; ratios c/a, c/b, d/b.
+#  2. a bisect through `rewind bisect --cmd` of L5.H3.pv=fault planted from step 20 of a
+#     30-step recording (window 20:27, --fail nan): its verdict, probes and wall time.
+# Usage: bash experiments/python_record/gpu_bench.sh BUILD OUT
+#   BUILD: a CUDA build (scripts/gpu_build.sh) with the rewind binary and build/python (the
+#          rewind_python target is built here when missing); OUT: where results go.
+#   STEPS (60), PYTHON (python3), KEEP=1 keeps the stores (gpt2-small checkpoints: 1.5 GB each),
+#   PRESET (gpt2-small; tiny for a smoke run), DEVICE (cuda).
+set -euo pipefail
+[[ $# -eq 2 ]] || { echo "usage: $0 BUILD OUT" >&2; exit 2; }
+HERE=$(cd "$(dirname "$0")" && pwd)
+BUILD=$(cd "$1" && pwd)
+mkdir -p "$2"
+OUT=$(cd "$2" && pwd)
+PY=${PYTHON:-python3}
+STEPS=${STEPS:-60}
+if ! ls "$BUILD"/python/rewind/_C*.so > /dev/null 2>&1; then
+  cmake --build "$BUILD" --target rewind_python > "$OUT/build_python.log" 2>&1 \
+    || { tail -20 "$OUT/build_python.log"; exit 1; }
+fi
+export PYTHONPATH=$BUILD/python
+export CUBLAS_WORKSPACE_CONFIG=:4096:8  # deterministic cuBLAS (rewind runs), before CUDA starts
+TRAIN=("$PY" "$HERE/train_gpt.py" --preset "${PRESET:-gpt2-small}" --device "${DEVICE:-cuda}")
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt" || true
+
+step_ms() {  # mean_step_ms of one run, its JSON line kept in OUT/steps.jsonl
+  local line
+  line=$("${TRAIN[@]}" --steps "$STEPS" "$@" | tail -1)
+  echo "$line" >> "$OUT/steps.jsonl"
+  "$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["mean_step_ms"])' "$line"
+}
+rm -f "$OUT/steps.jsonl" "$OUT"/bench*.db*
+a=$(step_ms --attention sdpa --no-record)
+b=$(step_ms --attention rewind --no-record)
+c=$(step_ms --attention rewind --store "$OUT/bench_c.db" --checkpoint-every 100000)
+d=$(step_ms --attention rewind --store "$OUT/bench_d.db" --checkpoint-every 25)
+"$PY" - "$a" "$b" "$c" "$d" "$STEPS" <<'EOF' | tee "$OUT/step_time.txt"
+import sys
+a, b, c, d = map(float, sys.argv[1:5])
+print(f"gpt2-small, batch 8 x 1024, BF16 autocast, mean of {int(sys.argv[5]) - 10} steps (ms):")
+print(f"  (a) SDPA, no recorder                                   {a:9.2f}")
+print(f"  (b) rewind.attention, deterministic, no recorder        {b:9.2f}")
+print(f"  (c) (b) + rewind.record, no checkpoint in timed steps   {c:9.2f}")
+print(f"  (d) (b) + rewind.record, a checkpoint every 25 steps    {d:9.2f}")
+print(f"ratio c/a (the issue's comparison) {c / a:.3f}; recorder per step c/b {c / b:.3f} "
+      f"(target <= 1.03); with checkpoints d/b {d / b:.3f}; attention + determinism b/a {b / a:.3f}")
+EOF
+
+rm -rf "$OUT/bisect.db"* "$OUT/bisect_report"
+"${TRAIN[@]}" --attention rewind --store "$OUT/bisect.db" --steps 30 --checkpoint-every 20 \
+  --plan-from '20:L5.H3.pv=fault(strength=1e30)' > "$OUT/bisect_record.log"
+CMD="${TRAIN[*]} --attention rewind --store $OUT/bisect.db --steps 30"
+t0=$(date +%s.%N)
+set +e
+"$BUILD/rewind" bisect --cmd "$CMD" --store "$OUT/bisect.db" --window 20:27 --fail nan \
+  --report "$OUT/bisect_report" --quiet > "$OUT/bisect.txt" 2>&1
+rc=$?
+set -e
+t1=$(date +%s.%N)
+cat "$OUT/bisect.txt"
+"$PY" -c 'import sys; print(f"bisect --cmd exit {sys.argv[1]} (4: localized), wall {float(sys.argv[3]) - float(sys.argv[2]):.1f} s")' \
+  "$rc" "$t0" "$t1" | tee -a "$OUT/bisect.txt"
+[[ "${KEEP:-0}" == 1 ]] || rm -f "$OUT"/bench*.db* "$OUT"/bisect.db*

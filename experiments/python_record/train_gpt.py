@@ -1,0 +1,150 @@
+"""A nanoGPT-style GPT and training loop (written for rewind; nanoGPT's parameter names) with
+rewind's lines marked "# rewind", for the GPU measurements of issue 33 (gpu_bench.sh): the step
+time with rewind.attention and rewind.record against the same loop with SDPA and no recorder,
+and a bisect of a planted fault through `rewind bisect --cmd`.
+
+    python3 train_gpt.py --preset gpt2-small --device cuda --attention sdpa --no-record --steps 60
+    python3 train_gpt.py --preset gpt2-small --device cuda --store run.db --steps 60
+"""
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+import rewind  # rewind
+
+PRESETS = {  # n_layer, n_head, n_embd, block_size, vocab_size, batch_size
+    "tiny": (2, 2, 64, 64, 256, 4),
+    "gpt2-small": (12, 12, 768, 1024, 50304, 8),
+}
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, layer, n_embd, n_head, attention):
+        super().__init__()
+        self.layer, self.n_head, self.attention = layer, n_head, attention
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
+        if self.attention == "rewind":
+            y = rewind.attention(q, k, v, layer=self.layer, causal=True)  # rewind: was SDPA
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Block(nn.Module):
+    def __init__(self, layer, n_embd, n_head, attention):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(layer, n_embd, n_head, attention)
+        self.mlp = nn.Sequential()
+        self.mlp.c_fc = nn.Linear(n_embd, 4 * n_embd)
+        self.mlp.gelu = nn.GELU()
+        self.mlp.c_proj = nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, n_layer, n_head, n_embd, block_size, vocab_size, attention):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd), wpe=nn.Embedding(block_size, n_embd),
+            h=nn.ModuleList(Block(i, n_embd, n_head, attention) for i in range(n_layer)),
+            ln_f=nn.LayerNorm(n_embd)))
+        self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # tied, as nanoGPT
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("c_proj.weight") else 0.02
+                nn.init.normal_(p, std=std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.size(1), device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for blk in self.transformer.h:
+            x = blk(x)
+        logits = self.lm_head(self.transformer.ln_f(x))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--attention", choices=["rewind", "sdpa"], default="rewind")
+    ap.add_argument("--store", default="run.db")
+    ap.add_argument("--no-record", action="store_true", help="the plain loop: no rewind.record")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=10, help="steps left out of the timing")
+    ap.add_argument("--checkpoint-every", type=int, default=50)
+    ap.add_argument("--plan-from", action="append", default=[], metavar="STEP:SPEC")
+    ap.add_argument("--lr", type=float, default=6e-4)
+    a = ap.parse_args()
+    n_layer, n_head, n_embd, block, vocab, batch = PRESETS[a.preset]
+    cuda = a.device.startswith("cuda")
+    if a.attention == "rewind":  # replay needs bits that repeat; SDPA's backward does not
+        torch.use_deterministic_algorithms(True)  # (CUBLAS_WORKSPACE_CONFIG: set by gpu_bench.sh)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(1337)
+    data = torch.randint(vocab, (1 << 22,), generator=torch.Generator().manual_seed(0))
+
+    def get_batch():
+        ix = torch.randint(len(data) - block - 1, (batch,))
+        x = torch.stack([data[i:i + block] for i in ix])
+        y = torch.stack([data[i + 1:i + 1 + block] for i in ix])
+        if cuda:
+            return x.pin_memory().to(a.device, non_blocking=True), y.pin_memory().to(a.device, non_blocking=True)
+        return x, y
+
+    model = GPT(n_layer, n_head, n_embd, block, vocab, a.attention).to(a.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    config = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block, vocab_size=vocab, batch_size=batch)
+    rec = None
+    if not a.no_record:
+        plan_from = {int(x.split(":", 1)[0]): x.split(":", 1)[1] for x in a.plan_from}
+        rec = rewind.record(a.store, model, opt, checkpoint_every=a.checkpoint_every, config=config,
+                            plan_from=plan_from)  # rewind
+    start = rec.start if rec else 0  # rewind: rec.start
+    autocast = torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16)
+    t0 = None
+    for it in range(start, a.steps):
+        if it == start + a.warmup:
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+        x, y = rec.batch(get_batch) if rec else get_batch()  # rewind: rec.batch
+        with autocast:
+            loss = model(x, y)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if rec:
+            rec.step(loss=loss, grad_norm=norm)  # rewind
+    if cuda:
+        torch.cuda.synchronize()
+    timed = a.steps - start - a.warmup
+    if t0 is not None and timed > 0:
+        print(json.dumps({"attention": a.attention, "record": rec is not None, "preset": a.preset,
+                          "steps_timed": timed, "mean_step_ms": 1e3 * (time.perf_counter() - t0) / timed,
+                          "last_loss": loss.item()}))
+    if rec:
+        rec.close()  # rewind
+
+
+if __name__ == "__main__":
+    main()
