@@ -37,7 +37,7 @@ int env_gemm() {
 }
 
 std::atomic<int>& mode() {
-  static std::atomic<int> m(env_gemm() >= 0 ? env_gemm() : static_cast<int>(Fp32Gemm::kSplitTf32));
+  static std::atomic<int> m(env_gemm() >= 0 ? env_gemm() : static_cast<int>(Fp32Gemm::kSimt));
   return m;
 }
 

@@ -1,7 +1,7 @@
 // On a GPU: what `fp32` promises for the linears, LayerNorm and LM head (plan `qkv`, `proj`,
 // `mlp`, `ln`, `head`, `all=fp32`), the modules the attention kernels' split-BF16 contract
-// (AttentionFp32.*) does not cover. On the GPU the GEMMs run as 3xTF32 (train/fp32_gemm.h;
-// cuBLAS's FP32 GEMMs with TF32 off under REWIND_FP32_GEMM=simt), the rest LibTorch's FP32
+// (AttentionFp32.*) does not cover. On the GPU the GEMMs are cuBLAS's FP32 GEMMs with TF32 off
+// (the opt-in 3xTF32 of train/fp32_gemm.h fails this on cancelling sums), the rest LibTorch's FP32
 // kernels. The contract, per module, output and gradient, on random and crafted inputs: the
 // relative RMS error against an FP64 reference is at most 3x that of the same function in FP32
 // on the CPU (the twin), the largest error of one element at most 4x. A plain TF32 GEMM breaks
