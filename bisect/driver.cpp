@@ -72,6 +72,16 @@ Located locate(const std::vector<Element>& set) {
   return l;
 }
 
+// What the narrowing of [from, to] searches: the window's space, less what no plan reaches.
+SearchSpace searched_space(const train::RunSpec& run, const BisectOptions& o, int64_t from, int64_t to) {
+  SearchSpace space = window_space(run, from, to, o.reference);
+  if (o.attention_only) {
+    space.modules.clear();
+    space.model_head = false;
+  }
+  return space;
+}
+
 void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, int64_t to) {
   BisectReport& rep = ctx.report;
   const train::Config& c = ctx.run.config;
@@ -79,7 +89,7 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   rep.from = from;
   rep.to = to;
   rep.recorded_plan = ctx.run.plan.at(from, c.n_layer, c.n_head).canonical();
-  const SearchSpace space = window_space(ctx.run, from, to, o.reference);
+  const SearchSpace space = searched_space(ctx.run, o, from, to);
   rep.space = space.ops;
   for (const auto& m : space.modules) rep.space.push_back(m);
   if (space.model_head) rep.space.push_back("head");
@@ -412,7 +422,7 @@ BisectReport run_bisect(const BisectOptions& o) {
   rep.executed = ctx.pool.executed();
   rep.cached = ctx.pool.cached();
   rep.wall_s = now_s() - t0;
-  account_costs(rep, rep.narrowed ? window_space(run, rep.from, rep.to, o.reference) : space_for(run.config));
+  account_costs(rep, rep.narrowed ? searched_space(run, o, rep.from, rep.to) : space_for(run.config));
   if (rep.narrowed) {
     const Status s = rep.search.status;
     rep.exit_code = (s == Status::kLocalized || s == Status::kSeparateFix || s == Status::kNoFixInSpace) ? 4 : 0;

@@ -34,6 +34,10 @@ struct BisectOptions {
   // The run as the probes see it, when rewind's trainer did not record it (bisect --cmd: a
   // script's run, its layers, heads and plan schedule); otherwise loaded from the store.
   std::optional<train::RunSpec> run_spec;
+  // Only the attention ops are under the plan (a script's run: rewind.attention is the op a
+  // plan reaches; its Linear, LayerNorm and head are the script's own): modules and the model
+  // head are left out of the search.
+  bool attention_only = false;
 };
 
 // One probe as the report sees it: what was asked, in which phase, and the answer.

@@ -94,6 +94,7 @@ void use_script(bisect::BisectOptions& o, const std::string& cmd) {
   std::tie(run.config.n_layer, run.config.n_head) = attention_shape(st, info);
   run.plan = train::PlanSchedule::from_json(info.plan);
   o.run_spec = run;
+  o.attention_only = true;
   o.pool.key_extra = "cmd " + cmd;
   const std::string store_path = o.store_path;
   o.pool.runner = [cmd, store_path](const bisect::ProbeSpec& p, const train::RunSpec& run) {

@@ -25,6 +25,7 @@ class BisectCmd(RecordedRun):
                             "--fail", "nan", "--report", report, "--quiet")
         self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
         self.assertIn("verdict: localized", r.stdout)
+        self.assertIn("searched: qk softmax pv o delta bwd (", r.stdout)  # no module: the script's own
         self.assertIn("failing set (kept low, everything else FP32, still fails): {L1.H0.pv}", r.stdout)
         self.assertIn("fixing set (promoted to FP32, the rest as recorded, passes): {L1.H0.pv}", r.stdout)
         self.assertIn("layers: L1   heads: L1.H0   ops: pv", r.stdout)
@@ -44,7 +45,7 @@ class BisectCmd(RecordedRun):
         again = self.rewind_cli("bisect", "--cmd", self.cmd, "--store", self.store, "--window", "20:29",
                                 "--fail", "nan", "--quiet")
         self.assertEqual(again.returncode, 4, again.stderr)
-        self.assertIn("(0 run, 14 cached", again.stdout)
+        self.assertIn("(0 run, 13 cached", again.stdout)
 
     def test_bad_requests_are_one_line_and_leave_the_store(self):
         before = sha(self.store)
