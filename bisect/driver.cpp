@@ -436,13 +436,22 @@ BisectReport run_bisect(const BisectOptions& o) {
 }
 
 std::string bisect_log(store::Store& s, int64_t run_id) {
-  train::RunSpec run = train::RunSpec::load(s, run_id);
+  // The run's id only (RunSpec::load would also parse a config, which a script's run need not
+  // have in rewind train's keys).
+  int64_t id = run_id;
+  if (run_id == 0) {
+    const auto runs = s.runs();
+    if (runs.empty()) throw Error(ExitCode::kData, "store '" + s.path() + "' holds no recorded run");
+    id = runs.back().id;
+  } else if (!s.run(run_id)) {
+    throw UsageError("store '" + s.path() + "' has no run " + std::to_string(run_id));
+  }
   std::string out;
   char buf[512];
-  for (const auto& k : s.kv_keys(run.run_id, "bisect/log/")) {
+  for (const auto& k : s.kv_keys(id, "bisect/log/")) {
     const std::string job = k.substr(std::string("bisect/log/").size());
-    out += "# bisect job " + job + ": " + s.get_kv(run.run_id, "bisect/job/" + job).value_or("?") + "\n";
-    auto log = nlohmann::json::parse(s.get_kv(run.run_id, k).value_or("[]"));
+    out += "# bisect job " + job + ": " + s.get_kv(id, "bisect/job/" + job).value_or("?") + "\n";
+    auto log = nlohmann::json::parse(s.get_kv(id, k).value_or("[]"));
     for (const auto& e : log) {
       std::snprintf(buf, sizeof buf, "probe %3d  %-16s %-4s  %-10s %-7s %7.2fs %s  %s\n", static_cast<int>(json_int<int>(e.value("index", nlohmann::json(0))).value_or(-1)),
                     e.value("phase", "").c_str(), e.value("verdict", "").c_str(), e.value("window", "").c_str(),
@@ -450,7 +459,7 @@ std::string bisect_log(store::Store& s, int64_t run_id) {
                     e.value("label", "").c_str());
       out += buf;
     }
-    if (auto v = s.get_kv(run.run_id, "bisect/verdict/" + job)) {
+    if (auto v = s.get_kv(id, "bisect/verdict/" + job)) {
       size_t start = 0;
       while (start < v->size()) {
         size_t nl = v->find('\n', start);
@@ -462,7 +471,7 @@ std::string bisect_log(store::Store& s, int64_t run_id) {
       out += "# (no verdict: the bisect did not finish)\n";
     }
   }
-  if (out.empty()) out = "no bisect probes recorded for run " + std::to_string(run.run_id) + "\n";
+  if (out.empty()) out = "no bisect probes recorded for run " + std::to_string(id) + "\n";
   return out;
 }
 

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <cxxopts.hpp>
 #include <sstream>
-#include <tuple>
 
 #include "bisect/driver.h"
 #include "bisect/report.h"
@@ -91,7 +90,7 @@ void use_script(bisect::BisectOptions& o, const std::string& cmd) {
     throw UsageError("bisect: run " + std::to_string(info.id) + " was recorded by rewind train; bisect it without --cmd");
   train::RunSpec run;
   run.run_id = info.id;
-  std::tie(run.config.n_layer, run.config.n_head) = attention_shape(st, info);
+  run.config = script_config(st, info);
   run.plan = train::PlanSchedule::from_json(info.plan);
   o.run_spec = run;
   o.attention_only = true;

@@ -11,6 +11,7 @@
 
 #include "cli/run_page.h"
 #include "common/error.h"
+#include "cli/script_window.h"
 #include "train/config.h"
 #include "train/plan_schedule.h"
 #include "train/run_meta.h"
@@ -200,7 +201,9 @@ std::string run_page_html(store::Store& s, const RunPageRequest& req) {
     if (!info) throw UsageError("store '" + req.store_arg + "' has no run " + std::to_string(req.run));
   }
   const int64_t run = info->id;
-  const train::Config cfg = train::Config::from_json(info->config);
+  // A script's run (rewind.record) keeps the script's own config: what rewind's Config can
+  // say of it, not from_json, which refuses keys that are not rewind train's.
+  const train::Config cfg = is_script_run(s, info->id) ? script_config(s, *info) : train::Config::from_json(info->config);
   const train::PlanSchedule plan = train::PlanSchedule::from_json(info->plan);
   const train::RunMeta meta = train::RunMeta::parse(info->meta);
   const std::string S = shell_word(req.store_arg);

@@ -17,6 +17,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "common/bf16.h"
 #include "common/error.h"
@@ -177,6 +179,20 @@ std::pair<int, int> attention_shape(store::Store& s, const store::RunInfo& run) 
     }
   if (n_layer == 0) return {kMaxLayers, kMaxHeads};
   return {n_layer, n_head};
+}
+
+train::Config script_config(store::Store& s, const store::RunInfo& run) {
+  train::Config c;
+  std::tie(c.n_layer, c.n_head) = attention_shape(s, run);
+  const json cfg = parse_object(run.config);
+  for (auto [key, field] : {std::pair<const char*, int*>{"n_embd", &c.n_embd}, {"block_size", &c.block_size},
+                            {"vocab_size", &c.vocab_size}, {"batch_size", &c.batch_size},
+                            {"gradient_accumulation_steps", &c.gradient_accumulation_steps}}) {
+    const auto it = cfg.find(key);
+    if (it != cfg.end() && it->is_number_integer() && it->get<int64_t>() > 0 && it->get<int64_t>() < (1 << 30))
+      *field = it->get<int>();
+  }
+  return c;
 }
 
 }  // namespace rwd::cli

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "store/store.h"
+#include "train/config.h"
 
 namespace rwd::cli {
 
@@ -77,5 +78,11 @@ void refuse_script_run(store::Store& s, int64_t run, const std::string& command)
 // else from the per-head monitors rewind.record stored for the first step ("L1.H3.max_logit"),
 // else 1024 x 1024 (as many as rewind.attention accepts).
 std::pair<int, int> attention_shape(store::Store& s, const store::RunInfo& run);
+
+// What rewind's Config can say of a script's run: its attention_shape, and the sizes a script's
+// config names with nanoGPT's keys (n_embd, block_size, vocab_size, batch_size,
+// gradient_accumulation_steps) where they are whole numbers; the rest of a script's config
+// (any keys) is not rewind's and is left out (Config::from_json refuses unknown keys).
+train::Config script_config(store::Store& s, const store::RunInfo& run);
 
 }  // namespace rwd::cli

@@ -55,6 +55,14 @@ class RecordReplay(RecordedRun):
         self.assertEqual(self.rewind_cli("store", "verify", self.store).returncode, 0)
         info = self.rewind_cli("store", "info", self.store)
         self.assertEqual(info.returncode, 0, info.stderr)
+        # The script's config has keys rewind train's lacks (nanoGPT's out_dir, dropout).
+        page = os.path.join(self.dir, "run.html")
+        view = self.rewind_cli("view", self.store, "-o", page)
+        self.assertEqual(view.returncode, 0, view.stderr)
+        with open(page) as f:
+            self.assertIn("2 layers x 2 heads, width 32, sequence 16", f.read())
+        log = self.rewind_cli("bisect", "log", "--store", self.store)
+        self.assertEqual(log.returncode, 0, log.stderr)
 
     def test_trainer_commands_refuse_a_script_run_in_one_line(self):
         out = os.path.join(self.dir, "refused.pt")

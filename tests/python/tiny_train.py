@@ -120,7 +120,8 @@ def main():
 
     model = GPT(vocab, block, n_layer=2, n_embd=a.n_embd, n_head=2, dropout=0.1, nondeterministic=a.nondeterministic)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
-    config = {"n_layer": 2, "n_head": 2, "n_embd": a.n_embd, "block_size": block, "vocab_size": vocab}
+    config = {"n_layer": 2, "n_head": 2, "n_embd": a.n_embd, "block_size": block, "vocab_size": vocab,
+              "dropout": 0.1, "out_dir": "out"}  # as nanoGPT's config dict: keys rewind train lacks
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: 0.9 ** it) if a.scheduler else None
     plan_from = {int(x.split(":", 1)[0]): x.split(":", 1)[1] for x in a.plan_from}
     rec = rewind.record(a.store, model, opt, checkpoint_every=a.checkpoint_every, plan=a.plan,
