@@ -7,6 +7,7 @@
 #     (d) (b) + rewind.record with a checkpoint every 25 steps; ratios c/a, c/b, d/b.
 #  2. a bisect through `rewind bisect --cmd` of L5.H3.pv=fault planted from step 20 of a
 #     30-step recording (window 20:27, --fail nan): its verdict, probes and wall time.
+#  3. `rewind doctor --cmd` on the SDPA and the rewind.attention variant (2 steps each, twice).
 # Usage: bash experiments/python_record/gpu_bench.sh BUILD OUT
 #   BUILD: a CUDA build (scripts/gpu_build.sh) with the rewind binary and build/python (the
 #          rewind_python target is built here when missing); OUT: where results go.
@@ -66,4 +67,14 @@ t1=$(date +%s.%N)
 cat "$OUT/bisect.txt"
 "$PY" -c 'import sys; print(f"bisect --cmd exit {sys.argv[1]} (4: localized), wall {float(sys.argv[3]) - float(sys.argv[2]):.1f} s")' \
   "$rc" "$t0" "$t1" | tee -a "$OUT/bisect.txt"
+
+# 3. rewind doctor on the same script: SDPA (backward with atomics, deterministic algorithms
+#    off) and rewind.attention (deterministic); the first differing op, or none.
+for attn in sdpa rewind; do
+  set +e
+  "$BUILD/rewind" doctor --cmd "${TRAIN[*]} --attention $attn --store $OUT/doctor.db" > "$OUT/doctor_$attn.txt" 2>&1
+  echo "doctor ($attn) exit $? (0: no difference, 4: a difference)" >> "$OUT/doctor_$attn.txt"
+  set -e
+  cat "$OUT/doctor_$attn.txt"
+done
 [[ "${KEEP:-0}" == 1 ]] || rm -f "$OUT"/bench*.db* "$OUT"/bisect.db*
