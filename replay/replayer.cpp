@@ -182,7 +182,7 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
                         bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
                         train::Comm* comm, bool warm) {
   if (!warm || !warm_trainer_on()) return restore_cold(s, run_id, step, data_path, verify, on_step, comm, warm);
-  // REWIND_RESTORE_TIMES=1: each warm restore prints where its time went (stderr).
+  // REWIND_RESTORE_TIMES=1: each restore prints where its time went (stderr; cold ones below).
   static const bool times = std::getenv("REWIND_RESTORE_TIMES") != nullptr;
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -247,6 +247,9 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
   r.data = std::make_shared<train::TokenFile>(path);
   check_dataset(r.run, *r.data);
   const train::Config& c = r.run.config;
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::time_point a, clock::time_point b) { return 1e3 * std::chrono::duration<double>(b - a).count(); };
+  const auto t0 = clock::now();
   const torch::Device device = train::setup_device(comm ? train::rank_device(r.run.device, comm->env()) : r.run.device);
   const int world = comm ? comm->world() : 1;
   train::warn_if_not_reproducible(r.run, device, world);
@@ -254,9 +257,15 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
                                         device, train::attention_impl(r.run.attention));
   r.trainer->set_comm(comm);
   if (world != r.run.world_size) verify = false;  // bits may differ: the caller reports a curve
+  const auto t1 = clock::now();
   // load_state copies every tensor into the trainer's own: the warm cache's stay unchanged.
-  r.trainer->load_state(warm ? read_checkpoint_warm(s, r.run.run_id, *ckpt)
-                             : train::read_checkpoint(s, r.run.run_id, *ckpt));
+  const train::NamedTensors state = warm ? read_checkpoint_warm(s, r.run.run_id, *ckpt)
+                                         : train::read_checkpoint(s, r.run.run_id, *ckpt);
+  const auto t2 = clock::now();
+  r.trainer->load_state(state);
+  if (std::getenv("REWIND_RESTORE_TIMES"))
+    std::fprintf(stderr, "rewind: cold restore: device and trainer %.1f ms, checkpoint read %.1f ms, load_state %.1f ms\n",
+                 ms(t0, t1), ms(t1, t2), ms(t2, clock::now()));
   if (r.trainer->step() != *ckpt)
     throw Error(ExitCode::kData, "checkpoint at step " + std::to_string(*ckpt) + " holds step " +
                                      std::to_string(r.trainer->step()));

@@ -15,13 +15,15 @@
 # mean probe step cost in recorded steps, predicted vs measured cost, the answer.
 # Usage: bash experiments/bisect_bench/gpt2_bisect_bench.sh [BUILD_DIR] [MODES]
 #   (PRESET, DEVICE, HEAD and VOCAB stand in for gpt2-small, cuda, L5.H3 and 50304 in a quick
-#    check of the script: PRESET=small-cpu DEVICE=cpu HEAD=L2.H1 VOCAB=256)
+#    check of the script: PRESET=small-cpu DEVICE=cpu HEAD=L2.H1 VOCAB=256; FAULTS replaces the
+#    planted plan, e.g. FAULTS='L5.H3.pv=fault(strength=25600)' for one culprit alone)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build-gpu}
 MODES=${2:-cold warm cheap}
 R=$BUILD/rewind
 PRESET=${PRESET:-gpt2-small} DEVICE=${DEVICE:-cuda} HEAD=${HEAD:-L5.H3} VOCAB=${VOCAB:-50304}
+FAULTS=${FAULTS:-$HEAD.pv=fault(strength=25600);$HEAD.o=fault(strength=4096)}
 W=${W:-$(mktemp -d /tmp/rewind_gpt2_bisect_XXXXXX)}
 OUT=${OUT:-$W}
 mkdir -p "$W" "$OUT"
@@ -29,7 +31,7 @@ mkdir -p "$W" "$OUT"
 if [[ ! -f $W/run.db ]]; then
   "$R" train --preset "$PRESET" --device "$DEVICE" --data "$W/d.bin" --vocab-size "$VOCAB" --batch-size 8 \
     --gradient-accumulation-steps 1 --steps 40 --learning-rate 0.006 --checkpoint-every 10 --log-every 1 \
-    --record "$W/run.db" --plan-from "20:$HEAD.pv=fault(strength=25600);$HEAD.o=fault(strength=4096)" > "$W/train.log" 2>&1 \
+    --record "$W/run.db" --plan-from "20:$FAULTS" > "$W/train.log" 2>&1 \
     || { tail -5 "$W/train.log"; exit 1; }
 fi
 T=$(grep -E "^step +[0-9]+ " "$W/train.log" | awk '{s = $2 + 0; l = $5 + 0}
