@@ -22,8 +22,12 @@ OUT=$(cd "$2" && pwd)
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-60}
 if ! ls "$BUILD"/python/rewind/_C*.so > /dev/null 2>&1; then
-  cmake --build "$BUILD" --target rewind_python > "$OUT/build_python.log" 2>&1 \
-    || { tail -20 "$OUT/build_python.log"; exit 1; }
+  if ! cmake --build "$BUILD" --target rewind_python > "$OUT/build_python.log" 2>&1; then
+    tail -20 "$OUT/build_python.log"
+    grep -h "rewind Python package" "$BUILD"/CMakeFiles/CMakeOutput.log "$OUT"/configure.log 2>/dev/null | tail -2
+    echo "gpu_bench: no rewind Python package in $BUILD (configure says why: python3 with torch, Python.h, pybind11)" >&2
+    exit 1
+  fi
 fi
 export PYTHONPATH=$BUILD/python
 export CUBLAS_WORKSPACE_CONFIG=:4096:8  # deterministic cuBLAS (rewind runs), before CUDA starts
