@@ -198,10 +198,12 @@ int run_doctor(int argc, char** argv) {
       std::printf("first difference: step %lld: the runs took other paths: %s in the first, %s in the second "
                   "(control flow that depends on something that varies)\n",
                   static_cast<long long>(x.step), where(x, a).c_str(), where(y, b).c_str());
+    else if (x.what == "op")
+      std::printf("first difference: step %lld, %s has other bits in the second run (every tensor before it "
+                  "agrees: same inputs)\n", static_cast<long long>(x.step), where(x, a).c_str());
     else
-      std::printf("first difference: step %lld, %s has other bits in the second run%s\n",
-                  static_cast<long long>(x.step), where(x, a).c_str(),
-                  x.what == "op" ? " (every tensor before it agrees: same inputs)" : "");
+      std::printf("first difference: %s%s: other bits in the second run\n", x.name.c_str(),
+                  x.step >= 0 ? (", step " + std::to_string(x.step)).c_str() : "");
     std::printf("fix: %s\n", fix_for(x, a.deterministic).c_str());
     return static_cast<int>(ExitCode::kFinding);
   }

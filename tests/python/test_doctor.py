@@ -46,6 +46,21 @@ class Doctor(unittest.TestCase):
         self.assertIn("aten.randn.generator in the forward of module 'odd' (RunDependent)", r.stdout)
         self.assertIn("fix: a random op whose generator is in another state in the second run: seed it", r.stdout)
 
+    def test_unseeded_initialization_is_named(self):
+        r = self.doctor("--unseeded")
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn("first difference: the parameters before the first step: other bits in the second run",
+                      r.stdout)
+        self.assertIn("fix: seed the model's initialization: torch.manual_seed(...) before the model is built",
+                      r.stdout)
+
+    def test_script_that_stops_early_is_one_line(self):
+        r = self.doctor("--steps", "1")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertEqual(r.stderr.strip().splitlines()[-1],
+                         "rewind: error: doctor --cmd: the script exited with status 0 in step 0, before the end "
+                         "of step 1 (does its loop run that far?)")
+
     def test_script_without_recorder_is_one_line(self):
         r = subprocess.run([REWIND, "doctor", "--cmd", f"{shlex.quote(sys.executable)} -c pass"],
                            capture_output=True, text=True)

@@ -99,11 +99,13 @@ def main():
     ap.add_argument("--scheduler", action="store_true", help="lr from a LambdaLR (state= of rewind.record)")
     ap.add_argument("--nondeterministic", choices=["index_add", "noise"],
                     help="a run-dependent op in the forward (for rewind doctor)")
+    ap.add_argument("--unseeded", action="store_true", help="no torch.manual_seed (for rewind doctor)")
     ap.add_argument("--perturb", type=int, default=-1, help="nudge a weight after this step's update")
     a = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    torch.manual_seed(1337)
+    if not a.unseeded:
+        torch.manual_seed(1337)
     random.seed(1337)
     np.random.seed(1337)
     vocab, block, batch = 64, 16, 4
