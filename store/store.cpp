@@ -9,6 +9,7 @@
 #include <optional>
 #include <utility>
 
+#include "store/blob_format.h"
 #include "store/byte_shuffle.h"
 #include "store/content_hash.h"
 #include "store/ordered_work.h"
@@ -39,11 +40,6 @@ StepRecord read_step(const Statement& st) {
   return r;
 }
 
-// Frames of a blob of `size` raw bytes; even an empty blob gets one (empty) frame.
-size_t chunk_count(size_t size) {
-  return std::max<size_t>(1, (size + kChunkBytes - 1) / kChunkBytes);
-}
-
 // Chunk `idx` of a blob as one zstd frame in `frame`, byte-shuffled through `scratch` first
 // when shuffle_elem > 1 (kChunkBytes is a multiple of 8, so every chunk starts on an element
 // boundary).
@@ -59,9 +55,6 @@ void compress_chunk(ZstdCompressor& zstd, Bytes& scratch, const void* data, size
   }
   zstd.compress(raw, len, frame);
 }
-
-// Byte-shuffle element sizes a blob may record (1 = none).
-bool valid_shuffle(int elem) { return elem == 1 || elem == 2 || elem == 4 || elem == 8; }
 
 void check_shuffle(int shuffle_elem) {
   if (!valid_shuffle(shuffle_elem)) {
@@ -314,47 +307,6 @@ std::optional<BlobInfo> Store::blob_info(const std::string& hash) {
                   st.col_int(2),
                   static_cast<int>(st.col_int(3)),
                   static_cast<int>(st.col_int(4))};
-}
-
-std::vector<uint8_t> Store::get_blob(const std::string& hash) {
-  const std::string what = "store " + path() + ": blob " + hash;
-  std::optional<BlobInfo> info = blob_info(hash);
-  if (!info) throw data_error(what + " is missing");
-  const int sh = info->shuffle;
-  if (info->raw_size < 0 || !valid_shuffle(sh) ||
-      info->n_chunks != int64_t(chunk_count(static_cast<size_t>(info->raw_size)))) {
-    throw data_error(what + ": inconsistent size/chunk count/shuffle in its row");
-  }
-  std::vector<uint8_t> out(static_cast<size_t>(info->raw_size));
-  Statement st(db_, "SELECT idx, frame FROM blob_chunks WHERE hash=? ORDER BY idx");
-  st.bind(1, hash);
-  int64_t expect_idx = 0;
-  while (st.step()) {
-    if (st.col_int(0) != expect_idx || expect_idx >= info->n_chunks) {
-      throw data_error(what + ": unexpected chunk " + std::to_string(st.col_int(0)));
-    }
-    const size_t off = static_cast<size_t>(expect_idx) * kChunkBytes;
-    const size_t len = std::min(kChunkBytes, out.size() - off);
-    const std::string chunk = what + " chunk " + std::to_string(expect_idx);
-    if (info->shuffle == 1) {
-      decompressor_.decompress(st.col_blob(1), st.col_bytes(1), out.data() + off, len,
-                               chunk.c_str());
-    } else {
-      resize_for_overwrite(scratch_, len);
-      decompressor_.decompress(st.col_blob(1), st.col_bytes(1), scratch_.data(), len,
-                               chunk.c_str());
-      byte_unshuffle(scratch_.data(), len, static_cast<size_t>(info->shuffle), out.data() + off);
-    }
-    ++expect_idx;
-  }
-  if (expect_idx != info->n_chunks) {
-    throw data_error(what + ": has " + std::to_string(expect_idx) + " of " +
-                     std::to_string(info->n_chunks) + " chunks");
-  }
-  if (content_hash(out.data(), out.size()) != hash) {
-    throw data_error(what + ": content hash mismatch after decompression");
-  }
-  return out;
 }
 
 int64_t Store::add_run(const std::string& config_json, const std::string& plan,

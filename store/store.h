@@ -124,6 +124,11 @@ class Store {
   // The byte-shuffle element size this store applies to tensors of `dtype` (1 = none).
   int tensor_shuffle(Dtype dtype) const;
   std::vector<uint8_t> get_blob(const std::string& hash);
+  // get_blob for many blobs: frames read here, decompressed and hashed on `threads` threads
+  // (0: this thread), at most ~256 MiB of frames read ahead. Same checks, same errors.
+  std::vector<std::vector<uint8_t>> get_blobs(const std::vector<std::string>& hashes, int threads);
+  // The tensors of these rows (e.g. checkpoint_entries), their blobs read by get_blobs.
+  std::vector<TensorRecord> read_tensors(std::vector<TensorInfo> infos, int threads);
   bool has_blob(const std::string& hash);
   std::optional<BlobInfo> blob_info(const std::string& hash);
 

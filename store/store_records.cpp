@@ -124,16 +124,26 @@ std::vector<TensorInfo> Store::checkpoint_entries(int64_t run, int64_t step) {
 }
 
 std::optional<TensorRecord> Store::read_tensor(TensorInfo info) {
-  TensorRecord rec;
-  rec.bytes = get_blob(info.blob);
-  const uint64_t want = static_cast<uint64_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
-  if (rec.bytes.size() != want) {
-    throw data_error("store " + path() + ": tensor '" + info.key.name + "' at step " +
-                     std::to_string(info.key.step) + " has " + std::to_string(rec.bytes.size()) +
-                     " bytes, its shape needs " + std::to_string(want));
+  return std::move(read_tensors({std::move(info)}, 0).front());
+}
+
+std::vector<TensorRecord> Store::read_tensors(std::vector<TensorInfo> infos, int threads) {
+  std::vector<std::string> hashes;
+  for (const auto& info : infos) hashes.push_back(info.blob);
+  std::vector<std::vector<uint8_t>> blobs = get_blobs(hashes, threads);
+  std::vector<TensorRecord> out(infos.size());
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const TensorInfo& info = infos[i];
+    const uint64_t want = static_cast<uint64_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
+    if (blobs[i].size() != want) {
+      throw data_error("store " + path() + ": tensor '" + info.key.name + "' at step " +
+                       std::to_string(info.key.step) + " has " + std::to_string(blobs[i].size()) +
+                       " bytes, its shape needs " + std::to_string(want));
+    }
+    out[i].bytes = std::move(blobs[i]);
+    out[i].info = std::move(infos[i]);
   }
-  rec.info = std::move(info);
-  return rec;
+  return out;
 }
 
 std::optional<TensorRecord> Store::get_checkpoint_tensor(int64_t run, int64_t step,

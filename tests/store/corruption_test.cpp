@@ -133,3 +133,35 @@ TEST(Corruption, RowsOfAMissingRunAreReported) {
 
 }  // namespace
 }  // namespace rwd::store
+
+namespace rwd::store {
+namespace {
+
+// get_blobs on threads returns get_blob's bytes, and a damaged frame among many is the same
+// one-line kData error naming that blob, raised on the calling thread.
+TEST(Corruption, BlobsReadOnThreadsEqualOneByOneAndNameTheDamagedOne) {
+  test::TempDir dir;
+  const std::string path = dir.file("t.db");
+  const std::vector<std::string> hashes = make_store(path);
+  {
+    Store s = Store::open(path, Mode::kReadOnly);
+    const std::vector<std::vector<uint8_t>> all = s.get_blobs(hashes, 4);
+    ASSERT_EQ(all.size(), hashes.size());
+    for (size_t i = 0; i < hashes.size(); ++i) EXPECT_EQ(all[i], s.get_blob(hashes[i])) << i;
+  }
+  {
+    Db db(path, SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE blob_chunks SET frame=substr(frame, 1, length(frame) - 1) WHERE hash='" + hashes[3] + "'",
+            "truncate frame");
+  }
+  Store s = Store::open(path, Mode::kReadOnly);
+  try {
+    s.get_blobs(hashes, 4);
+    FAIL() << "a truncated frame was read";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find(hashes[3]), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rwd::store
