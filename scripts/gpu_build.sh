@@ -19,6 +19,7 @@ GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DREWIND_CUDA=ON \
   -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
+  -DREWIND_PYTHON3="$(command -v python3)" \
   -DSQLite3_INCLUDE_DIR="$D/usr/include" \
   -DSQLite3_LIBRARY="$D/usr/lib/x86_64-linux-gnu/libsqlite3.so" > "$OUT/configure.log" 2>&1 \
   || { tail -40 "$OUT/configure.log"; exit 1; }
