@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,20 +34,46 @@ std::map<int, std::vector<std::shared_ptr<kernels::AttentionCapture>>> g_capture
 // The monitors rewind's trainer records (train::Trainer::monitors, less the W_Q spectral
 // norm, which needs to know the model's W_Q) per layer and head over the calls since the last
 // collect: max logit (max), repeated-max row rate and P̄ == 1 count (summed), stable-guard count.
-std::vector<std::pair<std::string, double>> collect_monitors() {
-  std::vector<std::pair<std::string, double>> out;
+// The raw stats of the calls since the last collect, by layer: each call's HeadStats bytes as a
+// uint8 tensor where they lie (a CUDA call's still on the device, so the caller may copy them
+// without waiting: rewind.record reads a step's monitors a step later).
+using LayerStats = std::vector<std::pair<int, std::vector<torch::Tensor>>>;
+LayerStats take_monitor_stats() {
+  LayerStats out;
   for (auto& [layer, caps] : g_captures) {
-    std::vector<kernels::HeadStats> sum;
+    std::vector<torch::Tensor> raw;
     for (const auto& c : caps) {
-      kernels::fetch_stats(*c);
-      if (sum.size() < c->stats.size()) sum.resize(c->stats.size());
-      for (size_t h = 0; h < c->stats.size(); ++h) {
-        const kernels::HeadStats& x = c->stats[h];
-        sum[h].max_logit = std::max(sum[h].max_logit, x.max_logit);
-        sum[h].rows += x.rows;
-        sum[h].repeated_max_rows += x.repeated_max_rows;
-        sum[h].pbar_one += x.pbar_one;
-        sum[h].stable_guard += x.stable_guard;
+      if (c->stats_pending.defined()) {
+        raw.push_back(c->stats_pending);
+        continue;
+      }
+      const int64_t bytes = static_cast<int64_t>(c->stats.size() * sizeof(kernels::HeadStats));
+      raw.push_back(torch::from_blob(c->stats.data(), {bytes}, torch::kUInt8).clone());
+    }
+    out.emplace_back(layer, std::move(raw));
+  }
+  g_captures.clear();
+  return out;
+}
+
+// The monitors rewind's trainer records (train::Trainer::monitors, less the W_Q spectral
+// norm, which needs to know the model's W_Q) per layer and head from take_monitor_stats' stats
+// (on the host): max logit (max), repeated-max row rate and P̄ == 1 count (summed), stable-guard count.
+std::vector<std::pair<std::string, double>> monitors_from_stats(const LayerStats& stats) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [layer, raw] : stats) {
+    std::vector<kernels::HeadStats> sum;
+    for (const torch::Tensor& r : raw) {
+      const torch::Tensor host = r.to(torch::kCPU).contiguous();
+      std::vector<kernels::HeadStats> x(static_cast<size_t>(host.numel()) / sizeof(kernels::HeadStats));
+      std::memcpy(x.data(), host.data_ptr(), x.size() * sizeof(kernels::HeadStats));
+      if (sum.size() < x.size()) sum.resize(x.size());
+      for (size_t h = 0; h < x.size(); ++h) {
+        sum[h].max_logit = std::max(sum[h].max_logit, x[h].max_logit);
+        sum[h].rows += x[h].rows;
+        sum[h].repeated_max_rows += x[h].repeated_max_rows;
+        sum[h].pbar_one += x[h].pbar_one;
+        sum[h].stable_guard += x[h].stable_guard;
       }
     }
     for (size_t h = 0; h < sum.size(); ++h) {
@@ -58,9 +85,11 @@ std::vector<std::pair<std::string, double>> collect_monitors() {
       if (x.stable_guard > 0) out.emplace_back(p + "stable_guard", double(x.stable_guard));
     }
   }
-  g_captures.clear();
   return out;
 }
+
+// The monitors now (waits for a CUDA forward's stats).
+std::vector<std::pair<std::string, double>> collect_monitors() { return monitors_from_stats(take_monitor_stats()); }
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const std::string& plan_spec, int layer, bool causal) {
@@ -106,6 +135,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "rewind's attention on (B, H, T, D) tensors with the plan's per-head flags for `layer`");
   m.def("set_monitoring", [](bool on) { rwd::python::g_monitoring = on; rwd::python::g_captures.clear(); },
         "record per-head monitors of every attention() call from now on (rewind.record turns it on)");
+  m.def("take_monitor_stats", &rwd::python::take_monitor_stats,
+        "the raw per-head stats of the attention() calls since the last collect, by layer, where they lie");
+  m.def("monitors_from_stats", &rwd::python::monitors_from_stats, py::arg("stats"),
+        "collect_monitors' list from take_monitor_stats' stats (copied to the host)");
   m.def("collect_monitors", &rwd::python::collect_monitors,
         "per-head monitors ('L0.H1.max_logit', ...) over the attention() calls since the last collect");
   rwd::python::bind_store(m);

@@ -4,6 +4,7 @@
 #include "python/record_ext.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "store/store_worker.h"
 #include "store/writer_lock.h"
 #include "train/tensor_io.h"
+#include "train/trainer.h"
 
 namespace rwd::python {
 
@@ -270,6 +272,15 @@ class ScriptReplay {
 void bind_record(py::module_& m) {
   m.def("param_digest", &param_digest, py::arg("params"), py::arg("tensor_path") = false,
         "the d2 digest (\"d2:\" + 16 hex) of the tensors in order, as rewind's trainer records it");
+  // The trainer's queued digest (the CUDA kernel on a GPU): a function that returns param_digest's
+  // string, waiting only for the sums' copy.
+  m.def(
+      "param_digest_queued",
+      [](const std::vector<torch::Tensor>& params) {
+        std::function<std::string()> f = train::queue_param_digest(params);
+        return py::cpp_function([f]() { return f(); });
+      },
+      py::arg("params"), "param_digest, queued behind the device's work: call the result for the string");
   py::class_<ScriptRecording>(m, "ScriptRecording")
       .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&>(),
            py::arg("path"), py::arg("config"), py::arg("plan"), py::arg("meta"))

@@ -481,28 +481,38 @@ std::string Trainer::param_digest(const std::string& like) const {
   return param_digest_queued()();
 }
 
-std::function<std::string()> Trainer::param_digest_queued() const {
-  const size_t n = params_.size();
+std::function<std::string()> Trainer::param_digest_queued() const { return queue_param_digest(params_); }
+
+std::function<std::string()> Trainer::digest_from_sums(const torch::Tensor& sums) const {
+  return queue_digest_of_sums(sums, digest_words(params_));
+}
+
+std::function<std::string()> queue_param_digest(const std::vector<torch::Tensor>& params) {
+  const size_t n = params.size();
   std::vector<torch::Tensor> flat(n);
-  for (size_t k = 0; k < n; ++k) flat[k] = params_[k].detach().contiguous();
-  const std::vector<int64_t> words = digest_words(params_);
-  if (device_.is_cuda()) {
+  for (size_t k = 0; k < n; ++k) flat[k] = params[k].detach().contiguous();
+  const std::vector<int64_t> words = digest_words(params);
+  if (n > 0 && flat[0].is_cuda()) {
 #ifdef REWIND_CUDA
-    torch::Tensor acc = torch::zeros({static_cast<int64_t>(n)}, torch::TensorOptions().dtype(torch::kInt64).device(device_));
+    const c10::DeviceGuard on_device(flat[0].device());
+    torch::Tensor acc = torch::zeros({static_cast<int64_t>(n)}, torch::TensorOptions().dtype(torch::kInt64).device(flat[0].device()));
     auto* out = reinterpret_cast<unsigned long long*>(acc.data_ptr<int64_t>());
     for (size_t k = 0; k < n; ++k) {
+      if (!flat[k].is_cuda() || flat[k].device() != flat[0].device())
+        throw Error(ExitCode::kUsage, "param_digest: the parameters lie on more than one device");
       const int rc = kernels::cuda::digest_word_sum(static_cast<const uint32_t*>(flat[k].data_ptr()), words[k],
                                                     out + k, at::cuda::getCurrentCUDAStream().stream());
       if (rc != 0) throw Error(ExitCode::kInternal, "param_digest: CUDA launch failed (error " + std::to_string(rc) + ")");
     }
-    return digest_from_sums(acc);
+    return queue_digest_of_sums(acc, words);
 #else
     throw Error(ExitCode::kInternal, "param_digest: CUDA parameters need a REWIND_CUDA build");
 #endif
   }
   std::vector<uint64_t> sums(n, 0);
   for (size_t k = 0; k < n; ++k) {
-    const auto* w = static_cast<const uint32_t*>(flat[k].data_ptr());
+    const torch::Tensor c = flat[k].is_cpu() ? flat[k] : flat[k].to(torch::kCPU);
+    const auto* w = static_cast<const uint32_t*>(c.data_ptr());
     sums[k] = at::parallel_reduce(
         0, words[k], 1 << 16, uint64_t{0},
         [w](int64_t b, int64_t e, uint64_t acc) {
@@ -515,7 +525,7 @@ std::function<std::string()> Trainer::param_digest_queued() const {
   return [d] { return d; };
 }
 
-std::function<std::string()> Trainer::digest_from_sums(const torch::Tensor& sums) const {
+std::function<std::string()> queue_digest_of_sums(const torch::Tensor& sums, std::vector<int64_t> words) {
 #ifdef REWIND_CUDA
   // The sums come back behind the work queued so far, into pinned memory; whoever calls the
   // result (the step writer, when recording) waits for that copy alone.
@@ -524,12 +534,13 @@ std::function<std::string()> Trainer::digest_from_sums(const torch::Tensor& sums
   host->copy_(sums, /*non_blocking=*/true);
   auto done = std::make_shared<at::cuda::CUDAEvent>();
   done->record(at::cuda::getCurrentCUDAStream());
-  return [host, done, words = digest_words(params_)] {
+  return [host, done, words = std::move(words)] {
     done->synchronize();
     return digest_of(words, reinterpret_cast<const uint64_t*>(host->data_ptr<int64_t>()));
   };
 #else
   (void)sums;
+  (void)words;
   throw Error(ExitCode::kInternal, "param_digest: CUDA parameters need a REWIND_CUDA build");
 #endif
 }

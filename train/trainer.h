@@ -164,4 +164,12 @@ std::vector<double> spectral_norms(const torch::Tensor& w, int iters = 30);
 // The same, queued: the (N) FP64 norms on the matrices' device, nothing waited for.
 torch::Tensor spectral_norms_queued(const torch::Tensor& w, int iters = 30);
 
+// The d2 digest of `params` (all on one device) as they are now, queued as
+// Trainer::param_digest_queued queues its own: on a GPU by the digest kernel, the sums copied
+// into pinned memory behind an event, the returned function waiting for that copy alone; on
+// the CPU computed now. rewind.record's digest (python/record_ext.cpp) is this one.
+std::function<std::string()> queue_param_digest(const std::vector<torch::Tensor>& params);
+// The digest from per-parameter word sums on a GPU (int64, `words` 32-bit words each), queued.
+std::function<std::string()> queue_digest_of_sums(const torch::Tensor& sums, std::vector<int64_t> words);
+
 }  // namespace rwd::train
