@@ -399,7 +399,7 @@ class Recorder:
             self.step_index += 1
             return
         lr_v = float(self.optimizer.param_groups[0]["lr"] if lr is None else lr)
-        digest = _C.param_digest([p for p in self.model.parameters()])
+        digest = _C.param_digest_queued([p for p in self.model.parameters()])()  # as recorded
         s = self.step_index
         self.step_index += 1
         scalars = [(k, _scalar(v, k)) for k, v in metrics.items()] + _C.collect_monitors()
