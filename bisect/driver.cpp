@@ -101,17 +101,41 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   so.cheap_direction = o.cheap_direction;
   so.cost = CostModel::named(rep.cost_model);
   so.before_batch = [&](const std::string& phase) { ctx.phase = phase; };
-  Oracle oracle = [&](const std::vector<Candidate>& cands) {
+  // The engine's candidates as window probes; verdicts 1 fails, 0 passes, -1 cut short.
+  auto run_candidates = [&](const std::vector<Candidate>& cands, int stop_after_fails) {
     std::vector<ProbeSpec> batch;
     for (const auto& cand : cands) {
       ProbeSpec p = ctx.make(from, to, "window");
       p.candidate = cand;
       batch.push_back(p);
     }
-    std::vector<bool> verdicts;
-    for (const auto& out : ctx.probe(batch)) verdicts.push_back(out.fails);
+    std::vector<int> verdicts;
+    for (const auto& out : ctx.probe(batch, stop_after_fails)) verdicts.push_back(out.cut ? -1 : out.fails);
     return verdicts;
   };
+  Oracle oracle = [&](const std::vector<Candidate>& cands) {
+    std::vector<bool> verdicts;
+    for (int v : run_candidates(cands, 0)) verdicts.push_back(v == 1);
+    return verdicts;
+  };
+  // Races (issue 32) where probes run on several workers at once: a failing probe's early
+  // verdict ends the round. The share of the window a failing probe runs, from this window's
+  // probes so far (not the recorded plan's: it always runs whole).
+  if (o.pool.jobs >= 2 && !o.pool.comm && !o.pool.runner) {
+    so.race = run_candidates;
+    so.fail_fraction = [&, from, to] {
+      double sum = 0;
+      int n = 0;
+      for (const auto& p : rep.probes)
+        if (p.spec.kind == "window" && p.spec.from == from && p.spec.to == to && p.outcome.fails &&
+            p.outcome.steps > 0 && p.spec.candidate &&
+            !(p.spec.candidate->mode == Mode::kPromote && p.spec.candidate->elements.empty())) {
+          sum += static_cast<double>(p.outcome.steps) / static_cast<double>(to - from + 1);
+          ++n;
+        }
+      return n ? sum / n : 1.0;
+    };
+  }
   const int first_probe = static_cast<int>(rep.probes.size());
   rep.search = search(space, oracle, so);
   // Every engine probe reached the oracle once, in order: engine index i is report probe first + i.
@@ -282,8 +306,11 @@ std::string verdict_text(const BisectReport& rep) {
     for (const auto& f : rep.fixes) v += "  fix check: " + f.name + ": " + (f.fixes ? "FIXES the window" : "does not fix") + "\n";
   }
   const std::string ranks = rep.ranks > 1 ? ", " + std::to_string(rep.ranks) + " ranks per probe" : "";
-  std::snprintf(buf, sizeof buf, "probes: %zu (%d run, %d cached; jobs %d%s), wall %.1f s\n", rep.probes.size(),
-                rep.executed, rep.cached, rep.jobs, ranks.c_str(), rep.wall_s);
+  const std::string cut = rep.cut || rep.skipped ? ", " + std::to_string(rep.cut) + " cut short and " +
+                                                       std::to_string(rep.skipped) + " not started by races"
+                                                 : "";
+  std::snprintf(buf, sizeof buf, "probes: %zu (%d run, %d cached%s; jobs %d%s), wall %.1f s\n", rep.probes.size(),
+                rep.executed, rep.cached, cut.c_str(), rep.jobs, ranks.c_str(), rep.wall_s);
   v += buf;
   if (rep.predicted_probes > 0 || rep.measured_probes > 0) {
     std::snprintf(buf, sizeof buf, "cost: predicted %.1f recorded steps (%s model, %d probes)", rep.predicted_cost,
@@ -333,8 +360,8 @@ void Context::start() {
   started = true;
 }
 
-std::vector<ProbeOutcome> Context::probe(const std::vector<ProbeSpec>& batch) {
-  std::vector<ProbeOutcome> outs = pool.run(batch);
+std::vector<ProbeOutcome> Context::probe(const std::vector<ProbeSpec>& batch, int stop_after_fails) {
+  std::vector<ProbeOutcome> outs = pool.run(batch, stop_after_fails);
   start();
   nlohmann::json log = nlohmann::json::array();
   if (auto old = store.get_kv(run.run_id, "bisect/log/" + job)) log = nlohmann::json::parse(*old);
@@ -343,7 +370,7 @@ std::vector<ProbeOutcome> Context::probe(const std::vector<ProbeSpec>& batch) {
     report.probes.push_back(e);
     log.push_back({{"index", e.index}, {"phase", phase}, {"kind", batch[i].kind}, {"label", batch[i].label()},
                    {"window", std::to_string(batch[i].from) + ":" + std::to_string(batch[i].to)},
-                   {"key", outs[i].key}, {"verdict", outs[i].fails ? "fail" : "pass"},
+                   {"key", outs[i].key}, {"verdict", verdict_word(outs[i])},
                    {"cached", outs[i].cached}, {"wall_s", outs[i].wall_s}});
   }
   store.put_kv(run.run_id, "bisect/log/" + job, log.dump());
@@ -353,7 +380,7 @@ std::vector<ProbeOutcome> Context::probe(const std::vector<ProbeSpec>& batch) {
       estimate = std::max(estimate, done + 2);
       line = std::make_shared<Progress>("bisect probes", estimate, 0.0);
     }
-    line->update(done, "| " + phase + " " + batch.back().label() + " -> " + (outs.back().fails ? "fail" : "pass") +
+    line->update(done, "| " + phase + " " + batch.back().label() + " -> " + verdict_word(outs.back()) +
                            " (probe count and ETA are estimates)");
   }
   return outs;
@@ -421,6 +448,8 @@ BisectReport run_bisect(const BisectOptions& o) {
   ctx.pool.release_ranks();  // no probe follows (with ranks: they may end)
   rep.executed = ctx.pool.executed();
   rep.cached = ctx.pool.cached();
+  rep.cut = ctx.pool.cut();
+  rep.skipped = ctx.pool.skipped();
   rep.wall_s = now_s() - t0;
   account_costs(rep, rep.narrowed ? searched_space(run, o, rep.from, rep.to) : space_for(run.config));
   if (rep.narrowed) {

@@ -104,6 +104,7 @@ struct BisectReport {
   // where the recording came closest to failing (issue 35).
   std::optional<NearMiss> near_miss;
   int executed = 0, cached = 0, jobs = 1;
+  int cut = 0, skipped = 0;  // probes cut short by a race / never started (ProbePool)
   int ranks = 1;                      // data-parallel ranks each probe ran on
   std::vector<std::string> gpus;
   double wall_s = 0;
@@ -152,7 +153,7 @@ struct Context {
   void start();
 
   // Runs a batch in the current phase; appends to the report and the job's log.
-  std::vector<ProbeOutcome> probe(const std::vector<ProbeSpec>& batch);
+  std::vector<ProbeOutcome> probe(const std::vector<ProbeSpec>& batch, int stop_after_fails = 0);
   ProbeSpec make(int64_t from, int64_t to, const std::string& kind) const;
 };
 

@@ -247,8 +247,10 @@ Series window_start(store::Store& s, const ProbeSpec& p, const train::RunSpec& r
 
 }  // namespace
 
+const char* verdict_word(const ProbeOutcome& o) { return o.cut ? "cut short" : o.fails ? "fail" : "pass"; }
+
 ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,
-                           const Predicate& pred, train::Comm* comm) {
+                           const Predicate& pred, train::Comm* comm, const std::function<bool()>& cut_short) {
   auto t0 = std::chrono::steady_clock::now();
   ProbeOutcome out;
   const int world = comm ? comm->world() : 1;
@@ -277,6 +279,10 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   int64_t every = 1, next_check = p.from;
   std::vector<double> step_times;
   for (int64_t step = p.from; step <= p.to; ++step) {
+    if (step > p.from && cut_short && cut_short()) {
+      out.cut = true;
+      break;
+    }
     st.trainer->set_plan(probe_plan(p, run, step));
     replay::ReplayedStep rs;
     const auto s0 = std::chrono::steady_clock::now();
@@ -311,7 +317,7 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
       next_check = step + every;
     }
   }
-  conclude(out, series, pred, step_times);
+  if (!out.cut) conclude(out, series, pred, step_times);
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

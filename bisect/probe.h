@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -60,6 +61,9 @@ struct ProbeOutcome {
   // monotone predicate that turned true: an early verdict); -1: the whole window ran.
   int64_t stopped_at = -1;
   bool cached = false;            // read from the store, not run by this invocation
+  // Cut short by a race (ProbePool::run with stop_after_fails): no verdict (`fails` false), not
+  // stored in the probe cache.
+  bool cut = false;
   std::string device = "cpu";     // "cpu" or "cpu (CUDA_VISIBLE_DEVICES=1)"
   std::string plan;               // canonical plan at `from`
 };
@@ -96,9 +100,14 @@ Series recorded_series(store::Store& s, int64_t run, int64_t from, int64_t to,
 
 // Runs the probe in this process (restore, replay the window, stop at a non-finite loss,
 // evaluate the predicate). The caller sets the thread count of the recording. comm: the job's
-// ranks, every one of which runs the same probe (nullptr: this process alone).
+// ranks, every one of which runs the same probe (nullptr: this process alone). cut_short:
+// asked before each step after the first; true ends the probe there with no verdict (`cut`).
 ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,
-                           const Predicate& pred, train::Comm* comm = nullptr);
+                           const Predicate& pred, train::Comm* comm = nullptr,
+                           const std::function<bool()>& cut_short = {});
+
+// A probe's verdict as the logs and reports print it: "fail", "pass" or "cut short".
+const char* verdict_word(const ProbeOutcome& o);
 
 // A probe's window computed by something other than this process's trainer (`bisect --cmd`:
 // the user's script): what it reported of each step it ran, from `from` on.

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include "common/error.h"
 #include "common/hash.h"
@@ -95,7 +97,7 @@ void ProbePool::release_ranks() {
   options_.comm->broadcast_text("");
 }
 
-std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch) {
+std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch, int stop_after_fails) {
   std::vector<ProbeOutcome> out(batch.size());
   std::vector<std::string> keys;
   std::vector<bool> known(batch.size(), false);
@@ -117,9 +119,20 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch) {
     }
     todo.push_back(batch[i]);
   }
+  int failed = 0;  // of the batch so far (a race ends at stop_after_fails)
+  for (size_t i = 0; i < batch.size(); ++i) failed += known[i] && out[i].fails;
+  const auto settled = [&] { return stop_after_fails > 0 && failed >= stop_after_fails; };
   std::vector<ProbeOutcome> fresh;
   if (options_.jobs == 1) {
     for (const auto& p : todo) {
+      if (settled()) {  // a race already decided: not run
+        ProbeOutcome o;
+        o.key = key(p);
+        o.cut = true;
+        ++skipped_;
+        fresh.push_back(o);
+        continue;
+      }
       if (options_.comm) {
         if (released_) throw BisectError(ExitCode::kInternal, "probe asked for after the ranks were released");
         in_probe_ = true;
@@ -136,12 +149,13 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch) {
       }
       in_probe_ = false;
       store_.put_probe(to_record(p, o));
+      failed += o.fails;
+      ++executed_;
       fresh.push_back(o);
     }
   } else if (!todo.empty()) {
-    fresh = run_workers(todo);
+    fresh = run_workers(todo, stop_after_fails > 0 ? std::max(1, stop_after_fails - failed) : 0);
   }
-  executed_ += static_cast<int>(fresh.size());
   for (auto& o : fresh) {
     size_t i = first.at(o.key);
     o.cached = false;
@@ -193,7 +207,16 @@ void ProbePool::start_workers() {
     auto argv = c_strings(args);
     auto envp = c_strings(env);
     Worker w;
-    const int rc = posix_spawn(&w.pid, options_.exe.c_str(), &fa, nullptr, argv.data(), envp.data());
+    // SIGUSR1 (a cut request) blocked until the worker's handler is in place (probe_server).
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGUSR1);
+    posix_spawnattr_setsigmask(&attr, &mask);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+    const int rc = posix_spawn(&w.pid, options_.exe.c_str(), &fa, &attr, argv.data(), envp.data());
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     close(in[0]);
     close(out[1]);
@@ -223,25 +246,41 @@ void ProbePool::stop_workers() {
   workers_.clear();
 }
 
-std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& todo) {
+std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& todo, int stop_after_fails) {
   if (workers_.empty()) start_workers();
   std::vector<int> on(workers_.size(), -1);  // the todo index each worker runs
+  std::vector<ProbeOutcome> out(todo.size());
+  std::vector<bool> answered(todo.size(), false);
   size_t next = 0;
+  int failed = 0;
   std::string first_error;
   auto fail = [&](size_t i, const std::string& why) {
     if (first_error.empty()) first_error = "probe worker for " + todo[i].label() + ": " + why;
   };
+  const auto settled = [&] { return stop_after_fails > 0 && failed >= stop_after_fails; };
   for (;;) {
-    // Hand out probes to idle workers, unless an error stopped the batch.
-    for (size_t k = 0; k < workers_.size() && next < todo.size() && first_error.empty(); ++k) {
+    // Hand out probes to idle workers, unless an error stopped the batch or a race is decided.
+    for (size_t k = 0; k < workers_.size() && next < todo.size() && first_error.empty() && !settled(); ++k) {
       if (workers_[k].busy || workers_[k].pid < 0) continue;
       if (!write_all(workers_[k].to, todo[next].to_json() + "\n")) {
         fail(next, "the worker has ended");
         break;
       }
       workers_[k].busy = true;
+      workers_[k].cutting = false;
+      ++workers_[k].serial;
+      ++executed_;
       on[k] = static_cast<int>(next++);
     }
+    // A decided race: the probes still running are cut short (their workers stay warm).
+    for (Worker& w : workers_)
+      if (settled() && w.busy && !w.cutting && w.pid > 0) {
+        union sigval v;
+        v.sival_ptr = nullptr;
+        v.sival_int = static_cast<int>(w.serial);
+        sigqueue(w.pid, SIGUSR1, v);
+        w.cutting = true;
+      }
     std::vector<pollfd> fds;
     std::vector<size_t> which;
     for (size_t k = 0; k < workers_.size(); ++k)
@@ -277,23 +316,36 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
       const std::string line = w.replies.substr(0, eol);
       w.replies.erase(0, eol + 1);
       w.busy = false;
-      if (line != "done") fail(i, line);
+      if (line == "cut") {
+        out[i].key = probe_key(todo[i], run_, pred_);
+        out[i].cut = true;
+        answered[i] = true;
+        ++cut_;
+      } else if (line == "done") {
+        auto rec = store_.get_probe(probe_key(todo[i], run_, pred_));
+        std::optional<ProbeOutcome> o = rec ? from_record(*rec) : std::nullopt;
+        if (!o) {
+          fail(i, "left no probe in the store");
+          continue;
+        }
+        out[i] = *o;
+        answered[i] = true;
+        failed += o->fails;
+      } else {
+        fail(i, line);
+      }
     }
   }
-  if (first_error.empty() && next < todo.size()) first_error = "no probe worker is left";
   if (!first_error.empty()) {
     stop_workers();  // a worker that ended is not restarted: the bisect ends here
     throw BisectError(ExitCode::kInternal, first_error);
   }
-  std::vector<ProbeOutcome> out;
   for (size_t i = 0; i < todo.size(); ++i) {
-    const std::string key = probe_key(todo[i], run_, pred_);
-    auto rec = store_.get_probe(key);
-    std::optional<ProbeOutcome> o = rec ? from_record(*rec) : std::nullopt;
-    if (!o)
-      throw BisectError(ExitCode::kInternal,
-                        "probe worker for " + todo[i].label() + " left no probe in the store");
-    out.push_back(*o);
+    if (answered[i]) continue;
+    if (!settled()) throw BisectError(ExitCode::kInternal, "no probe worker is left");
+    out[i].key = probe_key(todo[i], run_, pred_);  // a decided race: never started
+    out[i].cut = true;
+    ++skipped_;
   }
   return out;
 }
@@ -302,11 +354,20 @@ namespace {
 
 // One worker probe: run at the recording's thread count (replay is bitwise per count), then
 // written into the store's probe cache.
-void run_into_cache(store::Store& s, const ProbeSpec& p) {
+// Returns false when the probe was cut short (nothing stored).
+bool run_into_cache(store::Store& s, const ProbeSpec& p, const std::function<bool()>& cut_short = {}) {
   const train::RunSpec run = train::RunSpec::load(s, p.run);
   at::set_num_threads(run.threads);
-  s.put_probe(to_record(p, execute_probe(s, p, run, Predicate::parse(p.predicate))));
+  const ProbeOutcome o = execute_probe(s, p, run, Predicate::parse(p.predicate), nullptr, cut_short);
+  if (o.cut) return false;
+  s.put_probe(to_record(p, o));
+  return true;
 }
+
+// The serial of the probe a SIGUSR1 asked to cut short (sigqueue's value); 0: none.
+std::atomic<long> g_cut_serial{0};
+
+void on_cut(int, siginfo_t* info, void*) { g_cut_serial.store(info->si_value.sival_int); }
 
 }  // namespace
 
@@ -318,12 +379,26 @@ int probe_worker(const std::string& store_path, const std::string& probe_json) {
 }
 
 int probe_server(const std::string& store_path, int reply_fd) {
+  // Cut requests (see run_workers): SA_RESTART keeps the read of the next probe going. The
+  // pool starts us with SIGUSR1 blocked, so one sent before this handler exists waits for it.
+  struct sigaction sa {};
+  sa.sa_sigaction = on_cut;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, nullptr);
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);
   store::Store s = store::Store::open(store_path, store::Mode::kReadWrite);
   std::string line;
+  long serial = 0;
   while (std::getline(std::cin, line)) {
     if (line.empty()) continue;
+    const long mine = ++serial;
+    bool stored = true;
     try {
-      run_into_cache(s, ProbeSpec::from_json(line));
+      stored = run_into_cache(s, ProbeSpec::from_json(line), [mine] { return g_cut_serial.load() == mine; });
     } catch (const std::exception& e) {
       std::string why = e.what();
       why = why.substr(0, why.find('\n'));
@@ -331,7 +406,7 @@ int probe_server(const std::string& store_path, int reply_fd) {
       const auto* err = dynamic_cast<const Error*>(&e);
       return err ? static_cast<int>(err->code()) : static_cast<int>(ExitCode::kInternal);
     }
-    if (!write_all(reply_fd, "done\n")) return 0;  // nobody listens any more
+    if (!write_all(reply_fd, stored ? "done\n" : "cut\n")) return 0;  // nobody listens any more
   }
   return 0;
 }

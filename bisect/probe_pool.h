@@ -43,24 +43,31 @@ class ProbePool {
   ProbePool(const ProbePool&) = delete;
   ProbePool& operator=(const ProbePool&) = delete;
 
-  // Outcomes in the order of `batch`; duplicate keys inside a batch run once.
-  std::vector<ProbeOutcome> run(const std::vector<ProbeSpec>& batch);
+  // Outcomes in the order of `batch`; duplicate keys inside a batch run once. With
+  // stop_after_fails > 0 (a race, issue 32), once that many of the batch have failed (cached
+  // ones count) the probes still running are cut short and those not started are not run:
+  // their outcomes say `cut` (no verdict) and nothing of them is stored.
+  std::vector<ProbeOutcome> run(const std::vector<ProbeSpec>& batch, int stop_after_fails = 0);
 
   // With ranks: the followers' end (an empty message); later probes are refused.
   void release_ranks();
 
-  int executed() const { return executed_; }
+  int executed() const { return executed_; }  // started by this invocation, cut ones included
+  int cut() const { return cut_; }            // of those, cut short by a race
+  int skipped() const { return skipped_; }    // never started: a race was decided first
   int cached() const { return cached_; }
   // Called for every probe as it becomes known (cached ones included), in batch order.
   std::function<void(const ProbeSpec&, const ProbeOutcome&)> on_done;
 
  private:
-  std::vector<ProbeOutcome> run_workers(const std::vector<ProbeSpec>& todo);
+  std::vector<ProbeOutcome> run_workers(const std::vector<ProbeSpec>& todo, int stop_after_fails);
   struct Worker {
     pid_t pid = -1;
     int to = -1, from = -1;   // its probe input (our write end), its replies (our read end)
     std::string replies;      // bytes read, not yet a whole line
     bool busy = false;
+    long serial = 0;          // probes handed to it so far (the one it runs: this one)
+    bool cutting = false;     // asked to cut its probe short
   };
   void start_workers();
   void stop_workers();
@@ -73,14 +80,15 @@ class ProbePool {
   int world_ = 1;           // ranks each probe runs on
   bool in_probe_ = false;   // a probe on the ranks has started and not finished
   bool released_ = false;
-  int executed_ = 0, cached_ = 0;
+  int executed_ = 0, cached_ = 0, cut_ = 0, skipped_ = 0;
   std::vector<Worker> workers_;
 };
 
 // The hidden worker: `rewind bisect __probe --store S --probe JSON` runs one probe and writes it
 // into the store's probe cache. With `--serve FD` instead of --probe it runs every probe read
-// from standard input (one JSON line each) until its end, writing "done" or "error: WHY" a line
-// to FD after each. Returns the exit code.
+// from standard input (one JSON line each) until its end, writing "done", "cut" or "error: WHY"
+// a line to FD after each. SIGUSR1 queued with the value n (sigqueue) cuts its n-th probe short
+// (1-based; a signal for a probe already done is ignored). Returns the exit code.
 int probe_worker(const std::string& store_path, const std::string& probe_json);
 int probe_server(const std::string& store_path, int reply_fd);
 

@@ -150,7 +150,7 @@ std::string report_json(const BisectReport& r) {
     pj["kind"] = p.spec.kind;
     pj["candidate"] = p.spec.label();
     pj["window"] = {p.spec.from, p.spec.to};
-    pj["verdict"] = p.outcome.fails ? "fail" : "pass";
+    pj["verdict"] = verdict_word(p.outcome);
     pj["cached"] = p.outcome.cached;
     pj["wall_s"] = p.outcome.wall_s;
     pj["step_s"] = p.outcome.step_s;
@@ -181,7 +181,7 @@ std::string report_json(const BisectReport& r) {
   const ProbeTally t = tally(r);
   nlohmann::json phases = nlohmann::json::array();
   for (const auto& p : t.phases) phases.push_back({{"phase", p.phase}, {"probes", p.probes}});
-  j["probe_count"] = {{"total", t.total}, {"run", t.run}, {"cached", t.cached}, {"repeated_in_batch", t.repeated},
+  j["probe_count"] = {{"total", t.total}, {"run", t.run}, {"cached", t.cached}, {"repeated_in_batch", t.repeated}, {"cut_short", t.cut}, {"not_started", t.skipped},
                       {"time", t.time}, {"narrowing", t.narrowing}, {"narrowing_phases", phases},
                       {"windows", t.windows}, {"fix", t.fix}, {"text", t.text}};
   j["jobs"] = r.jobs;
@@ -246,7 +246,7 @@ std::string report_markdown(const BisectReport& r) {
   for (const auto& p : r.probes) {
     const double last = p.outcome.loss.empty() ? NAN : p.outcome.loss.back();
     m += "| " + std::to_string(p.index) + " | " + p.phase + " | " + (p.parent >= 0 ? std::to_string(p.parent) : "-") + " | `" + p.spec.label() + "` | " + std::to_string(p.spec.from) +
-         ":" + std::to_string(p.spec.to) + " | " + (p.outcome.fails ? "fail" : "pass") + " | " +
+         ":" + std::to_string(p.spec.to) + " | " + verdict_word(p.outcome) + " | " +
          std::to_string(p.outcome.steps) + (p.outcome.stopped_at >= 0 ? " (stopped at " + std::to_string(p.outcome.stopped_at) + ")" : "") + " | " +
          (p.outcome.cached ? "yes" : "no") + " | " + fmt("%.2f", p.outcome.wall_s) + " | " + cost_text(p.predicted_cost) +
          " | " + cost_text(p.measured_cost) + " | " + fmt("%.4g", last) + " | " + divergence_text(divergence(r, p)) + " |\n";

@@ -119,6 +119,7 @@ std::string narrowing_section(const BisectReport& r) {
 std::string divergence_section(const BisectReport& r) {
   std::vector<html::Dot> dots;
   for (const auto& p : r.probes) {
+    if (p.outcome.cut) continue;  // no verdict, no curve
     const Divergence d = divergence(r, p);
     dots.push_back({p.index, d.nonfinite_step >= 0 ? INFINITY : d.steps ? d.max_abs : NAN, p.outcome.fails});
   }
@@ -138,12 +139,12 @@ std::string probe_table(const BisectReport& r) {
       "<th>verdict</th><th>steps run</th><th>cached</th><th>wall s</th><th>predicted cost</th><th>measured cost</th>"
       "<th>last loss</th><th>divergence</th><th>device</th></tr>\n";
   for (const auto& p : r.probes) {
-    const char* v = p.outcome.fails ? "fail" : "pass";
+    const char* v = p.outcome.cut ? "cut" : p.outcome.fails ? "fail" : "pass";
     const double last = p.outcome.loss.empty() ? NAN : p.outcome.loss.back();
     h += "<tr class='" + std::string(v) + "'><td>" + std::to_string(p.index) + "</td><td>" + esc(p.phase) + "</td><td>" +
          (p.parent >= 0 ? "#" + std::to_string(p.parent) : std::string("-")) + "</td><td><code>" +
          esc(p.spec.label()) + "</code></td><td>" + std::to_string(p.spec.from) + ":" + std::to_string(p.spec.to) +
-         "</td><td>" + (p.outcome.fails ? "\u2717 fail" : "\u2713 pass") + "</td><td>" +
+         "</td><td>" + (p.outcome.cut ? "\u2013 cut short" : p.outcome.fails ? "\u2717 fail" : "\u2713 pass") + "</td><td>" +
          std::to_string(p.outcome.steps) +
          (p.outcome.stopped_at >= 0 ? " (stopped at " + std::to_string(p.outcome.stopped_at) + ")" : "") + "</td><td>" +
          (p.outcome.cached ? "yes" : "no") + "</td><td>" + html::g4(p.outcome.wall_s) + "</td><td>" +

@@ -16,7 +16,8 @@ std::string node(const ProbeEntry& p, bool show_window) {
   if (show_window) meta += ", window " + std::to_string(p.spec.from) + ":" + std::to_string(p.spec.to);
   if (p.outcome.cached) meta += ", cached";
   if (p.outcome.stopped_at >= 0) meta += ", stopped at " + std::to_string(p.outcome.stopped_at);
-  return std::string("<span class='v ") + (fails ? "fail'>\u2717 fails" : "pass'>\u2713 passes") + "</span> <b>#" +
+  const char* verdict = p.outcome.cut ? "cut'>\u2013 cut short" : fails ? "fail'>\u2717 fails" : "pass'>\u2713 passes";
+  return std::string("<span class='v ") + verdict + "</span> <b>#" +
          std::to_string(p.index) + "</b> <code>" + esc(p.spec.label()) + "</code> <span class='meta'>" + esc(meta) +
          "</span>";
 }

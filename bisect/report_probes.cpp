@@ -26,7 +26,9 @@ ProbeTally tally(const BisectReport& r) {
   t.total = static_cast<int>(r.probes.size());
   t.run = r.executed;
   t.cached = r.cached;
-  t.repeated = std::max(0, t.total - t.run - t.cached);
+  t.cut = r.cut;
+  t.skipped = r.skipped;
+  t.repeated = std::max(0, t.total - t.run - t.cached - t.skipped);
   std::vector<std::pair<int64_t, int64_t>> windows;
   for (const auto& p : r.probes) {
     if (p.phase == "time") {
@@ -48,6 +50,9 @@ ProbeTally tally(const BisectReport& r) {
   std::string s = plural(t.total, "probe", "probes") + ": " + std::to_string(t.run) + " run here, " +
                   std::to_string(t.cached) + " read from the probe cache";
   if (t.repeated) s += ", " + std::to_string(t.repeated) + " asked twice in one batch (run once)";
+  if (t.cut || t.skipped)
+    s += "; parallel races cut " + std::to_string(t.cut) + " short and left " + std::to_string(t.skipped) +
+         " unstarted once the probes that decided them had failed (no verdict)";
   s += ". By part: ";
   std::vector<std::string> parts;
   if (r.time) parts.push_back(std::to_string(t.time) + " in the time search (fix replays from checkpoints)");

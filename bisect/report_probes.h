@@ -16,6 +16,8 @@ struct ProbeTally {
   int run = 0;       // replayed by this bisect
   int cached = 0;    // read from the store's probe cache (this bisect's or an earlier one's)
   int repeated = 0;  // asked twice in one batch: answered by the other one (neither of the above)
+  int cut = 0;       // of `run`, cut short by a race (issue 32): no verdict
+  int skipped = 0;   // not started: a race was decided first (no verdict, not in `run`)
   int time = 0, narrowing = 0, fix = 0;  // by part of the bisect
   std::vector<PhaseCount> phases;        // the narrowing's, in order of first use
   int windows = 0;                       // windows narrowed (> 1 when widened)

@@ -17,6 +17,11 @@ namespace rwd::bisect {
 // same order, true where the run FAILS the predicate. Must be deterministic per candidate.
 using Oracle = std::function<std::vector<bool>(const std::vector<Candidate>&)>;
 
+// Evaluates a batch at once, like Oracle, but may end it as soon as `stop_after_fails` of its
+// candidates have failed: the ones still running are then cut short. Returns per candidate
+// 1 (fails), 0 (passes) or -1 (cut short: no verdict).
+using RaceOracle = std::function<std::vector<int>(const std::vector<Candidate>&, int stop_after_fails)>;
+
 enum class Status {
   kLocalized,        // failing set found; promoting it to FP32 fixes the run
   kSeparateFix,      // promoting the failing set is not enough; a larger fixing set is reported
@@ -36,6 +41,7 @@ struct Probe {
                       // "failing/layers|heads|ops", "fixing/layers|heads|ops"
   Candidate candidate;
   bool fails = false;
+  bool cut = false;   // cut short by a race (SearchOptions::race): no verdict, `fails` false
   double cost = 0;    // predicted step time relative to the recorded step (SearchOptions::cost)
   // The probe whose set was split to ask this one (issue 35, the report's narrowing tree): the
   // latest probe of an earlier oracle call whose leaves (either mode) hold all of this one's,
@@ -67,6 +73,13 @@ struct SearchOptions {
   bool cheap_direction = false;
   // Predicts each probe's cost (Probe::cost, SearchResult::cost) and picks the cheap form.
   CostModel cost = CostModel::h100();
+  // Issue 32: the parallel descent may race its probes instead of asking bits (descend_bits):
+  // the G = max_batch parts of a group each asked at once, the round ended by the first
+  // failures (a failing probe stops early, a passing one runs the whole window). Used where
+  // fail_fraction() (the share of the window a failing probe runs, as measured so far) makes
+  // log2(G) parts' worth per failure cheaper than G bits per whole window. Empty: never.
+  RaceOracle race;
+  std::function<double()> fail_fraction;
   // Called before every oracle call with the phase its candidates belong to (for logs).
   std::function<void(const std::string& phase)> before_batch;
 };
@@ -82,6 +95,7 @@ struct SearchResult {
   std::vector<Probe> probes;        // every oracle evaluation, in order
   std::vector<PhaseCount> phases;   // probes per phase, in order of first use
   int batches = 0;                  // oracle calls
+  int cut = 0;                      // probes cut short by races (no verdict)
   int implied = 0;                  // verdicts implied by monotone failure, not probed
   double cost = 0;                  // sum of the probes' predicted costs (recorded steps per step)
   std::string summary;              // one line for reports

@@ -47,6 +47,22 @@ Oracle SyntheticOracle::oracle() {
   };
 }
 
+RaceOracle SyntheticOracle::race() {
+  return [this](const std::vector<Candidate>& cands, int stop_after_fails) {
+    max_seen_batch = std::max(max_seen_batch, static_cast<int>(cands.size()));
+    std::vector<int> out;
+    int failed = 0;
+    for (const auto& c : cands) {
+      out.push_back(rule(low_leaves(c, space)) ? 1 : 0);
+      failed += out.back();
+    }
+    if (failed >= stop_after_fails)
+      for (int& v : out)
+        if (v == 0) v = -1;
+    return out;
+  };
+}
+
 std::function<bool(const LowSet&)> any_low(std::vector<std::string> culprits) {
   return [culprits = std::move(culprits)](const LowSet& low) {
     for (const auto& c : culprits)

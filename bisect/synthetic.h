@@ -27,6 +27,9 @@ struct SyntheticOracle {
   std::function<bool(const LowSet&)> rule;
   int max_seen_batch = 0;
   Oracle oracle();
+  // As if failing probes end (at their early verdict) before any passing one: once
+  // stop_after_fails have failed, every passing probe of the batch is cut short (-1).
+  RaceOracle race();
 };
 
 // The rule "fails while any of these leaves is low" (culprits acting alone).

@@ -165,6 +165,23 @@ TEST_F(BisectCli, TwoFaultsFoundAndParallelMatchesSerial) {
     EXPECT_EQ(serial["narrowing"]["fix_checks"][i]["fixes"], par["narrowing"]["fix_checks"][i]["fixes"]);
 }
 
+// Issue 32: over two workers a failing probe's early verdict ends its round (a race): the
+// same culprit as the serial search, with the probes the race no longer needed cut short and
+// marked so in the report.
+TEST_F(BisectCli, RacedProbesOverTwoWorkersFindTheSerialCulprit) {
+  const std::string store = record("race_pv", std::string("L1.H0.pv=") + kStrong);
+  nlohmann::json serial = bisect(store, "race_serial", "", 4);
+  nlohmann::json par = bisect(store, "race_jobs", "--fresh --jobs 2", 4);
+  EXPECT_EQ(strings(par["narrowing"]["failing_set"]), std::vector<std::string>{"L1.H0.pv"});
+  EXPECT_EQ(serial["narrowing"]["failing_set"], par["narrowing"]["failing_set"]);
+  EXPECT_EQ(serial["narrowing"]["fixing_set"], par["narrowing"]["fixing_set"]);
+  const int cut = par["probe_count"]["cut_short"].get<int>() + par["probe_count"]["not_started"].get<int>();
+  EXPECT_GT(cut, 0) << par["probe_count"]["text"];
+  int marked = 0;
+  for (const auto& p : par["probes"]) marked += p["verdict"] == "cut short";
+  EXPECT_EQ(marked, cut);
+}
+
 // --reference names the healthy end of the search: with the fault's removal as the reference
 // the space is that one op kind, and failing probes stop at the step where the predicate
 // (monotone: `nan || max(loss) > 3`) first holds (issues 36 and 38).

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -27,22 +28,37 @@ LowSet element_leaves(const Candidate& c, const SearchSpace& space) {
   return out;
 }
 
+// race_fraction > 0: the descent may race its probes (SearchOptions::race), a failing probe
+// running that share of the window.
 SearchResult run(const SearchSpace& space, std::function<bool(const LowSet&)> rule,
-                 int max_batch, bool group_testing = true, bool cheap_direction = false) {
+                 int max_batch, bool group_testing = true, bool cheap_direction = false,
+                 double race_fraction = 0) {
   SyntheticOracle o{space, std::move(rule)};
   SearchOptions so;
   so.max_batch = max_batch;
   so.group_testing = group_testing;
   so.cheap_direction = cheap_direction;
+  if (race_fraction > 0) {
+    so.race = o.race();
+    so.fail_fraction = [race_fraction] { return race_fraction; };
+  }
   SearchResult r = search(space, o.oracle(), so);
   EXPECT_LE(o.max_seen_batch, max_batch);
-  // Every probe is logged with the verdict the oracle gave, and no run is probed twice.
+  // Every probe is logged with the verdict the oracle gave, and no run is probed twice (one
+  // cut short by a race has no verdict and may be asked again).
   std::set<LowSet> seen;
+  int cut = 0;
   for (const auto& p : r.probes) {
     LowSet low = low_leaves(p.candidate, space);
+    if (p.cut) {
+      EXPECT_FALSE(o.rule(low)) << "the synthetic race cuts passing probes only";
+      ++cut;
+      continue;
+    }
     EXPECT_EQ(p.fails, o.rule(low)) << to_string(p.candidate);
     EXPECT_TRUE(seen.insert(low).second) << "probed twice: " << to_string(p.candidate);
   }
+  EXPECT_EQ(cut, r.cut);
   // Issue 35's narrowing tree: a probe's parent is the latest probe of an earlier oracle call
   // whose leaves hold all of its own (the baseline's: the whole space); none for the anchors.
   for (const auto& p : r.probes) {
@@ -364,6 +380,67 @@ TEST(SearchCost, MisledDescentFallsBackToGroupTesting) {
   bool cheap = false;
   for (const auto& ph : r.phases) cheap = cheap || ph.phase.rfind("cheap/", 0) == 0;
   EXPECT_TRUE(cheap);
+}
+
+TEST(SearchRace, OneCulpritIsFoundByRacesThatEndAtTheFirstFailures) {
+  // Issue 32: where failing probes stop early (a quarter of the window), the parallel descent
+  // races G parts instead of asking bits: the same culprit, fewer window-steps on the critical
+  // path, and the probes the race no longer needed cut short.
+  SearchSpace space = paper_space();
+  for (const std::string culprit : {"L0.H0.qk", "L4.H2.pv", "L7.H11.delta", "L11.H6.o", "L8.mlp"}) {
+    auto rule = [&](const LowSet& low) { return low.count(culprit) > 0; };
+    for (int batch : {2, 4}) {
+      SearchResult bits = run(space, rule, batch, true, true), race = run(space, rule, batch, true, true, 0.25);
+      EXPECT_EQ(race.status, Status::kLocalized) << race.summary;
+      EXPECT_EQ(names(race.failing_set), Names{culprit});
+      EXPECT_EQ(names(race.fixing_set), Names{culprit});
+      EXPECT_GT(race.cut, 0) << race.summary;
+      // The wall of a round: its slowest probe, a failing one 0.25 of a passing one's.
+      auto critical = [](const SearchResult& r) {
+        std::map<int, double> round;
+        for (const auto& p : r.probes)
+          if (!p.cut) round[p.batch] = std::max(round[p.batch], p.fails ? 0.25 : 1.0);
+        double sum = 0;
+        for (const auto& [b, t] : round) sum += t;
+        return sum;
+      };
+      EXPECT_LT(critical(race), critical(bits)) << culprit << " batch " << batch;
+      std::printf("%-13s batch %d: race %2zu probes (%d cut), %.2f windows on the critical path; bits %2zu probes, %.2f\n",
+                  culprit.c_str(), batch, race.probes.size(), race.cut, critical(race), bits.probes.size(),
+                  critical(bits));
+    }
+  }
+}
+
+TEST(SearchRace, SeveralCulpritsStillGetTheAnswerOfGroupTesting) {
+  // With several culprits (or ones that fail only together) the race names no single part or
+  // the leaf fails its verification: group testing then decides, as without races.
+  SearchSpace space = paper_space();
+  const std::vector<std::function<bool(const LowSet&)>> rules = {
+      [](const LowSet& l) { return l.count("L0.H1.o") || l.count("L11.H11.o"); },
+      [](const LowSet& l) { return l.count("L5.H5.pv") && l.count("L5.mlp"); },
+      [](const LowSet& l) {
+        int n = 0;
+        for (int h : {1, 7, 8, 9, 11}) n += l.count("L2.H" + std::to_string(h) + ".pv") > 0;
+        return n > 0;
+      },
+  };
+  for (size_t k = 0; k < rules.size(); ++k) {
+    SearchResult ref = run(space, rules[k], 1, true, true);
+    for (int batch : {2, 4, 8}) {
+      SearchResult r = run(space, rules[k], batch, true, true, 0.2);
+      EXPECT_EQ(r.status, ref.status) << "rule " << k << " batch " << batch << ": " << r.summary;
+      EXPECT_EQ(names(r.failing_set), names(ref.failing_set)) << "rule " << k << " batch " << batch;
+      EXPECT_EQ(names(r.fixing_set), names(ref.fixing_set)) << "rule " << k << " batch " << batch;
+    }
+  }
+}
+
+TEST(SearchRace, NoRaceWhereFailingProbesRunTheWholeWindow) {
+  // A failure at the window's end: a round of bits settles more per window than a race.
+  SearchResult r = run(paper_space(), any_low({"L4.H2.pv"}), 4, true, true, 1.0);
+  EXPECT_EQ(r.cut, 0);
+  EXPECT_EQ(names(r.fixing_set), Names{"L4.H2.pv"});
 }
 
 TEST(Search, OracleAnsweringTheWrongCountIsAnError) {
