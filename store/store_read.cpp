@@ -1,10 +1,14 @@
-// Reading blobs: the frames of a batch of blobs are read on the calling thread (the store's one
-// SQLite connection), then decompressed, unshuffled and hashed on worker threads.
+// Reading blobs. One by one (threads 0): the frames are read on the store's connection and
+// decompressed, unshuffled and hashed on the calling thread. On threads: each thread opens its
+// own read-only connection and reads, decompresses and unshuffles whole chunks, so that the
+// SQLite reads (walking a 64 MiB frame's overflow pages) run in parallel too; a blob is hashed
+// once all its chunks are in.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "store/blob_format.h"
@@ -17,18 +21,6 @@
 namespace rwd::store {
 
 namespace {
-
-// Compressed bytes read ahead of their decompression: what a batch holds at most (one blob's
-// frames may exceed it on their own).
-constexpr size_t kReadAheadBytes = size_t(256) << 20;
-
-struct Frame {
-  size_t blob;   // index into the request
-  size_t off;    // into the blob's raw bytes
-  size_t len;    // raw bytes of this chunk
-  Bytes data;    // the zstd frame
-  std::string what;
-};
 
 // Runs work(i, worker) for i in [0, n) on `threads` threads (0: the calling thread, worker 0);
 // rethrows the first exception once all have stopped.
@@ -75,61 +67,75 @@ std::vector<std::vector<uint8_t>> Store::get_blobs(const std::vector<std::string
       throw data_error(what + ": inconsistent size/chunk count/shuffle in its row");
     infos.push_back(*info);
   }
-  // Per worker: its decompressor and unshuffle scratch (worker 0 without threads: the store's).
-  std::vector<ZstdDecompressor> own(threads > 0 ? static_cast<size_t>(threads) : 0);
-  std::vector<Bytes> scratch(threads > 0 ? static_cast<size_t>(threads) : 0);
-  auto decompressor = [&](int w) -> ZstdDecompressor& { return threads > 0 ? own[w] : decompressor_; };
-  auto scratch_of = [&](int w) -> Bytes& { return threads > 0 ? scratch[w] : scratch_; };
-
-  std::vector<Frame> frames;
-  std::vector<size_t> batch;  // blobs whose frames are in `frames`
-  size_t held = 0;
-  auto flush = [&] {
-    parallel_for(frames.size(), threads, [&](size_t i, int w) {
-      Frame& f = frames[i];
-      uint8_t* dst = out[f.blob].data() + f.off;
-      if (infos[f.blob].shuffle == 1) {
-        decompressor(w).decompress(f.data.data(), f.data.size(), dst, f.len, f.what.c_str());
-      } else {
-        Bytes& s = scratch_of(w);
-        resize_for_overwrite(s, f.len);
-        decompressor(w).decompress(f.data.data(), f.data.size(), s.data(), f.len, f.what.c_str());
-        byte_unshuffle(s.data(), f.len, static_cast<size_t>(infos[f.blob].shuffle), dst);
-      }
-      f.data = Bytes();
-    });
-    parallel_for(batch.size(), threads, [&](size_t i, int) {
-      const size_t b = batch[i];
-      if (content_hash(out[b].data(), out[b].size()) != hashes[b])
-        throw data_error("store " + path() + ": blob " + hashes[b] + ": content hash mismatch after decompression");
-    });
-    frames.clear();
-    batch.clear();
-    held = 0;
-  };
-  for (size_t b = 0; b < hashes.size(); ++b) {
-    const std::string what = "store " + path() + ": blob " + hashes[b];
-    out[b].resize(static_cast<size_t>(infos[b].raw_size));
-    Statement st(db_, "SELECT idx, frame FROM blob_chunks WHERE hash=? ORDER BY idx");
-    st.bind(1, hashes[b]);
-    int64_t idx = 0;
-    while (st.step()) {
-      if (st.col_int(0) != idx || idx >= infos[b].n_chunks)
-        throw data_error(what + ": unexpected chunk " + std::to_string(st.col_int(0)));
-      const size_t off = static_cast<size_t>(idx) * kChunkBytes;
-      Frame f{b, off, std::min(kChunkBytes, out[b].size() - off), Bytes(), what + " chunk " + std::to_string(idx)};
-      resize_for_overwrite(f.data, st.col_bytes(1));  // (assign would construct byte by byte)
-      if (!f.data.empty()) std::memcpy(f.data.data(), st.col_blob(1), f.data.size());
-      held += f.data.size();
-      frames.push_back(std::move(f));
-      ++idx;
+  // A chunk's frame into its place in out[b]: decompressed and unshuffled with the worker's
+  // decompressor and scratch.
+  auto unpack = [&](size_t b, int64_t idx, const void* frame, size_t size, ZstdDecompressor& z, Bytes& scratch) {
+    const size_t off = static_cast<size_t>(idx) * kChunkBytes;
+    const size_t len = std::min(kChunkBytes, out[b].size() - off);
+    const std::string what = "store " + path() + ": blob " + hashes[b] + " chunk " + std::to_string(idx);
+    if (infos[b].shuffle == 1) {
+      z.decompress(frame, size, out[b].data() + off, len, what.c_str());
+    } else {
+      resize_for_overwrite(scratch, len);
+      z.decompress(frame, size, scratch.data(), len, what.c_str());
+      byte_unshuffle(scratch.data(), len, static_cast<size_t>(infos[b].shuffle), out[b].data() + off);
     }
-    if (idx != infos[b].n_chunks)
-      throw data_error(what + ": has " + std::to_string(idx) + " of " + std::to_string(infos[b].n_chunks) + " chunks");
-    batch.push_back(b);
-    if (held >= kReadAheadBytes) flush();
+  };
+  auto check_hash = [&](size_t b) {
+    if (content_hash(out[b].data(), out[b].size()) != hashes[b])
+      throw data_error("store " + path() + ": blob " + hashes[b] + ": content hash mismatch after decompression");
+  };
+  for (size_t b = 0; b < hashes.size(); ++b) out[b].resize(static_cast<size_t>(infos[b].raw_size));
+  if (threads <= 0) {
+    for (size_t b = 0; b < hashes.size(); ++b) {
+      const std::string what = "store " + path() + ": blob " + hashes[b];
+      Statement st(db_, "SELECT idx, frame FROM blob_chunks WHERE hash=? ORDER BY idx");
+      st.bind(1, hashes[b]);
+      int64_t idx = 0;
+      for (; st.step(); ++idx) {
+        if (st.col_int(0) != idx || idx >= infos[b].n_chunks)
+          throw data_error(what + ": unexpected chunk " + std::to_string(st.col_int(0)));
+        unpack(b, idx, st.col_blob(1), st.col_bytes(1), decompressor_, scratch_);
+      }
+      if (idx != infos[b].n_chunks)
+        throw data_error(what + ": has " + std::to_string(idx) + " of " + std::to_string(infos[b].n_chunks) + " chunks");
+      check_hash(b);
+    }
+    return out;
   }
-  flush();
+  // Every chunk a unit of work, largest blobs first (they bound the wall).
+  struct Unit {
+    size_t blob;
+    int64_t idx;
+  };
+  std::vector<Unit> units;
+  std::vector<size_t> order(hashes.size());
+  for (size_t b = 0; b < order.size(); ++b) order[b] = b;
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return infos[x].raw_size > infos[y].raw_size; });
+  for (size_t b : order)
+    for (int64_t i = 0; i < infos[b].n_chunks; ++i) units.push_back({b, i});
+  std::vector<std::atomic<int64_t>> left(hashes.size());
+  for (size_t b = 0; b < hashes.size(); ++b) left[b] = infos[b].n_chunks;
+  const int count = static_cast<int>(std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(threads), units.size())));
+  std::vector<Db> conns;
+  for (int w = 0; w < count; ++w) conns.emplace_back(path(), SQLITE_OPEN_READONLY);
+  std::vector<ZstdDecompressor> zs(static_cast<size_t>(count));
+  std::vector<Bytes> scratch(static_cast<size_t>(count));
+  std::vector<std::optional<Statement>> stmts(static_cast<size_t>(count));
+  parallel_for(units.size(), count, [&](size_t u, int w) {
+    const Unit& unit = units[u];
+    auto& st = stmts[static_cast<size_t>(w)];
+    if (!st) st.emplace(conns[static_cast<size_t>(w)], "SELECT frame FROM blob_chunks WHERE hash=? AND idx=?");
+    st->reset();
+    st->bind(1, hashes[unit.blob]).bind(2, unit.idx);
+    if (!st->step())
+      throw data_error("store " + path() + ": blob " + hashes[unit.blob] + ": has no chunk " + std::to_string(unit.idx) +
+                       " of " + std::to_string(infos[unit.blob].n_chunks));
+    unpack(unit.blob, unit.idx, st->col_blob(0), st->col_bytes(0), zs[static_cast<size_t>(w)],
+           scratch[static_cast<size_t>(w)]);
+    st->reset();
+    if (left[unit.blob].fetch_sub(1) == 1) check_hash(unit.blob);
+  });
   return out;
 }
 
