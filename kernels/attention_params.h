@@ -42,8 +42,10 @@ struct HeadStats {
   int64_t stable_guard = 0;      // stable: tiles where the guard clamped the shift
 };
 
-// Head dims the CUDA kernels are compiled for (the CPU emulation takes any).
-constexpr int kCudaHeadDims[] = {64, 128};
+// Head dims the CUDA kernels are compiled for (the CPU emulation takes any): GPT-2 and Pythia
+// 64, Llama 128, Phi 80, NeoX 96, Gemma 256, and 32. Which kernel variant serves which dim:
+// kernels/cuda/attention_internal.cuh (dispatch_head_dim and the routing helpers beside it).
+constexpr int kCudaHeadDims[] = {32, 64, 80, 96, 128, 256};
 inline bool cuda_head_dim_supported(int dim) {
   for (int d : kCudaHeadDims) {
     if (d == dim) return true;

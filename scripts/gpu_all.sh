@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine, in one call: build with CUDA and run the cuda-labelled tests, the kernel
-# benchmark (TFLOP/s vs PyTorch SDPA flash), the gpt2-small training benchmark (tokens/s vs the
-# sdpa mode, recording overhead, phase times), the step under the FP32 probe plans and, with
-# PROFILE=1, the step's kernel profile.
+# benchmark (TFLOP/s vs PyTorch SDPA flash; then one row per head dim), the gpt2-small training
+# benchmark (tokens/s vs the sdpa mode, recording overhead, phase times), the step under the FP32
+# probe plans and, with PROFILE=1, the step's kernel profile.
 # Everything is logged under $OUT (default: the build folder). Stops at the first failure.
 # Usage: [BUILD=dir] [ROUNDS=n] [PROFILE=1] bash scripts/gpu_all.sh
 set -euo pipefail
@@ -16,6 +16,9 @@ tail -4 "$OUT/ctest_cuda.log"
 grep -q "100% tests passed" "$OUT/ctest_cuda.log" || { echo "cuda tests failed"; exit 1; }
 echo "== kernel benchmark"
 "$BUILD/experiments/cuda_bench/cuda_bench" 2>&1 | tee "$OUT/cuda_bench.txt"
+echo "== kernel benchmark per head dim (full tables: $OUT/cuda_bench_head_dims.txt)"
+"$BUILD/experiments/cuda_bench/cuda_bench" --head-dims --no-mixed > "$OUT/cuda_bench_head_dims.txt" 2>&1
+sed -n '/^head dims,/,$p' "$OUT/cuda_bench_head_dims.txt"
 echo "== gpt2-small training benchmark"
 bash "$ROOT/scripts/gpu_bench.sh" "$BUILD" 2>&1 | tee "$OUT/gpu_bench.txt"
 echo "== FP32 plans over the default (3xTF32 and simt FP32 GEMMs)"

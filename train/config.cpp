@@ -2,6 +2,7 @@
 #include "train/config.h"
 
 #include <cmath>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -173,8 +174,11 @@ void Config::validate() const {
 
 void Config::validate_for_device(const std::string& device, bool rewind_attention) const {
   if (device.rfind("cuda", 0) != 0 || !rewind_attention || kernels::cuda_head_dim_supported(head_dim())) return;
-  std::string dims;
-  for (int d : kernels::kCudaHeadDims) dims += (dims.empty() ? "" : " or ") + std::to_string(d);
+  std::string dims;  // "32, 64, ... or 256"
+  constexpr int kN = static_cast<int>(std::size(kernels::kCudaHeadDims));
+  for (int i = 0; i < kN; ++i) {
+    dims += (i == 0 ? "" : i + 1 < kN ? ", " : " or ") + std::to_string(kernels::kCudaHeadDims[i]);
+  }
   throw UsageError("config: --device cuda runs attention heads of dim " + dims + " (n_embd / n_head); " +
                    std::to_string(n_embd) + " / " + std::to_string(n_head) + " = " +
                    std::to_string(head_dim()) + " (use --device cpu or --attention sdpa)");

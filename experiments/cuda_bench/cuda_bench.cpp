@@ -74,9 +74,15 @@ struct Row {
   double fwd_ms, bwd_ms;
 };
 
+// One shape's summary for the head-dim table (--head-dims): the baseline row and ours.
+struct Summary {
+  int D = 0;
+  Row base, ours;
+};
+
 bool g_mixed = true;  // also time the mixed plan (slow SIMT path); off with --no-mixed
 
-void bench(int B, int H, int T, int D) {
+Summary bench(int B, int H, int T, int D) {
   auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
   auto q = torch::randn({B, H, T, D}, opts), k = torch::randn({B, H, T, D}, opts);
   auto v = torch::randn({B, H, T, D}, opts), d_o = torch::randn({B, H, T, D}, opts);
@@ -259,27 +265,51 @@ void bench(int B, int H, int T, int D) {
     std::printf("%s/standard forward, alternating bursts: %.3f\n", n.c_str(),
                 paired_ratio(fwd_of[0], fwd_of[i]));
   }
+  return Summary{D, rows[0], std_row};
+}
+
+// --head-dims: every head dim the kernels take (kCudaHeadDims) at the same token count and
+// model width (B 4, T 2048, H x D = 2048), the full table of each, then one row per dim.
+void bench_head_dims() {
+  std::vector<Summary> sums;
+  for (int d : rwd::kernels::kCudaHeadDims) sums.push_back(bench(4, 2048 / d, 2048, d));
+  std::printf("\nhead dims, B=4 T=2048 H*D=2048 causal: rewind_standard vs the baseline\n");
+  std::printf("%-5s %-12s %10s %10s %10s %10s %8s %8s\n", "D", "baseline", "base_fwd", "base_bwd",
+              "fwd_ms", "bwd_ms", "fwd_x", "bwd_x");
+  for (const Summary& s : sums) {
+    std::printf("D%-4d %-12s %10.3f %10.3f %10.3f %10.3f %8.2f %8.2f\n", s.D, s.base.name.c_str(),
+                s.base.fwd_ms, s.base.bwd_ms, s.ours.fwd_ms, s.ours.bwd_ms, s.base.fwd_ms / s.ours.fwd_ms,
+                s.base.bwd_ms / s.ours.bwd_ms);
+  }
 }
 
 }  // namespace
 
-// Usage: cuda_bench [--shape 0|1] [--no-mixed]   (default: both shapes, all kernels)
+// Usage: cuda_bench [--shape 0|1] [--no-mixed] [--head-dims]   (default: both shapes, all
+// kernels; --head-dims: one shape per head dim instead, see bench_head_dims)
 int main(int argc, char** argv) {
   int shape = -1;
+  bool head_dims = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--shape" && i + 1 < argc) {
       shape = std::atoi(argv[++i]);
     } else if (arg == "--no-mixed") {
       g_mixed = false;
+    } else if (arg == "--head-dims") {
+      head_dims = true;
     } else {
-      std::fprintf(stderr, "usage: cuda_bench [--shape 0|1] [--no-mixed]\n");
+      std::fprintf(stderr, "usage: cuda_bench [--shape 0|1] [--no-mixed] [--head-dims]\n");
       return 2;
     }
   }
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "cuda_bench: no CUDA device\n");
     return 2;
+  }
+  if (head_dims) {
+    bench_head_dims();
+    return 0;
   }
   if (shape != 1) bench(8, 12, 1024, 64);
   if (shape != 0) bench(2, 16, 4096, 128);

@@ -34,6 +34,7 @@
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/attention_backward_config.cuh"
 #include "kernels/cuda/attention_backward_ds.cuh"
 #include "kernels/cuda/attention_backward_mma.cuh"
 #include "kernels/cuda/attention_internal.cuh"
@@ -44,44 +45,6 @@ namespace rwd::kernels::cuda {
 
 // ---------------------------------------------------------------------------------------------
 // CUDA kernels
-
-// K/V buffers of the dQ kernel: 2 = double-buffered (next tile loads during this one), 1 =
-// single (4 tiles of smem instead of 6, so more blocks fit an SM; loads wait behind barriers).
-// D = 128 takes 1: 4 tiles of 17 KB let 3 blocks share an SM (6 tiles: 2), measured 15%
-// faster (experiments/cuda_bench/RESULTS.md); D = 64 fits 3 blocks either way.
-#ifndef REWIND_DQ64_KV_STAGES
-#define REWIND_DQ64_KV_STAGES 2
-#endif
-#ifndef REWIND_DQ128_KV_STAGES
-#define REWIND_DQ128_KV_STAGES 1
-#endif
-template <int D>
-constexpr int kDqKvStages = D == 64 ? REWIND_DQ64_KV_STAGES : REWIND_DQ128_KV_STAGES;
-// Blocks per SM the register allocation of each kernel must allow (__launch_bounds__).
-#ifndef REWIND_DQ_MIN_BLOCKS
-#define REWIND_DQ_MIN_BLOCKS 3
-#endif
-#ifndef REWIND_DKDV64_MIN_BLOCKS
-#define REWIND_DKDV64_MIN_BLOCKS 3  // D = 128 keeps 1: at 3 blocks (168 registers) it spills
-#endif
-
-// Shared memory of the backward kernels: the BF16 ones as tuned above; the FP32 variant holds
-// three planes per operand, single-buffered.
-template <int D, bool kF32>
-struct BwdShape {
-  static constexpr int kPl = kF32 ? 3 : 1;
-  static constexpr int kDqStages = kF32 ? 1 : kDqKvStages<D>;
-  static constexpr int kKvStages = kF32 ? 1 : 2;  // Q/dO buffers of the dK/dV kernel
-  static constexpr int kTileBytes = kBlockQ * (D + 8) * static_cast<int>(sizeof(uint16_t));
-  static constexpr int kSmemDq = kPl * (2 + 2 * kDqStages) * kTileBytes;
-  static constexpr int kSmemKv = kPl * (2 + 2 * kKvStages) * kTileBytes +
-                                 2 * kKvStages * kBlockQ * static_cast<int>(sizeof(float));
-  // The BF16 dK/dV kernel on wgmma: dense swizzle-128 tiles from a 1024-byte aligned base.
-  static constexpr int kSmemKvWg = (2 + 2 * kKvStages) * kBlockQ * D * static_cast<int>(sizeof(uint16_t)) +
-                                   2 * kKvStages * kBlockQ * static_cast<int>(sizeof(float)) + 1024;
-  static constexpr int kMinBlocksDq = kF32 ? (D == 64 ? 2 : 1) : REWIND_DQ_MIN_BLOCKS;
-  static constexpr int kMinBlocksKv = kF32 ? 1 : (D == 64 ? REWIND_DKDV64_MIN_BLOCKS : 1);
-};
 
 // delta and dQ. Grid (ceil(T/64), B*H), 128 threads; warp w owns query rows q0 + 16w ...
 // For delta=dpp heads the key loop runs twice: pass 0 sums dP * P into delta, pass 1 forms dQ.
@@ -217,8 +180,9 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksDq) fla
   store_rows_scaled<D>(a.dq, dq, base, row_a, T, a.scale, lane);
 }
 
-// dK and dV. Grid (ceil(T/64), B*H), 128 threads; warp w owns keys k0 + 16w ... as the rows
-// of the mma C layout (S^T = K Q^T), so dK and dV stay in registers for the whole query loop.
+// dK and dV. Grid (ceil(T/64), B*H, D / kDkdvCols), 128 threads; warp w owns keys k0 + 16w ...
+// as the rows of the mma C layout (S^T = K Q^T), so dK and dV stay in registers for the whole
+// query loop (columns c0 ... c0 + kDkdvCols - 1 of them, c0 from blockIdx.z).
 // kF32: as in flash_dq_kernel; Q and dO single-buffered.
 // kStoreDs (the dS path): runs the BF16 heads without delta=dpp and stores their bf16(dS)
 // tiles; without it on the dS path (a.ds_dq), only the delta=dpp heads. kWg (BF16, sm_90a):
@@ -228,7 +192,10 @@ template <int D, bool kF32, bool kStoreDs = false, bool kWg = false>
 __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) flash_dkdv_kernel(KernelArgs a) {
   static_assert(!(kF32 && kStoreDs), "the dS path is for BF16 heads");
   static_assert(!(kF32 && kWg), "wgmma: BF16 heads");
+  constexpr int kN = kDkdvCols<D>;
+  static_assert(!kWg || kN == D, "wgmma: whole rows");
   constexpr int kTile = kBlockQ * (kWg ? D : D + 8);
+  const int c0 = kN == D ? 0 : static_cast<int>(blockIdx.z) * kN;  // first dK / dV column here
   constexpr int kPl = BwdShape<D, kF32>::kPl, kSt = BwdShape<D, kF32>::kKvStages;
   // Causal: the first key tiles (most query tiles) come first in the grid.
   const int j = blockIdx.x;
@@ -280,9 +247,9 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
   load_rows(i0, 0);
   cp_async_commit();
 
-  float dk[D / 8][4], dv[D / 8][4];
+  float dk[kN / 8][4], dv[kN / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
+  for (int i = 0; i < kN / 8; ++i) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.0f;
   }
@@ -352,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
 #pragma unroll
       for (int e = 0; e < 4; ++e) dp[nb][e] = p[nb][e] * (dp[nb][e] - dq2[e & 1]);  // dS^T
     }
-    if (kStoreDs) {  // bf16(dS^T) as the dK product rounds it, in fragment order
+    if (kStoreDs && c0 == 0) {  // bf16(dS^T) as the dK product rounds it, in fragment order
       uint4* t = reinterpret_cast<uint4*>(ds_out + ds_tile_index(i, j, T, a.causal) * kDsTileElems) +
                  warp * 4 * 32 + lane;
 #pragma unroll
@@ -366,11 +333,11 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
         pa[kk][0] = x.x, pa[kk][1] = x.y, pa[kk][2] = x.z, pa[kk][3] = x.w;
         da[kk][0] = y.x, da[kk][1] = y.y, da[kk][2] = y.z, da[kk][3] = y.w;
       }
-      wgmma_pv<D>(reinterpret_cast<float(&)[D / 2]>(dv), pa, do_t);  // dV += bf16(P)^T dO
-      wgmma_pv<D>(reinterpret_cast<float(&)[D / 2]>(dk), da, q_t);   // dK += bf16(dS)^T Q
+      wgmma_pv<D>(reinterpret_cast<float(&)[kN / 2]>(dv), pa, do_t);  // dV += bf16(P)^T dO
+      wgmma_pv<D>(reinterpret_cast<float(&)[kN / 2]>(dk), da, q_t);   // dK += bf16(dS)^T Q
     } else {
-      mma_cfrag_b_planes<D, kPl>(dv, p, u.p, do_t, u.do_, lane);    // dV += bf16(P)^T dO
-      mma_cfrag_b_planes<D, kPl>(dk, dp, u.ds, q_t, u.q_g, lane);   // dK += bf16(dS)^T Q
+      mma_cfrag_b_planes<D, kPl, kN>(dv, p, u.p, do_t + c0, u.do_, lane);   // dV += bf16(P)^T dO
+      mma_cfrag_b_planes<D, kPl, kN>(dk, dp, u.ds, q_t + c0, u.q_g, lane);  // dK += bf16(dS)^T Q
     }
   }
 
@@ -380,8 +347,8 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
     if (key >= T) continue;
     const size_t off = base + static_cast<size_t>(key) * D;
 #pragma unroll
-    for (int nb = 0; nb < D / 8; ++nb) {
-      const int col = nb * 8 + (lane % 4) * 2;
+    for (int nb = 0; nb < kN / 8; ++nb) {
+      const int col = c0 + nb * 8 + (lane % 4) * 2;
       *reinterpret_cast<float2*>(a.dk + off + col) =
           make_float2(dk[nb][2 * r] * a.scale, dk[nb][2 * r + 1] * a.scale);
       *reinterpret_cast<float2*>(a.dv + off + col) = make_float2(dv[nb][2 * r], dv[nb][2 * r + 1]);
@@ -415,17 +382,24 @@ int launch_flash_backward_on(const KernelArgs& a, cudaStream_t stream) {
   flash_dq_kernel<D, kF32><<<grid, kThreads, Shape::kSmemDq, stream>>>(a);  // writes delta, read below
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  flash_dkdv_kernel<D, kF32, false, kWg><<<grid, kThreads, kv_smem<D, kF32, kWg>(), stream>>>(a);
+  const dim3 grid_kv(grid.x, grid.y, D / kDkdvCols<D>);
+  flash_dkdv_kernel<D, kF32, false, kWg><<<grid_kv, kThreads, kv_smem<D, kF32, kWg>(), stream>>>(a);
   return cudaGetLastError();
 }
 
-// The recompute path: the BF16 heads' dK/dV kernel on wgmma unless REWIND_ATTN_WGMMA=0.
+// The recompute path: the BF16 heads' dK/dV kernel on wgmma unless REWIND_ATTN_WGMMA=0 or
+// the dim has no wgmma kernels (wgmma_head_dim). FP32 heads exist here only up to D = 128
+// (split_head_dim; attention_backward sends larger dims' FP32 heads to the SIMT kernels).
 template <int D, bool kF32>
 int launch_flash_backward(const KernelArgs& a, cudaStream_t stream) {
-  if constexpr (!kF32) {
-    if (wgmma_on()) return launch_flash_backward_on<D, false, true>(a, stream);
+  if constexpr (kF32 && !split_head_dim(D)) {
+    return cudaErrorNotSupported;
+  } else {
+    if constexpr (!kF32 && wgmma_head_dim(D)) {
+      if (wgmma_on()) return launch_flash_backward_on<D, false, true>(a, stream);
+    }
+    return launch_flash_backward_on<D, kF32, false>(a, stream);
   }
-  return launch_flash_backward_on<D, kF32, false>(a, stream);
 }
 
 // Most dS workspace one backward holds (REWIND_ATTN_DS_WORKSPACE bytes, default 1 GiB): heads
@@ -460,9 +434,10 @@ int launch_ds_backward_on(KernelArgs a, bool any_dpp, cudaStream_t stream) {
   a.ds_dq = true;
   const int bh = a.batch * a.heads, n_t = (a.seq + kBlockQ - 1) / kBlockQ;
   flash_delta_kernel<D><<<dim3((a.seq + kThreads / 4 - 1) / (kThreads / 4), bh), kThreads, 0, stream>>>(a);
+  constexpr unsigned kCols = D / kDkdvCols<D>;  // dK/dV column blocks (grid z)
   if (any_dpp) {
     flash_dq_kernel<D, false><<<dim3(n_t, bh), kThreads, Shape::kSmemDq, stream>>>(a);
-    flash_dkdv_kernel<D, false, false, kWg><<<dim3(n_t, bh), kThreads, kKv, stream>>>(a);
+    flash_dkdv_kernel<D, false, false, kWg><<<dim3(n_t, bh, kCols), kThreads, kKv, stream>>>(a);
   }
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
@@ -472,7 +447,7 @@ int launch_ds_backward_on(KernelArgs a, bool any_dpp, cudaStream_t stream) {
   for (int64_t h0 = 0; h0 < bh; h0 += chunk) {
     a.bh0 = static_cast<int>(h0);
     const dim3 grid(n_t, static_cast<unsigned>(std::min<int64_t>(chunk, bh - h0)));
-    flash_dkdv_kernel<D, false, true, kWg><<<grid, kThreads, kKv, stream>>>(a);
+    flash_dkdv_kernel<D, false, true, kWg><<<dim3(grid.x, grid.y, kCols), kThreads, kKv, stream>>>(a);
     flash_dq_ds_kernel<D, kWg><<<grid, kThreads, kDq, stream>>>(a);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
@@ -482,8 +457,10 @@ int launch_ds_backward_on(KernelArgs a, bool any_dpp, cudaStream_t stream) {
 
 template <int D>
 int launch_ds_backward(const KernelArgs& a, bool any_dpp, cudaStream_t stream) {
-  return wgmma_on() ? launch_ds_backward_on<D, true>(a, any_dpp, stream)
-                    : launch_ds_backward_on<D, false>(a, any_dpp, stream);
+  if constexpr (wgmma_head_dim(D)) {
+    if (wgmma_on()) return launch_ds_backward_on<D, true>(a, any_dpp, stream);
+  }
+  return launch_ds_backward_on<D, false>(a, any_dpp, stream);
 }
 
 // The BF16 heads' kernels (through the dS path when a.ds is set), and those of the FP32 heads
@@ -530,8 +507,9 @@ int attention_backward(const AttentionParams& p, const BackwardArgs& ba, void* s
     return cudaErrorInvalidValue;
   }
   LaunchPlan plan;
+  const bool simt_fp32 = ba.simt_fp32 || !split_head_dim(p.dim);
   int err = plan_launch(p, ba.host_flags, true, ba.q_f32 != nullptr, ba.k_f32 != nullptr, ba.v_f32 != nullptr,
-                        ba.o_f32 != nullptr, ba.simt_fp32, stream, &plan);
+                        ba.o_f32 != nullptr, simt_fp32, stream, &plan);
   if (err != 0) return err;
   KernelArgs a;
   a.batch = p.batch;
@@ -555,7 +533,7 @@ int attention_backward(const AttentionParams& p, const BackwardArgs& ba, void* s
   a.dq = ba.dq;
   a.dk = ba.dk;
   a.dv = ba.dv;
-  a.simt_fp32 = ba.simt_fp32;
+  a.simt_fp32 = simt_fp32;
   const size_t ds_size = plan.any_fast16 ? ds_bytes(p, ba.ds_dq) : 0;
   if ((plan.any_split || ds_size > 0) && ba.workspace == nullptr) return cudaErrorInvalidValue;
   if (ds_size > 0) a.ds = static_cast<uint16_t*>(ba.workspace);
@@ -565,9 +543,9 @@ int attention_backward(const AttentionParams& p, const BackwardArgs& ba, void* s
   }
   // The backward does not depend on the forward's tiling: P comes from the stored LSE.
   if (plan.any_fast) {
-    err = p.dim == 64
-              ? launch_backward_variants<64>(a, plan.any_fast16, plan.any_split, plan.any_dpp16, stream)
-              : launch_backward_variants<128>(a, plan.any_fast16, plan.any_split, plan.any_dpp16, stream);
+    err = dispatch_head_dim(p.dim, [&](auto d) {
+      return launch_backward_variants<decltype(d)::value>(a, plan.any_fast16, plan.any_split, plan.any_dpp16, stream);
+    });
     if (err != 0) return err;
   }
   if (plan.any_simt) {

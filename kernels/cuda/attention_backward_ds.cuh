@@ -58,7 +58,8 @@ struct DsDqShape {
   static constexpr int kKTile = kBlockK * (kWg ? D : D + 8);  // swizzle-128 tiles for wgmma
   static constexpr int kSmem = 2 * kKTile * static_cast<int>(sizeof(uint16_t)) + (kWg ? 1024 : 0);
   static constexpr int kAhead = REWIND_DS_AHEAD;
-  static constexpr int kMinBlocks = kAhead >= 2 ? 3 : 4;
+  // D = 256: 128 dQ accumulators a thread plus the dS fragments need more than 168 registers.
+  static constexpr int kMinBlocks = D > 128 ? 1 : (kAhead >= 2 ? 3 : 4);
 };
 template <int D, bool kWg = false>
 __global__ void __launch_bounds__(kThreads, DsDqShape<D, kWg>::kMinBlocks) flash_dq_ds_kernel(KernelArgs a) {

@@ -34,14 +34,15 @@ __device__ __forceinline__ void mma_abt(float c[8][4], const uint16_t* a_s, int 
   }
 }
 
-// acc (16 x D) += A_kk (16 x 16, fragment af) * rows kk*16 ... +15 of the 64 x D tile `b_s`
-// (row-major smem): one k-step of the A * B products below.
-template <int D>
-__device__ __forceinline__ void mma_afrag_b(float acc[D / 8][4], const uint32_t af[4], int kk,
+// acc (16 x kN) += A_kk (16 x 16, fragment af) * rows kk*16 ... +15 of the 64 x D tile `b_s`
+// (row-major smem; its first kN columns, from wherever b_s points): one k-step of the A * B
+// products below.
+template <int D, int kN = D>
+__device__ __forceinline__ void mma_afrag_b(float acc[kN / 8][4], const uint32_t af[4], int kk,
                                             const uint16_t* b_s, int lane) {
   constexpr int kStride = D + 8;
 #pragma unroll
-  for (int nb2 = 0; nb2 < D / 16; ++nb2) {
+  for (int nb2 = 0; nb2 < kN / 16; ++nb2) {
     uint32_t b[4];
     ldmatrix_x4_trans(b, b_s + (kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kStride +
                              nb2 * 16 + (lane / 16) * 8);
@@ -58,16 +59,16 @@ __device__ __forceinline__ uint4 afrag_from_cfrag(const float c[8][4], int kk) {
                     pack_bf16x2(c[2 * kk + 1][2], c[2 * kk + 1][3]));
 }
 
-// acc (16 x D) += A (16 x 64, fragments from the C layout, rounded to BF16) * B, where B is
-// the 64 x D tile `b_s` (row-major smem): the Ō += P V pattern.
-template <int D>
-__device__ __forceinline__ void mma_cfrag_b(float acc[D / 8][4], const float c[8][4],
+// acc (16 x kN) += A (16 x 64, fragments from the C layout, rounded to BF16) * B, where B is
+// the 64 x D tile `b_s` (row-major smem; kN of its columns): the Ō += P V pattern.
+template <int D, int kN = D>
+__device__ __forceinline__ void mma_cfrag_b(float acc[kN / 8][4], const float c[8][4],
                                             const uint16_t* b_s, int lane) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     const uint4 f = afrag_from_cfrag(c, kk);
     const uint32_t af[4] = {f.x, f.y, f.z, f.w};
-    mma_afrag_b<D>(acc, af, kk, b_s, lane);
+    mma_afrag_b<D, kN>(acc, af, kk, b_s, lane);
   }
 }
 
@@ -123,13 +124,13 @@ __device__ __forceinline__ void mma_abt_planes(float c[8][4], const uint16_t* a_
 // where a_split (unrounded operand), else rounded to BF16; B as kPl planes (b3: all three). Per
 // 16 output columns the tile's large (a0 b0) and small terms are summed apart over its 64 rows
 // and join acc in one rounded add: truncation then scales with the tile's share, not with the
-// running gradient (dK, dV over all query tiles).
-template <int D, int kPl>
-__device__ __forceinline__ void mma_cfrag_b_planes(float acc[D / 8][4], const float c[8][4],
+// running gradient (dK, dV over all query tiles). kN: as mma_cfrag_b.
+template <int D, int kPl, int kN = D>
+__device__ __forceinline__ void mma_cfrag_b_planes(float acc[kN / 8][4], const float c[8][4],
                                                    bool a_split, const uint16_t* b_s, bool b3,
                                                    int lane) {
   if constexpr (kPl == 1) {
-    mma_cfrag_b<D>(acc, c, b_s, lane);
+    mma_cfrag_b<D, kN>(acc, c, b_s, lane);
   } else {
     constexpr int kStride = D + 8, kTile = kBlockQ * kStride;
     uint32_t af[4][3][4];  // [k-block][plane]
@@ -149,7 +150,7 @@ __device__ __forceinline__ void mma_cfrag_b_planes(float acc[D / 8][4], const fl
       }
     }
 #pragma unroll
-    for (int nb2 = 0; nb2 < D / 16; ++nb2) {
+    for (int nb2 = 0; nb2 < kN / 16; ++nb2) {
       float hi[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
       float lo[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll

@@ -281,21 +281,35 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // Loads rows [row0, row0 + kRows) of a (T, D) bf16 matrix into smem with row stride D + 8
 // (16-byte pad: conflict-free ldmatrix). Rows >= T are zero-filled. All kNThreads threads call
 // it. Thread t copies the 16-byte chunk t % (D/8) of rows t / (D/8) + i * step: the per-thread
-// offsets are fixed, so the unrolled copies cost a compare, a select and the copy each.
+// offsets are fixed, so the unrolled copies cost a compare, a select and the copy each. Where
+// D/8 does not divide the thread count (D = 80, 96: 10 and 12 chunks a row), thread t copies
+// chunks t, t + kNThreads, ... of the tile in row-major order instead.
 template <int D, int kRows = 64, int kNThreads = kThreads>
 __device__ __forceinline__ void load_tile_async(uint16_t* smem, const uint16_t* g, int row0,
                                                 int T) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  constexpr int kRowStep = kNThreads / kChunks;
-  static_assert(kNThreads % kChunks == 0 && kRows % kRowStep == 0, "tile/thread mismatch");
-  const int r = static_cast<int>(threadIdx.x) / kChunks;
-  const int col = (static_cast<int>(threadIdx.x) % kChunks) * 8;
-  const uint16_t* src = g + static_cast<ptrdiff_t>(row0 + r) * D + col;
-  uint16_t* dst = smem + r * (D + 8) + col;
+  if constexpr (kNThreads % kChunks != 0) {
+    constexpr int kAll = kRows * kChunks;
 #pragma unroll
-  for (int i = 0; i < kRows / kRowStep; ++i) {
-    const bool valid = row0 + r + i * kRowStep < T;
-    cp_async_16(dst + i * kRowStep * (D + 8), valid ? src + i * kRowStep * D : g, valid);
+    for (int i = 0; i < (kAll + kNThreads - 1) / kNThreads; ++i) {
+      const int c = static_cast<int>(threadIdx.x) + i * kNThreads;
+      if (kAll % kNThreads != 0 && c >= kAll) break;
+      const int r = c / kChunks, col = (c % kChunks) * 8;
+      const bool valid = row0 + r < T;
+      cp_async_16(smem + r * (D + 8) + col, valid ? g + static_cast<ptrdiff_t>(row0 + r) * D + col : g, valid);
+    }
+  } else {
+    constexpr int kRowStep = kNThreads / kChunks;
+    static_assert(kRows % kRowStep == 0, "tile/thread mismatch");
+    const int r = static_cast<int>(threadIdx.x) / kChunks;
+    const int col = (static_cast<int>(threadIdx.x) % kChunks) * 8;
+    const uint16_t* src = g + static_cast<ptrdiff_t>(row0 + r) * D + col;
+    uint16_t* dst = smem + r * (D + 8) + col;
+#pragma unroll
+    for (int i = 0; i < kRows / kRowStep; ++i) {
+      const bool valid = row0 + r + i * kRowStep < T;
+      cp_async_16(dst + i * kRowStep * (D + 8), valid ? src + i * kRowStep * D : g, valid);
+    }
   }
 }
 

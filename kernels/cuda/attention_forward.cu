@@ -48,12 +48,19 @@ int launch_kernel(const KernelArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// BF16 variants on wgmma where the dim has it (wgmma_head_dim), else mma.sync. FP32 variants
+// exist up to D = 128 (split_head_dim); plan_launch sends larger dims' FP32 heads to the SIMT
+// kernels (simt_fp32), so their bit is never set here.
 template <int D, int V>
 int launch_variant(const KernelArgs& a, cudaStream_t stream) {
-  if constexpr ((V & kFwdF32) == 0) {
-    if (wgmma_on()) return launch_kernel<D, V, true>(a, stream);
+  if constexpr ((V & kFwdF32) != 0 && !split_head_dim(D)) {
+    return cudaErrorNotSupported;
+  } else {
+    if constexpr ((V & kFwdF32) == 0 && wgmma_head_dim(D)) {
+      if (wgmma_on()) return launch_kernel<D, V, true>(a, stream);
+    }
+    return launch_kernel<D, V, false>(a, stream);
   }
-  return launch_kernel<D, V, false>(a, stream);
 }
 
 // One launch per variant present in `variants` (bit V set: some head runs variant V).
@@ -107,8 +114,9 @@ int attention_forward(const AttentionParams& p, const ForwardArgs& fa, void* str
     return cudaErrorInvalidValue;
   }
   LaunchPlan plan;
+  const bool simt_fp32 = fa.simt_fp32 || !split_head_dim(p.dim);
   int err = plan_launch(p, fa.host_flags, false, fa.q_f32 != nullptr, fa.k_f32 != nullptr,
-                        fa.v_f32 != nullptr, true, fa.simt_fp32, stream, &plan);
+                        fa.v_f32 != nullptr, true, simt_fp32, stream, &plan);
   if (err != 0) return err;
   KernelArgs a;
   a.batch = p.batch;
@@ -128,7 +136,7 @@ int attention_forward(const AttentionParams& p, const ForwardArgs& fa, void* str
   a.o_out = fa.o;
   a.o32_out = fa.o_f32;
   a.lse_out = fa.lse;
-  a.simt_fp32 = fa.simt_fp32;
+  a.simt_fp32 = simt_fp32;
   if (plan.any_split && !plan.tiling_off) {
     if (fa.workspace == nullptr) return cudaErrorInvalidValue;
     err = launch_split(a, p.dim, fa.workspace, false, stream);
@@ -137,8 +145,7 @@ int attention_forward(const AttentionParams& p, const ForwardArgs& fa, void* str
   // Tiling off: every head takes the SIMT kernel, which makes a full pass for the row max.
   if (plan.any_fast && !plan.tiling_off) {
     const unsigned variants = a.stats != nullptr ? plan.fwd_variants_stats : plan.fwd_variants;
-    err = p.dim == 64 ? launch_forward_variants<64>(a, variants, stream)
-                      : launch_forward_variants<128>(a, variants, stream);
+    err = dispatch_head_dim(p.dim, [&](auto d) { return launch_forward_variants<decltype(d)::value>(a, variants, stream); });
     if (err != 0) return err;
   }
   if (plan.any_simt || plan.tiling_off) {

@@ -40,9 +40,36 @@ template <>
 struct FwdTraits<64> : FwdConfig<REWIND_FWD64_CONFIG> {};
 template <>
 struct FwdTraits<128> : FwdConfig<REWIND_FWD128_CONFIG> {};
+// The other head dims (not yet timed; chosen from ptxas's register report): 4 warps x 16 rows
+// each. D = 32 as D = 64; D = 80 and 96 at 3 blocks an SM (168 registers: no spills but 24
+// bytes in the monitored variant with extras at D = 96; 2 m16 blocks a warp, as D = 128 has,
+// spilled in the plain kernel); D = 256 one block (165 KB of shared memory; the 128 O registers
+// a thread leave no room for a second m16 block).
+#ifndef REWIND_FWD32_CONFIG
+#define REWIND_FWD32_CONFIG 4140
+#endif
+#ifndef REWIND_FWD80_CONFIG
+#define REWIND_FWD80_CONFIG 4130
+#endif
+#ifndef REWIND_FWD96_CONFIG
+#define REWIND_FWD96_CONFIG 4130
+#endif
+#ifndef REWIND_FWD256_CONFIG
+#define REWIND_FWD256_CONFIG 4110
+#endif
+template <>
+struct FwdTraits<32> : FwdConfig<REWIND_FWD32_CONFIG> {};
+template <>
+struct FwdTraits<80> : FwdConfig<REWIND_FWD80_CONFIG> {};
+template <>
+struct FwdTraits<96> : FwdConfig<REWIND_FWD96_CONFIG> {};
+template <>
+struct FwdTraits<256> : FwdConfig<REWIND_FWD256_CONFIG> {};
 // The FP32 (split-operand) variant keeps three BF16 planes of Q, K and V in shared memory and
 // single-buffers K/V: D = 64 as 4 warps x 16 rows with Q in registers, 2 blocks per SM (81 KB
-// each); D = 128 as 8 warps x 16 rows, Q reloaded per tile, 1 block per SM (204 KB).
+// each); D = 128 as 8 warps x 16 rows, Q reloaded per tile, 1 block per SM (204 KB). D = 32 as
+// D = 64 (46 KB); D = 80 as 4 warps x 16 rows, Q reloaded, 2 blocks (99 KB each); D = 96 as
+// D = 128 (156 KB). D = 256 has no FP32 variant (split_head_dim: its heads take the SIMT kernels).
 #ifndef REWIND_FWD64_F32_CONFIG
 #define REWIND_FWD64_F32_CONFIG 4121
 #endif
@@ -50,10 +77,20 @@ struct FwdTraits<128> : FwdConfig<REWIND_FWD128_CONFIG> {};
 #define REWIND_FWD128_F32_CONFIG 8110
 #endif
 template <int D>
-using FwdF32Traits =
-    FwdConfig<D == 64 ? REWIND_FWD64_F32_CONFIG : REWIND_FWD128_F32_CONFIG>;
+struct FwdF32Traits;
+template <>
+struct FwdF32Traits<32> : FwdConfig<REWIND_FWD64_F32_CONFIG> {};
+template <>
+struct FwdF32Traits<64> : FwdConfig<REWIND_FWD64_F32_CONFIG> {};
+template <>
+struct FwdF32Traits<80> : FwdConfig<4120> {};
+template <>
+struct FwdF32Traits<96> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
+template <>
+struct FwdF32Traits<128> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
 // The BF16 variants on wgmma (kWg, forward_block): one warpgroup of 4 warps x 16 rows, the
-// tile of one wgmma; D = 64 as the mma.sync configuration, D = 128 at 2 blocks per SM.
+// tile of one wgmma; D = 64 as the mma.sync configuration, D = 128 at 2 blocks per SM. Only
+// these two dims (wgmma_head_dim, attention_internal.cuh).
 #ifndef REWIND_FWD64_WG_CONFIG
 #define REWIND_FWD64_WG_CONFIG 4140
 #endif
@@ -61,7 +98,11 @@ using FwdF32Traits =
 #define REWIND_FWD128_WG_CONFIG 4120
 #endif
 template <int D>
-using FwdWgTraits = FwdConfig<D == 64 ? REWIND_FWD64_WG_CONFIG : REWIND_FWD128_WG_CONFIG>;
+struct FwdWgTraits;
+template <>
+struct FwdWgTraits<64> : FwdConfig<REWIND_FWD64_WG_CONFIG> {};
+template <>
+struct FwdWgTraits<128> : FwdConfig<REWIND_FWD128_WG_CONFIG> {};
 // Traits of the BF16 (kF32 false; on wgmma: kWg) or FP32 variant.
 template <int D, bool kF32, bool kWg = false>
 using FwdTr = std::conditional_t<kF32, FwdF32Traits<D>, std::conditional_t<kWg, FwdWgTraits<D>, FwdTraits<D>>>;

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 
 #include "kernels/attention_params.h"
 
@@ -49,6 +50,35 @@ struct KernelArgs {
   uint16_t* ds = nullptr;
   int bh0 = 0;  // first (batch, head) of this launch's grid rows
 };
+
+// Head dims (kCudaHeadDims): every one runs the BF16 tensor-core kernels on mma.sync (k-steps of
+// 16 over D, so 80 = 5 x 16 needs no padding). Two variants serve fewer dims:
+//   - wgmma (kWg) only D = 64 and 128: its swizzle-128 tiles are 64 BF16 wide (D = 32 would
+//     need the 64-byte swizzle, 80 and 96 a partial atom) and D = 256 holds 128 accumulator
+//     registers for O alone; the other dims take the mma.sync kernels whatever wgmma_on() says
+//     (the bits are the same either way);
+//   - the FP32 split-operand variants up to D = 128: at D = 256 three planes of the 64-row
+//     tiles need 405 KB of shared memory in the backward (227 KB an SM), so FP32 heads of that
+//     dim take the SIMT kernels (as simt_fp32 would send them).
+constexpr bool wgmma_head_dim(int dim) { return dim == 64 || dim == 128; }
+constexpr bool split_head_dim(int dim) { return dim <= 128; }
+
+// Calls fn(std::integral_constant<int, D>{}) with D = dim, one of kCudaHeadDims, and returns
+// its result; cudaErrorInvalidValue for any other dim. The one place a runtime head dim becomes
+// a template argument.
+template <class Fn>
+int dispatch_head_dim(int dim, Fn&& fn) {
+  switch (dim) {
+    case 32: return fn(std::integral_constant<int, 32>{});
+    case 64: return fn(std::integral_constant<int, 64>{});
+    case 80: return fn(std::integral_constant<int, 80>{});
+    case 96: return fn(std::integral_constant<int, 96>{});
+    case 128: return fn(std::integral_constant<int, 128>{});
+    case 256: return fn(std::integral_constant<int, 256>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+static_assert(sizeof(kCudaHeadDims) / sizeof(kCudaHeadDims[0]) == 6, "dispatch_head_dim lists every dim");
 
 // Specializations of the tensor-core forward (attention_forward.cu), one kernel each: bits of
 // a variant number. kFwdStats (monitors requested) always comes with kFwdStable (tie counting).

@@ -431,11 +431,16 @@ namespace {
 
 // Rows per block (one per thread) of each SIMT kernel, as large as shared memory allows:
 // more rows share each K/V tile load and fill more warps per SM (32-row blocks ran one warp).
+// D = 256 (whose FP32 heads all come here, split_head_dim): three 64-key FP32 tiles of the dQ
+// kernel take 195 KB, which leaves room for 8 query rows only; slow, but the only FP32 path.
 template <int D>
 struct SimtRows {
-  static constexpr int kFwd = 128;                // smem 101 KB (D 64) / 168 KB (D 128)
-  static constexpr int kDq = D == 64 ? 128 : 64;   // 122 KB / 169 KB
-  static constexpr int kDkdv = D == 64 ? 64 : 32;  // 122 KB / 118 KB
+  // smem D 32 / 64 / 80 / 96 / 128 / 256: 68 / 100 / 116 / 132 / 164 / 211 KB
+  static constexpr int kFwd = D <= 128 ? 128 : 64;
+  // 63 / 119 / 147 / 175 / 165 / 211 KB
+  static constexpr int kDq = D == 128 ? 64 : D < 128 ? 128 : 8;
+  // 64 / 120 / 148 / 176 / 116 / 114 KB
+  static constexpr int kDkdv = D <= 96 ? 64 : D == 128 ? 32 : 16;
 };
 
 template <typename Kernel, typename... Args>
@@ -471,12 +476,11 @@ int simt_backward(const KernelArgs& a, cudaStream_t stream) {
 }  // namespace
 
 int launch_simt_forward(const KernelArgs& a, int dim, bool all_heads, cudaStream_t stream) {
-  return dim == 64 ? simt_forward<64>(a, all_heads, stream)
-                   : simt_forward<128>(a, all_heads, stream);
+  return dispatch_head_dim(dim, [&](auto d) { return simt_forward<decltype(d)::value>(a, all_heads, stream); });
 }
 
 int launch_simt_backward(const KernelArgs& a, int dim, cudaStream_t stream) {
-  return dim == 64 ? simt_backward<64>(a, stream) : simt_backward<128>(a, stream);
+  return dispatch_head_dim(dim, [&](auto d) { return simt_backward<decltype(d)::value>(a, stream); });
 }
 
 }  // namespace rwd::kernels::cuda

@@ -45,6 +45,7 @@ __global__ void split_kernel(KernelArgs a, int dim, uint16_t* ws, bool backward)
 }  // namespace
 
 size_t split_bytes(const AttentionParams& p, const HeadFlags* host_flags) {
+  if (!split_head_dim(p.dim)) return 0;  // FP32 heads of this dim take the SIMT kernels
   bool any = host_flags == nullptr;
   for (int h = 0; h < p.heads && !any; ++h) {
     for (Op op : {Op::kQk, Op::kSoftmax, Op::kPv, Op::kDelta, Op::kBwd}) {

@@ -1,6 +1,7 @@
 // CUDA flash attention vs the FP64 reference (error bounded by twice a plain BF16 attention's),
 // vs the CPU BF16 emulation (to rounding), per-head flag isolation, the stabilized softmax on
-// tied maxima, FP32 promotion, error codes, and a bitwise-deterministic backward.
+// tied maxima, FP32 promotion, error codes, and bitwise-deterministic kernels. The emulation
+// agreement and determinism run once per head dim (kCudaHeadDims: HeadDims/AttentionCudaDim.*/D32 ...).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -28,8 +29,14 @@ struct Shape {
   bool causal;
 };
 
-const Shape kShapes[] = {{2, 2, 128, 64, true},   {1, 3, 200, 64, true}, {1, 2, 77, 64, false},
-                         {2, 2, 130, 128, true},  {1, 2, 300, 128, false}};
+const Shape kShapes[] = {{2, 2, 128, 64, true},  {1, 3, 200, 64, true}, {1, 2, 77, 64, false},
+                         {2, 2, 130, 128, true}, {1, 2, 300, 128, false}, {1, 2, 150, 32, true},
+                         {1, 2, 150, 80, true},  {1, 2, 130, 96, false},  {1, 2, 200, 256, true}};
+
+// The tests run per head dim: one instance each, named D32, D64, ...
+class AttentionCudaDim : public testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(HeadDims, AttentionCudaDim, testing::ValuesIn(kCudaHeadDims),
+                         [](const testing::TestParamInfo<int>& i) { return "D" + std::to_string(i.param); });
 
 // Plain BF16 attention (eager PyTorch under autocast): S rounded to BF16, softmax in FP32, P in
 // BF16, one tile. That is the CPU emulation with s_bf16 and naive set on every head.
@@ -117,11 +124,12 @@ void expect_agree(const std::vector<float>& gpu, const std::vector<float>& cpu, 
   EXPECT_LE(bad, gpu.size() / 500) << what << ": " << bad << " of " << gpu.size() << " differ";
 }
 
-TEST(AttentionCuda, AgreesWithCpuEmulation) {
+TEST_P(AttentionCudaDim, AgreesWithCpuEmulation) {
   SKIP_WITHOUT_GPU();
-  uint64_t seed = 100;
+  const int d = GetParam();
+  uint64_t seed = 100 + d;
   for (const FlagCase& fc : kFlagCases) {
-    for (const Shape& s : {Shape{1, 2, 150, 64, true}, Shape{1, 2, 96, 128, false}}) {
+    for (const Shape& s : {Shape{1, 2, 150, d, true}, Shape{1, 2, 96, d, false}}) {
       Inputs in = make_inputs(s.b, s.h, s.t, s.d, s.causal, 2.0f, seed++);
       fc.apply(in);
       SCOPED_TRACE(testing::Message() << fc.name << " D=" << s.d);
@@ -227,8 +235,9 @@ TEST(AttentionCuda, MonitorsCountExactlyOnIntegerLogits) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     return static_cast<float>(static_cast<int>((state >> 33) % 3) - 1);
   };
-  for (const Shape& sh : {Shape{2, 4, 150, 64, true}, Shape{1, 4, 96, 128, false},
-                          Shape{1, 4, 200, 128, true}}) {
+  for (const Shape& sh : {Shape{2, 4, 150, 64, true}, Shape{1, 4, 96, 128, false}, Shape{1, 4, 200, 128, true},
+                          Shape{1, 4, 150, 32, true}, Shape{1, 4, 150, 80, true}, Shape{1, 4, 96, 96, false},
+                          Shape{1, 4, 150, 256, true}}) {
     SCOPED_TRACE(testing::Message() << "D=" << sh.d << " T=" << sh.t);
     Inputs in = make_inputs(sh.b, sh.h, sh.t, sh.d, sh.causal, 1.0f, 77);
     for (float& x : in.q) x = next3();
@@ -271,7 +280,7 @@ TEST(AttentionCuda, StabilizedKernelWithoutMonitorsMatchesMonitoredOne) {
   const auto same_bits = [](const std::vector<float>& x, const std::vector<float>& y, size_t from, size_t n) {
     return std::memcmp(x.data() + from, y.data() + from, n * sizeof(float)) == 0;
   };
-  for (int d : {64, 128}) {
+  for (int d : kCudaHeadDims) {
     for (int kind = 0; kind < 5; ++kind) {
       SCOPED_TRACE(testing::Message() << "D=" << d << " case " << kind);
       Inputs in = make_inputs(1, 2, 200, d, true, 2.0f, 300 + kind + d);
@@ -384,21 +393,39 @@ TEST(AttentionCuda, Fp32BackwardHeadsReadUnroundedDo) {
   }
 }
 
-TEST(AttentionCuda, BackwardIsBitwiseDeterministic) {
+// Forward (O, its FP32 twin, LSE, monitors) and backward run 50 times to the same bits, with an
+// FP32 head (split-operand kernels; SIMT at D = 256), a delta=dpp head and a stabilized head
+// beside a plain one.
+TEST_P(AttentionCudaDim, ForwardAndBackwardAreBitwiseDeterministic) {
   SKIP_WITHOUT_GPU();
-  for (int d : {64, 128}) {
-    Inputs in = make_inputs(2, 4, 320, d, true, 2.0f, 31 + d);
-    in.flags[1].prec[static_cast<int>(Op::kPv)] = Prec::kFp32;  // one SIMT head as well
-    in.flags[2].delta_dpp = true;
-    const Outputs first = run_gpu(in);
-    ASSERT_EQ(first.bwd_status, 0);
-    for (int run = 1; run < 50; ++run) {
-      const Outputs again = run_gpu(in);
-      ASSERT_EQ(again.bwd_status, 0);
-      ASSERT_EQ(std::memcmp(first.dq.data(), again.dq.data(), first.dq.size() * 4), 0) << run;
-      ASSERT_EQ(std::memcmp(first.dk.data(), again.dk.data(), first.dk.size() * 4), 0) << run;
-      ASSERT_EQ(std::memcmp(first.dv.data(), again.dv.data(), first.dv.size() * 4), 0) << run;
+  const int d = GetParam();
+  Inputs in = make_inputs(2, 4, 320, d, true, 2.0f, 31 + d);
+  in.flags[1].prec[static_cast<int>(Op::kPv)] = Prec::kFp32;
+  in.flags[2].delta_dpp = true;
+  in.flags[3].stable = true;
+  const Outputs first = run_gpu(in);
+  ASSERT_EQ(first.fwd_status, 0);
+  ASSERT_EQ(first.bwd_status, 0);
+  ASSERT_GT(max_abs(first.dq), 0.0);
+  const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+  };
+  for (int run = 1; run < 50; ++run) {
+    const Outputs again = run_gpu(in);
+    ASSERT_EQ(again.bwd_status, 0);
+    ASSERT_TRUE(same(first.o, again.o)) << run;
+    ASSERT_TRUE(same(first.o32, again.o32)) << run;
+    ASSERT_TRUE(same(first.lse, again.lse)) << run;
+    for (int h = 0; h < in.p.heads; ++h) {
+      const HeadStats &x = first.stats[h], &y = again.stats[h];
+      ASSERT_EQ(std::memcmp(&x.max_logit, &y.max_logit, 4), 0) << run;
+      ASSERT_TRUE(x.rows == y.rows && x.repeated_max_rows == y.repeated_max_rows && x.pbar_one == y.pbar_one &&
+                  x.stable_pos == y.stable_pos && x.stable_neg == y.stable_neg && x.stable_guard == y.stable_guard)
+          << run << " head " << h;
     }
+    ASSERT_TRUE(same(first.dq, again.dq)) << run;
+    ASSERT_TRUE(same(first.dk, again.dk)) << run;
+    ASSERT_TRUE(same(first.dv, again.dv)) << run;
   }
 }
 
@@ -415,7 +442,9 @@ TEST(AttentionCuda, DqFromStoredDsEqualsRecomputedDqBitwise) {
   };
   const Case cases[] = {{2, 6, 200, 128, true, nullptr}, {1, 6, 130, 128, false, nullptr},
                         {2, 6, 256, 64, true, nullptr},  {2, 6, 200, 128, true, "1"},
-                        {1, 6, 77, 64, false, "1"}};
+                        {1, 6, 77, 64, false, "1"},      {2, 6, 200, 32, true, nullptr},
+                        {1, 6, 130, 80, false, nullptr}, {2, 6, 200, 96, true, nullptr},
+                        {2, 6, 200, 256, true, nullptr}, {1, 6, 77, 256, false, "1"}};
   for (const Case& c : cases) {
     if (c.cap != nullptr) setenv("REWIND_ATTN_DS_WORKSPACE", c.cap, 1);
     Inputs in = make_inputs(c.b, c.h, c.t, c.d, c.causal, 2.0f, 57 + c.t + c.d);
@@ -443,7 +472,8 @@ TEST(AttentionCuda, DqFromStoredDsEqualsRecomputedDqBitwise) {
 // (REWIND_ATTN_WGMMA=0): O, its FP32 twin, the LSE and the monitors of the forward, for plain,
 // stabilized and s_bf16 / acc_bf16 heads in one launch, with monitors and without; dQ, dK, dV
 // and delta of the backward, through the stored-dS path and the recompute path, with a
-// delta=dpp head beside them. D = 64 and 128, causal or not, with T tails.
+// delta=dpp head beside them. D = 64 and 128 (the dims with wgmma kernels; the others run
+// mma.sync either way), causal or not, with T tails.
 TEST(AttentionCuda, WgmmaKernelsEqualMmaKernelsBitwise) {
   SKIP_WITHOUT_GPU();
   const Shape shapes[] = {{2, 5, 200, 128, true}, {1, 5, 300, 128, false}, {1, 5, 64, 128, true},
@@ -502,7 +532,7 @@ TEST(AttentionCuda, UnsupportedRequestsReturnErrors) {
   Inputs tile = make_inputs(1, 2, 256, 64, true, 1.0f, 42);
   tile.p.block_k = 32;  // the stable rule is defined per 64-key tile on the GPU
   EXPECT_EQ(run_gpu(tile).fwd_status, static_cast<int>(cudaErrorNotSupported));
-  Inputs dim = make_inputs(1, 1, 64, 32, true, 1.0f, 43);
+  Inputs dim = make_inputs(1, 1, 64, 48, true, 1.0f, 43);  // not in kCudaHeadDims
   EXPECT_EQ(run_gpu(dim).fwd_status, static_cast<int>(cudaErrorInvalidValue));
 }
 

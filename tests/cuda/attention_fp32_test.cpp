@@ -1,7 +1,8 @@
 // Contract of the FP32-faithful heads on the tensor cores (split-BF16 operands): per promoted
 // op and head dim, on random and crafted inputs, the error against the FP64 reference (forward
 // and backward) is at most twice the true-FP32 CPU twin's; the SIMT reference kernels are
-// measured alongside.
+// measured alongside. Every head dim: at D = 256 the FP32 heads take the SIMT kernels (no
+// split-operand variant fits its shared memory), so there "tc" is the SIMT path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,7 +75,7 @@ Inputs crafted(int kind, int d, uint64_t seed) {
 TEST(AttentionFp32, TensorCoreErrorAtMostTwiceFp32Twin) {
   SKIP_WITHOUT_GPU();
   for (const OpCase& op : kOps) {
-    for (int d : {64, 128}) {
+    for (int d : kCudaHeadDims) {
       for (int kind = 0; kind < 4; ++kind) {
         Inputs in = crafted(kind, d, 500 + kind + d);
         if (!op.qk) {  // multiples of 1/8: S exact in any summation order
@@ -116,7 +117,7 @@ TEST(AttentionFp32, TensorCoreErrorAtMostTwiceFp32Twin) {
 // each at most twice the CPU twin's error, on the same inputs as the forward contract.
 TEST(AttentionFp32, BackwardErrorAtMostTwiceFp32Twin) {
   SKIP_WITHOUT_GPU();
-  for (int d : {64, 128}) {
+  for (int d : kCudaHeadDims) {
     for (int kind = 0; kind < 4; ++kind) {
       Inputs in = crafted(kind, d, 700 + kind + d);
       for (auto& f : in.flags) {
@@ -150,7 +151,7 @@ TEST(AttentionFp32, BackwardErrorAtMostTwiceFp32Twin) {
 // near 1) make the BF16 logits useless, so the contract above cannot pass by accident.
 TEST(AttentionFp32, Bf16OperandsFailTheContract) {
   SKIP_WITHOUT_GPU();
-  for (int d : {64, 128}) {
+  for (int d : kCudaHeadDims) {
     const Inputs in = crafted(3, d, 900 + d);
     Inputs promoted = in;
     for (auto& f : promoted.flags) f.prec[static_cast<int>(Op::kQk)] = Prec::kFp32;
@@ -165,7 +166,7 @@ TEST(AttentionFp32, Bf16OperandsFailTheContract) {
 // keep the bits (O, dQ, dK, dV) of the all-BF16 launch, the promoted ones differ.
 TEST(AttentionFp32, MixedLaunchKeepsBf16HeadsBitwise) {
   SKIP_WITHOUT_GPU();
-  for (int d : {64, 128}) {
+  for (int d : kCudaHeadDims) {
     const Inputs base = make_inputs(2, 6, 260, d, true, 2.0f, 77 + d);
     Inputs mixed = base;
     mixed.flags[1].prec[static_cast<int>(Op::kQk)] = Prec::kFp32;

@@ -21,13 +21,13 @@ TEST(HeadDimCli, CudaRejectsUnsupportedHeadDimBeforeTraining) {
   const std::string dir = temp_dir("headdim");
   const std::string data = dir + "/d.bin", store = dir + "/s.db";
   ASSERT_EQ(rewind_cmd("data synth --tokens 20000 --vocab 64 -o " + data).code, 0);
-  const std::string model = " --vocab-size 64 --n-embd 64 --n-head 2 --n-layer 1 --block-size 16"
+  const std::string model = " --vocab-size 64 --n-embd 96 --n-head 2 --n-layer 1 --block-size 16"
                             " --batch-size 2 --threads 1 --steps 1 --data " + data;
   const Cmd cuda = rewind_cmd("train --device cuda --record " + store + model);
   EXPECT_EQ(cuda.code, 2) << cuda.out;
-  EXPECT_NE(cuda.out.find("rewind: error: config: --device cuda runs attention heads of dim 64 or 128"),
+  EXPECT_NE(cuda.out.find("rewind: error: config: --device cuda runs attention heads of dim 32, 64, 80, 96, 128 or 256"),
             std::string::npos) << cuda.out;
-  EXPECT_NE(cuda.out.find("64 / 2 = 32"), std::string::npos) << cuda.out;
+  EXPECT_NE(cuda.out.find("96 / 2 = 48"), std::string::npos) << cuda.out;
   EXPECT_EQ(cuda.out.find('\n'), cuda.out.size() - 1) << "one line: " << cuda.out;
   EXPECT_FALSE(exists(store));
   // PyTorch's attention takes any head dim; so does the CPU emulation.
