@@ -119,18 +119,17 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
     return verdicts;
   };
   // Races (issue 32) where probes run on several workers at once: a failing probe's early
-  // verdict ends the round. The share of the window a failing probe runs, from this window's
-  // probes so far (not the recorded plan's: it always runs whole).
+  // verdict ends the round. The share of the window a failing probe runs: where the predicate
+  // came to hold in this window's failing probes so far (the recorded plan's one included).
   if (o.pool.jobs >= 2 && !o.pool.comm && !o.pool.runner) {
     so.race = run_candidates;
     so.fail_fraction = [&, from, to] {
       double sum = 0;
       int n = 0;
       for (const auto& p : rep.probes)
-        if (p.spec.kind == "window" && p.spec.from == from && p.spec.to == to && p.outcome.fails &&
-            p.outcome.steps > 0 && p.spec.candidate &&
-            !(p.spec.candidate->mode == Mode::kPromote && p.spec.candidate->elements.empty())) {
-          sum += static_cast<double>(p.outcome.steps) / static_cast<double>(to - from + 1);
+        if (p.spec.kind == "window" && p.spec.from == from && p.spec.to == to && p.outcome.fails) {
+          const int64_t ran = p.outcome.held_at >= from ? p.outcome.held_at - from + 1 : to - from + 1;
+          sum += static_cast<double>(ran) / static_cast<double>(to - from + 1);
           ++n;
         }
       return n ? sum / n : 1.0;

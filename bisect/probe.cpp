@@ -247,6 +247,10 @@ Series window_start(store::Store& s, const ProbeSpec& p, const train::RunSpec& r
 
 }  // namespace
 
+void warm_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run) {
+  replay::restore_before(s, run.run_id, p.from, "", false, {}, nullptr, /*warm=*/true);
+}
+
 const char* verdict_word(const ProbeOutcome& o) { return o.cut ? "cut short" : o.fails ? "fail" : "pass"; }
 
 ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,
@@ -273,9 +277,10 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   // the steps' time; with ranks it judges every step (the same series on every rank, so every
   // rank stops at the same step).
   // The recorded plan's probe (fp32{}) always runs whole: its median step is the recorded step
-  // every probe's measured cost is counted in (a one-step probe would time lazy initialization).
+  // every probe's measured cost is counted in (a one-step probe would time lazy initialization);
+  // it is judged until the predicate holds all the same, to tell where it would have stopped.
   const bool baseline = p.candidate && p.candidate->mode == Mode::kPromote && p.candidate->elements.empty();
-  const bool early = pred.monotone() && !baseline;
+  const bool early = pred.monotone();
   int64_t every = 1, next_check = p.from;
   std::vector<double> step_times;
   for (int64_t step = p.from; step <= p.to; ++step) {
@@ -298,9 +303,10 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
     }
     if (!finite) {  // the predicate reads NaN/Inf as +inf: the rest cannot change it
       if (step < p.to) out.stopped_at = step;
+      if (out.held_at < 0 && pred.monotone()) out.held_at = step;
       break;
     }
-    if (early && step < p.to && step >= next_check) {
+    if (early && step < p.to && step >= next_check && out.held_at < 0) {
       const auto e0 = std::chrono::steady_clock::now();
       bool holds = false;
       try {
@@ -309,7 +315,8 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
         // Not judgeable on this prefix yet (x[STEP] names a later step of the window).
       }
       const double judge_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
-      if (holds) {
+      if (holds && out.held_at < 0) out.held_at = step;
+      if (holds && !baseline) {
         out.stopped_at = step;
         break;
       }
@@ -367,6 +374,7 @@ store::ProbeRecord to_record(const ProbeSpec& p, const ProbeOutcome& o) {
   m["step_median_s"] = o.step_median_s;
   m["steps"] = o.steps;
   if (o.stopped_at >= 0) m["stopped_at"] = o.stopped_at;
+  if (o.held_at >= 0) m["held_at"] = o.held_at;
   r.metrics = m.dump();
   r.wall_s = o.wall_s;
   return r;
@@ -389,10 +397,11 @@ std::optional<ProbeOutcome> from_record(const store::ProbeRecord& r) {
       if (!m.contains(key)) return fallback;
       return json_int<int64_t>(m[key], -1);
     };
-    const auto steps = count("steps", 0), stopped = count("stopped_at", -1);
-    if (!steps || !stopped || *steps > std::numeric_limits<int>::max()) return std::nullopt;
+    const auto steps = count("steps", 0), stopped = count("stopped_at", -1), held = count("held_at", -1);
+    if (!steps || !stopped || !held || *steps > std::numeric_limits<int>::max()) return std::nullopt;
     o.steps = static_cast<int>(*steps);
     o.stopped_at = *stopped;
+    o.held_at = *held;
     o.step_median_s = m.value("step_median_s", 0.0);  // 0: stored before the median was kept
     o.cached = true;
     o.device = m.value("device", "cpu");

@@ -60,6 +60,10 @@ struct ProbeOutcome {
   // The step at which the verdict was decided before the window's end (a NaN/Inf loss, or a
   // monotone predicate that turned true: an early verdict); -1: the whole window ran.
   int64_t stopped_at = -1;
+  // The first step after which the (monotone) predicate held on the steps so far: stopped_at
+  // for a probe stopped early, and for the recorded plan's probe, which always runs whole, the
+  // step it would have stopped at (how long a failing probe runs: races, issue 32). -1: none.
+  int64_t held_at = -1;
   bool cached = false;            // read from the store, not run by this invocation
   // Cut short by a race (ProbePool::run with stop_after_fails): no verdict (`fails` false), not
   // stored in the probe cache.
@@ -105,6 +109,10 @@ Series recorded_series(store::Store& s, int64_t run, int64_t from, int64_t to,
 ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run,
                            const Predicate& pred, train::Comm* comm = nullptr,
                            const std::function<bool()>& cut_short = {});
+
+// Restores what the probe would restore, and runs nothing: a worker that has no probe of the
+// first batch to run gets its CUDA context, trainer and checkpoint ready for the next one.
+void warm_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run);
 
 // A probe's verdict as the logs and reports print it: "fail", "pass" or "cut short".
 const char* verdict_word(const ProbeOutcome& o);

@@ -266,15 +266,23 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
         fail(next, "the worker has ended");
         break;
       }
-      workers_[k].busy = true;
+      workers_[k].busy = workers_[k].warmed = true;
       workers_[k].cutting = false;
       ++workers_[k].serial;
       ++executed_;
       on[k] = static_cast<int>(next++);
     }
+    // A worker the first batch leaves idle gets ready for the next one (its cold start, 2-4 s
+    // for gpt2-small, would otherwise fall into the next round); the batch does not wait for it.
+    for (Worker& w : workers_)
+      if (!w.busy && !w.warmed && w.pid > 0 && !todo.empty() && first_error.empty()) {
+        if (!write_all(w.to, "warm " + todo.front().to_json() + "\n")) continue;  // its end shows later
+        w.busy = w.warming = w.warmed = true;
+        ++w.serial;
+      }
     // A decided race: the probes still running are cut short (their workers stay warm).
     for (Worker& w : workers_)
-      if (settled() && w.busy && !w.cutting && w.pid > 0) {
+      if (settled() && w.busy && !w.warming && !w.cutting && w.pid > 0) {
         union sigval v;
         v.sival_ptr = nullptr;
         v.sival_int = static_cast<int>(w.serial);
@@ -283,12 +291,17 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
       }
     std::vector<pollfd> fds;
     std::vector<size_t> which;
+    bool running = false;  // a probe of this batch
     for (size_t k = 0; k < workers_.size(); ++k)
       if (workers_[k].busy) {
         fds.push_back({workers_[k].from, POLLIN, 0});
         which.push_back(k);
+        running = running || !workers_[k].warming;
       }
-    if (fds.empty()) break;  // every probe answered, or an error and nothing left running
+    // Every probe answered (or an error, or a decided race, and nothing of ours left running);
+    // warm-ups still going are read by a later batch.
+    const bool more = next < todo.size() && first_error.empty() && !settled();
+    if (!running && !(more && !fds.empty())) break;
     if (poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
       throw BisectError(ExitCode::kInternal, std::string("poll: ") + std::strerror(errno));
@@ -296,18 +309,19 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
     for (size_t f = 0; f < fds.size(); ++f) {
       if (!(fds[f].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       Worker& w = workers_[which[f]];
-      const size_t i = static_cast<size_t>(on[which[f]]);
+      const int job = w.warming ? -1 : on[which[f]];
+      const size_t i = job >= 0 ? static_cast<size_t>(job) : 0;
       char buf[4096];
       const ssize_t n = read(w.from, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {  // it ended inside the probe
+      if (n <= 0) {  // it ended inside the probe (or its warm-up)
         int st = 0;
         while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
         }
         const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        w.busy = false;
+        w.busy = w.warming = false;
         w.pid = -1;
-        fail(i, "exited with status " + std::to_string(code));
+        fail(i, "exited with status " + std::to_string(code) + (job < 0 ? " getting ready" : ""));
         continue;
       }
       w.replies.append(buf, static_cast<size_t>(n));
@@ -316,7 +330,10 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
       const std::string line = w.replies.substr(0, eol);
       w.replies.erase(0, eol + 1);
       w.busy = false;
-      if (line == "cut") {
+      if (job < 0) {
+        w.warming = false;
+        if (line != "warm") fail(i, "getting ready: " + line);
+      } else if (line == "cut") {
         out[i].key = probe_key(todo[i], run_, pred_);
         out[i].cut = true;
         answered[i] = true;
@@ -397,8 +414,16 @@ int probe_server(const std::string& store_path, int reply_fd) {
     if (line.empty()) continue;
     const long mine = ++serial;
     bool stored = true;
+    const bool warm_up = line.rfind("warm ", 0) == 0;
     try {
-      stored = run_into_cache(s, ProbeSpec::from_json(line), [mine] { return g_cut_serial.load() == mine; });
+      if (warm_up) {
+        const ProbeSpec p = ProbeSpec::from_json(line.substr(5));
+        const train::RunSpec run = train::RunSpec::load(s, p.run);
+        at::set_num_threads(run.threads);
+        warm_probe(s, p, run);
+      } else {
+        stored = run_into_cache(s, ProbeSpec::from_json(line), [mine] { return g_cut_serial.load() == mine; });
+      }
     } catch (const std::exception& e) {
       std::string why = e.what();
       why = why.substr(0, why.find('\n'));
@@ -406,7 +431,7 @@ int probe_server(const std::string& store_path, int reply_fd) {
       const auto* err = dynamic_cast<const Error*>(&e);
       return err ? static_cast<int>(err->code()) : static_cast<int>(ExitCode::kInternal);
     }
-    if (!write_all(reply_fd, stored ? "done\n" : "cut\n")) return 0;  // nobody listens any more
+    if (!write_all(reply_fd, warm_up ? "warm\n" : stored ? "done\n" : "cut\n")) return 0;  // nobody listens
   }
   return 0;
 }

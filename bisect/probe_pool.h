@@ -68,6 +68,8 @@ class ProbePool {
     bool busy = false;
     long serial = 0;          // probes handed to it so far (the one it runs: this one)
     bool cutting = false;     // asked to cut its probe short
+    bool warming = false;     // getting ready (a warm-up: restore only), no probe
+    bool warmed = false;      // has run a probe or a warm-up
   };
   void start_workers();
   void stop_workers();

@@ -2,6 +2,7 @@
 #include "replay/replayer.h"
 
 #include <chrono>
+#include <future>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -250,6 +251,18 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::time_point a, clock::time_point b) { return 1e3 * std::chrono::duration<double>(b - a).count(); };
   const auto t0 = clock::now();
+  // The checkpoint is read (decompressed on threads) while this thread sets up the device and
+  // builds the trainer: independent, and each 1.3-2.3 s for gpt2-small on an H200 host. The
+  // store is not touched here meanwhile. load_state copies every tensor into the trainer's own:
+  // the warm cache's stay unchanged.
+  double read_ms = 0;
+  std::future<train::NamedTensors> reading = std::async(std::launch::async, [&] {
+    const auto r0 = clock::now();
+    train::NamedTensors state = warm ? read_checkpoint_warm(s, r.run.run_id, *ckpt)
+                                     : train::read_checkpoint(s, r.run.run_id, *ckpt);
+    read_ms = ms(r0, clock::now());
+    return state;
+  });
   const torch::Device device = train::setup_device(comm ? train::rank_device(r.run.device, comm->env()) : r.run.device);
   const int world = comm ? comm->world() : 1;
   train::warn_if_not_reproducible(r.run, device, world);
@@ -258,14 +271,14 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
   r.trainer->set_comm(comm);
   if (world != r.run.world_size) verify = false;  // bits may differ: the caller reports a curve
   const auto t1 = clock::now();
-  // load_state copies every tensor into the trainer's own: the warm cache's stay unchanged.
-  const train::NamedTensors state = warm ? read_checkpoint_warm(s, r.run.run_id, *ckpt)
-                                         : train::read_checkpoint(s, r.run.run_id, *ckpt);
+  const train::NamedTensors state = reading.get();
   const auto t2 = clock::now();
   r.trainer->load_state(state);
   if (std::getenv("REWIND_RESTORE_TIMES"))
-    std::fprintf(stderr, "rewind: cold restore: device and trainer %.1f ms, checkpoint read %.1f ms, load_state %.1f ms\n",
-                 ms(t0, t1), ms(t1, t2), ms(t2, clock::now()));
+    std::fprintf(stderr,
+                 "rewind: cold restore: device and trainer %.1f ms, checkpoint read %.1f ms beside them (%.1f ms "
+                 "waited after), load_state %.1f ms\n",
+                 ms(t0, t1), read_ms, ms(t1, t2), ms(t2, clock::now()));
   if (r.trainer->step() != *ckpt)
     throw Error(ExitCode::kData, "checkpoint at step " + std::to_string(*ckpt) + " holds step " +
                                      std::to_string(r.trainer->step()));
