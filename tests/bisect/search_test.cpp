@@ -225,6 +225,22 @@ TEST(Search, InteractingPairBesideALoneCulprit) {
   }
 }
 
+TEST(SearchRace, AllFp32IsAskedOnlyWhenTheLeafFailsVerification) {
+  // With races, a verified leaf needs no all-FP32 run. A run that fails whatever is promoted:
+  // the descent names no leaf, then all-FP32 fails and the verdict is the anchors' one.
+  SearchSpace space = paper_space();
+  const std::string all_fp32 = to_string(Candidate{Mode::kKeepLow, {}});
+  for (int batch : {2, 4}) {
+    SearchResult one = run(space, any_low({"L3.H2.o"}), batch, true, true, 0.25);
+    EXPECT_EQ(one.status, Status::kLocalized) << one.summary;
+    for (const auto& p : one.probes) EXPECT_NE(to_string(p.candidate), all_fp32) << "batch " << batch;
+    SearchResult none = run(space, [](const LowSet&) { return true; }, batch, true, true, 0.25);
+    EXPECT_EQ(none.status, Status::kNotPrecision) << none.summary;
+    EXPECT_EQ(to_string(none.probes.back().candidate), all_fp32);
+    EXPECT_LE(none.probes.size(), 12u) << none.summary;
+  }
+}
+
 TEST(Search, NotAPrecisionFailureStopsAfterTheAnchors) {
   for (int batch : {1, 2}) {
     SearchResult r = run(paper_space(), [](const LowSet&) { return true; }, batch);
