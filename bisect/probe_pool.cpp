@@ -122,15 +122,18 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch, in
   int failed = 0;  // of the batch so far (a race ends at stop_after_fails)
   for (size_t i = 0; i < batch.size(); ++i) failed += known[i] && out[i].fails;
   const auto settled = [&] { return stop_after_fails > 0 && failed >= stop_after_fails; };
+  auto skip = [&](const ProbeSpec& p) {  // a race already decided: not run
+    ProbeOutcome o;
+    o.key = key(p);
+    o.cut = true;
+    ++skipped_;
+    return o;
+  };
   std::vector<ProbeOutcome> fresh;
   if (options_.jobs == 1) {
     for (const auto& p : todo) {
-      if (settled()) {  // a race already decided: not run
-        ProbeOutcome o;
-        o.key = key(p);
-        o.cut = true;
-        ++skipped_;
-        fresh.push_back(o);
+      if (settled()) {
+        fresh.push_back(skip(p));
         continue;
       }
       if (options_.comm) {
@@ -153,8 +156,10 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch, in
       ++executed_;
       fresh.push_back(o);
     }
+  } else if (settled()) {  // decided by cached probes
+    for (const auto& p : todo) fresh.push_back(skip(p));
   } else if (!todo.empty()) {
-    fresh = run_workers(todo, stop_after_fails > 0 ? std::max(1, stop_after_fails - failed) : 0);
+    fresh = run_workers(todo, stop_after_fails > 0 ? stop_after_fails - failed : 0);
   }
   for (auto& o : fresh) {
     size_t i = first.at(o.key);
