@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "train/recorder.h"
 #include "replay/replayer.h"
+#include "train/device_memory.h"
 #include "train/dist.h"
 #include "train/run_spec.h"
 #include "train/trainer.h"
@@ -470,6 +471,10 @@ int run_train(int argc, char** argv) {
                 "%.2f s for room in its queue\n", cc.step_writer_seconds, cc.step_waited_seconds);
     std::printf("recorded run %lld into %s\n", static_cast<long long>(spec.run_id), st->path().c_str());
   }
+  // What the caching allocator held at most (CUDA runs; experiments/train_bench/memory_bench.sh).
+  if (const std::string peak = train::peak_memory_report(torch::Device(train::rank_device(spec.device, env)));
+      !peak.empty())
+    std::printf("%s\n", peak.c_str());
   return 0;
 }
 

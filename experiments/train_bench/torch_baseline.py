@@ -15,6 +15,8 @@ backward) on the last one only (no_sync before). The global batch is N x accum x
 
 Prints one line per timed step and a summary line (rank 0):
   torch-baseline mode=eager median_ms=32.8 p25_ms=.. p75_ms=.. tokens_per_s=250000 last_loss=..
+and with --memory (CUDA) one more, the peak memory of the caching allocator:
+  torch-baseline-memory mode=eager batch=8 max_allocated_gib=9.12 max_reserved_gib=10.05
 """
 import argparse
 import contextlib
@@ -109,6 +111,9 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=50304)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--accum", type=int, default=1, help="micro-batches per rank per step")
+    ap.add_argument("--memory", action="store_true",
+                    help="after the summary, print the caching allocator's peaks (torch.cuda.max_memory_allocated / "
+                         "max_memory_reserved since the start: model, optimizer, activations)")
     a = ap.parse_args()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -176,6 +181,11 @@ def main():
         print(f"torch-baseline mode={a.mode} world={world} accum={a.accum} median_ms={med:.1f} p25_ms={q[0]:.1f} "
               f"p75_ms={q[2]:.1f} tokens_per_s={tokens / (med / 1e3):.0f} last_loss={loss:.4f} "
               f"torch={torch.__version__} device={torch.cuda.get_device_name(dev) if fused else 'cpu'}")
+    if a.memory and fused and rank == 0:  # experiments/train_bench/memory_bench.sh reads this line
+        gib = 1024.0 ** 3
+        print(f"torch-baseline-memory mode={a.mode} batch={a.batch_size} "
+              f"max_allocated_gib={torch.cuda.max_memory_allocated(dev) / gib:.2f} "
+              f"max_reserved_gib={torch.cuda.max_memory_reserved(dev) / gib:.2f}", flush=True)
     if world > 1:
         torch.distributed.destroy_process_group()
 
