@@ -1,6 +1,7 @@
 // `rewind bisect`: localize a precision failure in a recording — in time (--find-window) and
 // to layers, heads and ops (--window); `bisect log` lists every probe; `bisect __probe` is the
 // hidden worker that --jobs starts, one long-lived process per slot.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <cxxopts.hpp>
@@ -93,7 +94,15 @@ void use_script(bisect::BisectOptions& o, const std::string& cmd) {
   run.config = script_config(st, info);
   run.plan = train::PlanSchedule::from_json(info.plan);
   o.run_spec = run;
-  o.attention_only = true;
+  // The space: the attention ops of every head, and the module kinds the script runs under
+  // rewind.op (kv "ops"); the others are no ops of the script, so the reference leaves them
+  // as recorded and the search leaves them out (bisect::space_between).
+  const std::vector<std::string> modules = script_modules(st, info.id);
+  o.attention_only = modules.empty();
+  if (!modules.empty())
+    for (const std::string m : {"qkv", "proj", "mlp", "ln", "head"})
+      if (std::find(modules.begin(), modules.end(), m) == modules.end())
+        o.reference += m == "head" ? ";head=low" : ";L*." + m + "=low";
   o.pool.key_extra = "cmd " + cmd;
   const std::string store_path = o.store_path;
   o.pool.runner = [cmd, store_path](const bisect::ProbeSpec& p, const train::RunSpec& run) {

@@ -195,4 +195,26 @@ train::Config script_config(store::Store& s, const store::RunInfo& run) {
   return c;
 }
 
+std::vector<std::string> script_modules(store::Store& s, int64_t run) {
+  std::vector<std::string> out;
+  const std::optional<std::string> ops = s.get_kv(run, "ops");
+  if (!ops) return out;
+  const json names = json::parse(*ops, nullptr, /*allow_exceptions=*/false);
+  if (!names.is_array()) throw UsageError("run " + std::to_string(run) + ": kv 'ops' is not a JSON list of names");
+  for (const json& n : names) {
+    const std::string name = n.is_string() ? n.get<std::string>() : "";
+    const size_t dot = name.find('.');
+    const std::string kind = name == "head" ? name : dot == std::string::npos ? "" : name.substr(dot + 1);
+    if (kind == "attn") {
+      out.push_back("qkv");
+      out.push_back("proj");
+    } else if (kind == "head" || kind == "qkv" || kind == "proj" || kind == "mlp" || kind == "ln") {
+      out.push_back(kind);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 }  // namespace rwd::cli

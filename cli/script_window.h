@@ -85,4 +85,9 @@ std::pair<int, int> attention_shape(store::Store& s, const store::RunInfo& run);
 // (any keys) is not rewind's and is left out (Config::from_json refuses unknown keys).
 train::Config script_config(store::Store& s, const store::RunInfo& run);
 
+// The plan's module kinds a script's run can promote: those of the rewind.op names it ran
+// (the run's kv "ops", a JSON list: "L3.mlp" -> "mlp", "L3.attn" -> "qkv" and "proj", "head"),
+// sorted; empty for a script that never called rewind.op (only its attention is under the plan).
+std::vector<std::string> script_modules(store::Store& s, int64_t run);
+
 }  // namespace rwd::cli

@@ -3,9 +3,8 @@
 // a recording asks for them) and the module itself.
 #include <torch/extension.h>
 
-#include <algorithm>
+#include <cctype>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,6 +13,7 @@
 #include "common/error.h"
 #include "kernels/attention_op.h"
 #include "plan/plan.h"
+#include "python/monitors.h"
 #include "python/record_ext.h"
 #include "python/store_ext.h"
 
@@ -21,75 +21,78 @@ namespace rwd::python {
 
 namespace {
 
-// Layers a plan given to attention() may name: the op sees one layer, the plan may be a whole
-// model's (its other layers are ignored).
+// Layers a plan given to attention() or op_fp32() may name: the op sees one layer, the plan
+// may be a whole model's (its other layers are ignored).
 constexpr int kMaxLayers = 1024;
 
-// Per-head monitors (rewind.record asks for them): the captures of every attention() call
-// since the last collect_monitors(), by layer. Read when collected, so a CUDA forward never
-// waits for its stats (kernels::fetch_stats). Touched only under the GIL.
-bool g_monitoring = false;
-std::map<int, std::vector<std::shared_ptr<kernels::AttentionCapture>>> g_captures;
+// The plans parsed for attention() and op_fp32(), by spec and head count: parsing a 1024-layer
+// plan on every call cost each attention() call more than its small shapes' math on the host.
+// A script runs under a few plans (the recorded one, a replay's); the cache is emptied when it
+// holds kMaxCachedPlans. Touched under the GIL (attention() and op_fp32() are called with it).
+constexpr size_t kMaxCachedPlans = 16;
+std::map<std::pair<std::string, int>, std::shared_ptr<const plan::Plan>> g_plans;
 
-// The monitors rewind's trainer records (train::Trainer::monitors, less the W_Q spectral
-// norm, which needs to know the model's W_Q) per layer and head over the calls since the last
-// collect: max logit (max), repeated-max row rate and P̄ == 1 count (summed), stable-guard count.
-// The raw stats of the calls since the last collect, by layer: each call's HeadStats bytes as a
-// uint8 tensor where they lie (a CUDA call's still on the device, so the caller may copy them
-// without waiting: rewind.record reads a step's monitors a step later).
-using LayerStats = std::vector<std::pair<int, std::vector<torch::Tensor>>>;
-LayerStats take_monitor_stats() {
-  LayerStats out;
-  for (auto& [layer, caps] : g_captures) {
-    std::vector<torch::Tensor> raw;
-    for (const auto& c : caps) {
-      if (c->stats_pending.defined()) {
-        raw.push_back(c->stats_pending);
-        continue;
-      }
-      const int64_t bytes = static_cast<int64_t>(c->stats.size() * sizeof(kernels::HeadStats));
-      raw.push_back(torch::from_blob(c->stats.data(), {bytes}, torch::kUInt8).clone());
-    }
-    out.emplace_back(layer, std::move(raw));
+std::shared_ptr<const plan::Plan> parsed(const std::string& spec, int n_head, const char* what) {
+  auto key = std::make_pair(spec, n_head);
+  auto it = g_plans.find(key);
+  if (it != g_plans.end()) return it->second;
+  std::shared_ptr<const plan::Plan> p;
+  try {
+    p = std::make_shared<const plan::Plan>(plan::parse(spec, kMaxLayers, n_head));
+  } catch (const Error& e) {
+    throw std::invalid_argument(std::string(what) + ": " + e.what());
   }
-  g_captures.clear();
-  return out;
+  if (g_plans.size() >= kMaxCachedPlans) g_plans.clear();
+  g_plans.emplace(std::move(key), p);
+  return p;
 }
 
-// The monitors rewind's trainer records (train::Trainer::monitors, less the W_Q spectral
-// norm, which needs to know the model's W_Q) per layer and head from take_monitor_stats' stats
-// (on the host): max logit (max), repeated-max row rate and P̄ == 1 count (summed), stable-guard count.
-std::vector<std::pair<std::string, double>> monitors_from_stats(const LayerStats& stats) {
-  std::vector<std::pair<std::string, double>> out;
-  for (const auto& [layer, raw] : stats) {
-    std::vector<kernels::HeadStats> sum;
-    for (const torch::Tensor& r : raw) {
-      const torch::Tensor host = r.to(torch::kCPU).contiguous();
-      std::vector<kernels::HeadStats> x(static_cast<size_t>(host.numel()) / sizeof(kernels::HeadStats));
-      std::memcpy(x.data(), host.data_ptr(), x.size() * sizeof(kernels::HeadStats));
-      if (sum.size() < x.size()) sum.resize(x.size());
-      for (size_t h = 0; h < x.size(); ++h) {
-        sum[h].max_logit = std::max(sum[h].max_logit, x[h].max_logit);
-        sum[h].rows += x[h].rows;
-        sum[h].repeated_max_rows += x[h].repeated_max_rows;
-        sum[h].pbar_one += x[h].pbar_one;
-        sum[h].stable_guard += x[h].stable_guard;
-      }
-    }
-    for (size_t h = 0; h < sum.size(); ++h) {
-      const std::string p = "L" + std::to_string(layer) + ".H" + std::to_string(h) + ".";
-      const kernels::HeadStats& x = sum[h];
-      out.emplace_back(p + "max_logit", x.max_logit);
-      out.emplace_back(p + "repmax_rate", x.rows ? double(x.repeated_max_rows) / double(x.rows) : 0.0);
-      out.emplace_back(p + "pbar_one", double(x.pbar_one));
-      if (x.stable_guard > 0) out.emplace_back(p + "stable_guard", double(x.stable_guard));
-    }
+// The layer-level assignments of `spec` (those whose target names no heads: `L3.mlp=fp32`,
+// `L*=fp32`, `all=fp32`, `head=fp32`, ...): a module's flag depends on these alone, and they
+// parse without knowing the model's head count.
+std::string layer_level(const std::string& spec) {
+  std::string out;
+  size_t b = 0;
+  while (b <= spec.size()) {
+    size_t e = spec.find(';', b);
+    if (e == std::string::npos) e = spec.size();
+    const std::string a = spec.substr(b, e - b);
+    std::string target;
+    for (char c : a.substr(0, a.find('=')))
+      if (!std::isspace(static_cast<unsigned char>(c))) target += c;
+    if (target.find(".H") == std::string::npos) out += (out.empty() ? "" : ";") + a;
+    b = e + 1;
   }
   return out;
 }
 
-// The monitors now (waits for a CUDA forward's stats).
-std::vector<std::pair<std::string, double>> collect_monitors() { return monitors_from_stats(take_monitor_stats()); }
+// Whether the plan runs the block rewind.op(name) wraps in FP32: "L<i>.qkv|proj|mlp|ln" (the
+// layer's module flag: `L3.mlp=fp32`, `L3=fp32`, `L*.mlp=fp32`, `all=fp32`), "L<i>.attn" (the
+// attention module's linears: qkv and proj both promoted) or "head" (`head=fp32`, `all=fp32`).
+bool op_fp32(const std::string& spec, const std::string& name) {
+  const std::string usage = "rewind.op: '" + name +
+                            "' is no op name (expected L<layer>.qkv, .proj, .mlp, .ln, .attn or head)";
+  const plan::Plan& p = *parsed(layer_level(spec), 1, "rewind.op");
+  if (name == "head") return p.head_fp32;
+  const size_t dot = name.find('.');
+  if (name.size() < 4 || name[0] != 'L' || dot == std::string::npos || dot == 1 || dot > 5)
+    throw std::invalid_argument(usage);
+  int layer = 0;
+  for (size_t i = 1; i < dot; ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) throw std::invalid_argument(usage);
+    layer = layer * 10 + (name[i] - '0');
+  }
+  if (layer >= kMaxLayers) throw std::invalid_argument(usage);
+  const plan::LayerPlan& lp = p.layers[layer];
+  const std::string m = name.substr(dot + 1);
+  auto flag = [&](plan::Module k) { return lp.module_fp32[static_cast<int>(k)]; };
+  if (m == "qkv") return flag(plan::Module::kQkv);
+  if (m == "proj") return flag(plan::Module::kProj);
+  if (m == "mlp") return flag(plan::Module::kMlp);
+  if (m == "ln") return flag(plan::Module::kLn);
+  if (m == "attn") return flag(plan::Module::kQkv) && flag(plan::Module::kProj);
+  throw std::invalid_argument(usage);
+}
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const std::string& plan_spec, int layer, bool causal) {
@@ -97,12 +100,8 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
               "rewind.attention: q, k, v must be (batch, heads, seq, head_dim)");
   TORCH_CHECK(layer >= 0 && layer < kMaxLayers, "rewind.attention: layer must be in 0..", kMaxLayers - 1);
   const int n_head = static_cast<int>(q.size(1));
-  plan::Plan plan;
-  try {
-    plan = plan::parse(plan_spec, kMaxLayers, n_head);
-  } catch (const Error& e) {
-    throw std::invalid_argument(std::string("rewind.attention: ") + e.what());
-  }
+  const std::shared_ptr<const plan::Plan> held = parsed(plan_spec, n_head, "rewind.attention");
+  const plan::Plan& plan = *held;
   const plan::LayerPlan& lp = plan.layers[layer];
   kernels::AttentionOptions opt;
   opt.scale = 1.0f / std::sqrt(static_cast<float>(q.size(3)));
@@ -113,12 +112,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   opt.flags = lp.heads;
   // Like F.scaled_dot_product_attention under autocast: any float dtype in, the same out.
   const auto dtype = q.scalar_type();
-  std::shared_ptr<kernels::AttentionCapture> capture;
-  if (g_monitoring) {
-    capture = std::make_shared<kernels::AttentionCapture>();
-    capture->keep_tensors = false;  // the stats alone
-    g_captures[layer].push_back(capture);
-  }
+  std::shared_ptr<kernels::AttentionCapture> capture = monitor_capture(layer);
   torch::Tensor o =
       kernels::attention(q.to(torch::kFloat32), k.to(torch::kFloat32), v.to(torch::kFloat32), opt, capture);
   return o.to(dtype);
@@ -133,14 +127,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &rwd::python::attention, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
         pybind11::arg("plan") = "", pybind11::arg("layer") = 0, pybind11::arg("causal") = true,
         "rewind's attention on (B, H, T, D) tensors with the plan's per-head flags for `layer`");
-  m.def("set_monitoring", [](bool on) { rwd::python::g_monitoring = on; rwd::python::g_captures.clear(); },
-        "record per-head monitors of every attention() call from now on (rewind.record turns it on)");
-  m.def("take_monitor_stats", &rwd::python::take_monitor_stats,
-        "the raw per-head stats of the attention() calls since the last collect, by layer, where they lie");
-  m.def("monitors_from_stats", &rwd::python::monitors_from_stats, py::arg("stats"),
-        "collect_monitors' list from take_monitor_stats' stats (copied to the host)");
-  m.def("collect_monitors", &rwd::python::collect_monitors,
-        "per-head monitors ('L0.H1.max_logit', ...) over the attention() calls since the last collect");
+  m.def("op_fp32", &rwd::python::op_fp32, pybind11::arg("plan"), pybind11::arg("name"),
+        "whether the plan runs rewind.op(name)'s block in FP32");
+  rwd::python::bind_monitors(m);
   rwd::python::bind_store(m);
   rwd::python::bind_record(m);
 }

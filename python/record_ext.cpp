@@ -9,10 +9,17 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
+
+#ifdef REWIND_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#endif
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "python/monitors.h"
 #include "store/content_hash.h"
 #include "store/store.h"
 #include "store/store_worker.h"
@@ -111,6 +118,39 @@ std::vector<uint8_t> batch_bytes(const std::vector<torch::Tensor>& batch) {
   return out;
 }
 
+// A copy of `t` on the host, queued: from a GPU into pinned memory without waiting (read it
+// after queue_fence's wait); a host tensor is cloned.
+torch::Tensor to_host(const torch::Tensor& t) {
+  const torch::Tensor d = t.detach();
+  if (!d.is_cuda()) return d.clone();
+  torch::Tensor h = torch::empty(d.sizes(), d.options().device(torch::kCPU).pinned_memory(true));
+  h.copy_(d, /*non_blocking=*/true);
+  return h;
+}
+
+// A function that waits until the work queued so far on the current CUDA stream (the copies
+// to pinned memory among it) is done; one that returns at once where `cuda` is false.
+std::function<void()> queue_fence(bool cuda) {
+#ifdef REWIND_CUDA
+  if (cuda) {
+    auto done = std::make_shared<at::cuda::CUDAEvent>();
+    done->record(at::cuda::getCurrentCUDAStream());
+    return [done] { done->synchronize(); };
+  }
+#else
+  if (cuda) throw Error(ExitCode::kInternal, "rewind.record: CUDA tensors need a REWIND_CUDA build of rewind._C");
+#endif
+  return [] {};
+}
+
+// A scalar of rec.step: a one-element tensor (the loop's FP32 value, read as float) or a number.
+using Scalar = std::variant<torch::Tensor, double>;
+
+double scalar_value(const Scalar& v) {
+  if (const double* d = std::get_if<double>(&v)) return *d;
+  return static_cast<double>(std::get<torch::Tensor>(v).item<float>());
+}
+
 py::list named_list(const train::NamedTensors& state) {
   py::list out;
   for (const auto& [name, t] : state) out.append(py::make_tuple(name, t));
@@ -142,29 +182,55 @@ class ScriptRecording {
 
   int64_t run() const { return run_; }
 
-  void put_step(int64_t step, double lr, double loss, double grad_norm, const std::string& digest,
-                const std::vector<torch::Tensor>& batch, const py::bytes& rng, const std::string& extra,
-                const std::vector<std::pair<std::string, double>>& metrics) {
+  // The parameters whose digest each step records (the model's, in order).
+  void set_params(std::vector<torch::Tensor> params) { params_ = std::move(params); }
+
+  // Records step `step`, written by the step writer once the device has done the step's work:
+  // `scalars` are loss, grad_norm, then rec.step's keywords in order (tensors are copied to the
+  // host behind the step's work, numbers kept as they are); `batch` the host copies of what
+  // get_batch returned (rec.batch queued them); the per-head monitors are those of the
+  // attention() calls since the last take; the parameter digest is queued here (on a GPU its
+  // kernels, on the CPU the sum itself). Nothing here waits for the device: the step writer
+  // waits for the copies (`cuda`: an event on the current stream) and reads them. `ops`, when
+  // not empty, is stored as the run's kv "ops" (the rewind.op names the script ran).
+  void queue_step(int64_t step, double lr, double seconds, std::vector<std::pair<std::string, Scalar>> scalars,
+                  std::vector<torch::Tensor> batch, const py::bytes& rng, const std::string& extra,
+                  const std::string& ops, bool cuda) {
     require_open();
-    store::StepRecord rec;
-    rec.run = run_;
-    rec.step = step;
-    rec.lr = lr;
-    rec.loss_bits = store::float_bits(static_cast<float>(loss));  // the loop's FP32 loss: exact
-    rec.grad_norm_bits = store::float_bits(static_cast<float>(grad_norm));
-    if (!digest.empty()) rec.param_digest = digest;
-    std::vector<uint8_t> tokens = batch_bytes(batch);
-    rec.batch_hash = store::content_hash(tokens.data(), tokens.size());
-    if (!extra.empty()) rec.extra = extra;
+    if (scalars.size() < 2) throw Error(ExitCode::kInternal, "queue_step: loss and grad_norm come first");
+    for (auto& [name, v] : scalars)
+      if (auto* t = std::get_if<torch::Tensor>(&v)) *t = to_host(t->detach().to(torch::kFloat32).reshape({}));
+    LayerStats stats = take_monitor_stats();
+    for (auto& [layer, raw] : stats)
+      for (torch::Tensor& r : raw) r = to_host(r);
+    std::function<std::string()> digest = train::queue_param_digest(params_);
+    std::function<void()> fence = queue_fence(cuda);
     std::string rng_state = rng;
     py::gil_scoped_release nogil;
-    steps_->push([rec = std::move(rec), tokens = std::move(tokens), rng_state = std::move(rng_state),
-                  metrics](store::Store& s) mutable {
+    steps_->push([run = run_, step, lr, seconds, scalars = std::move(scalars), batch = std::move(batch),
+                  rng_state = std::move(rng_state), extra, ops, stats = std::move(stats),
+                  digest = std::move(digest), fence = std::move(fence)](store::Store& s) {
+      fence();
+      store::StepRecord rec;
+      rec.run = run;
+      rec.step = step;
+      rec.lr = lr;
+      rec.loss_bits = store::float_bits(static_cast<float>(scalar_value(scalars[0].second)));  // exact
+      rec.grad_norm_bits = store::float_bits(static_cast<float>(scalar_value(scalars[1].second)));
+      std::vector<std::pair<std::string, double>> metrics = {{"lr", lr}, {"step_seconds", seconds}};
+      for (size_t k = 2; k < scalars.size(); ++k) metrics.emplace_back(scalars[k].first, scalar_value(scalars[k].second));
+      for (auto& m : monitors_from_stats(stats)) metrics.push_back(std::move(m));
+      const std::string d = digest();
+      if (!d.empty()) rec.param_digest = d;
+      const std::vector<uint8_t> tokens = batch_bytes(batch);
+      rec.batch_hash = store::content_hash(tokens.data(), tokens.size());
+      if (!extra.empty()) rec.extra = extra;
       auto tx = s.begin_step();
       rec.batch_ref = s.put_blob(tokens.data(), tokens.size());
       if (!rng_state.empty()) rec.rng_ref = s.put_blob(rng_state.data(), rng_state.size());
       s.put_step(rec);
       s.put_metrics(rec.run, rec.step, metrics);
+      if (!ops.empty()) s.put_kv(rec.run, "ops", ops);
       s.check_in_place();  // a deleted or moved store would take the step without an error
       tx.commit();
       if ((rec.step + 1) % kWalCheckpointSteps == 0) s.checkpoint_wal();
@@ -219,6 +285,7 @@ class ScriptRecording {
   int64_t run_ = 0;
   std::unique_ptr<store::StoreWorker> steps_;
   std::unique_ptr<store::StoreWorker> checkpoints_;
+  std::vector<torch::Tensor> params_;
 };
 
 // The read side of a replay driven by `rewind replay --cmd`: one read-only connection.
@@ -285,9 +352,9 @@ void bind_record(py::module_& m) {
       .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&>(),
            py::arg("path"), py::arg("config"), py::arg("plan"), py::arg("meta"))
       .def_property_readonly("run", &ScriptRecording::run)
-      .def("put_step", &ScriptRecording::put_step, py::arg("step"), py::arg("lr"), py::arg("loss"),
-           py::arg("grad_norm"), py::arg("digest"), py::arg("batch"), py::arg("rng"), py::arg("extra"),
-           py::arg("metrics"))
+      .def("set_params", &ScriptRecording::set_params, py::arg("params"))
+      .def("queue_step", &ScriptRecording::queue_step, py::arg("step"), py::arg("lr"), py::arg("seconds"),
+           py::arg("scalars"), py::arg("batch"), py::arg("rng"), py::arg("extra"), py::arg("ops"), py::arg("cuda"))
       .def("put_checkpoint", &ScriptRecording::put_checkpoint, py::arg("step"), py::arg("state"))
       .def("close", &ScriptRecording::close);
   py::class_<ScriptReplay>(m, "ScriptReplay")

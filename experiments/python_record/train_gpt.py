@@ -1,7 +1,9 @@
 """A nanoGPT-style GPT and training loop (written for rewind; nanoGPT's parameter names) with
 rewind's lines marked "# rewind", for the GPU measurements of issue 33 (gpu_bench.sh): the step
 time with rewind.attention and rewind.record against the same loop with SDPA and no recorder,
-and a bisect of a planted fault through `rewind bisect --cmd`.
+and a bisect of a planted fault through `rewind bisect --cmd`. The attention linears, MLPs and
+LM head sit in rewind.op blocks, so a plan (`replay --cmd --plan 'L1.mlp=fp32'`, a bisect's
+probes) can run them in FP32.
 
     python3 train_gpt.py --preset gpt2-small --device cuda --attention sdpa --no-record --steps 60
     python3 train_gpt.py --preset gpt2-small --device cuda --store run.db --steps 60
@@ -32,18 +34,23 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x):
         b, t, c = x.shape
-        q, k, v = self.c_attn(x).split(c, dim=2)
+        with rewind.op(f"L{self.layer}.qkv"):  # rewind: FP32 where the plan says L<i>.qkv=fp32
+            qkv = self.c_attn(x)
+        q, k, v = qkv.split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))  # (B, H, T, D)
         if self.attention == "rewind":
             y = rewind.attention(q, k, v, layer=self.layer, causal=True)  # rewind: was SDPA
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.c_proj(y.transpose(1, 2).reshape(b, t, c))
+        # rewind: y is BF16 under autocast; the call form casts it to FP32 where the plan says
+        # L<i>.proj=fp32 (and the output back to BF16)
+        return rewind.op(f"L{self.layer}.proj")(self.c_proj, y.transpose(1, 2).reshape(b, t, c))
 
 
 class Block(nn.Module):
     def __init__(self, layer, n_embd, n_head, attention):
         super().__init__()
+        self.layer = layer
         self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
         self.attn = CausalSelfAttention(layer, n_embd, n_head, attention)
         self.mlp = nn.Sequential()
@@ -53,7 +60,8 @@ class Block(nn.Module):
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        with rewind.op(f"L{self.layer}.mlp"):  # rewind: FP32 where the plan says L<i>.mlp=fp32
+            return x + self.mlp(self.ln_2(x))
 
 
 class GPT(nn.Module):
@@ -77,7 +85,8 @@ class GPT(nn.Module):
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)
         for blk in self.transformer.h:
             x = blk(x)
-        logits = self.lm_head(self.transformer.ln_f(x))
+        with rewind.op("head"):  # rewind: FP32 where the plan says head=fp32
+            logits = self.lm_head(self.transformer.ln_f(x))
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
 

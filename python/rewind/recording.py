@@ -33,6 +33,7 @@ REPLAY_ENV = "REWIND_REPLAY"
 
 _active_plan = ""
 _replaying = False  # a replayed process has made its recorder
+_op_names = set()   # the names rewind.op has been called with (ops.py), stored with the run
 
 
 def active_plan():
@@ -69,49 +70,25 @@ def _scalar(x, name):
     return float(x)
 
 
+def _queued_scalar(x, name):
+    """A scalar of rec.step as queue_step takes it: a one-element tensor (read by the step writer
+    once the device is done with it) or a float."""
+    if torch.is_tensor(x):
+        if x.numel() != 1:
+            raise ValueError(f"rec.step: {name} must be a scalar, not a tensor of shape {tuple(x.shape)}")
+        return x.detach()
+    return float("nan") if x is None else float(x)
+
+
 def _to_host(t):
     """A copy of tensor t on the host, queued: from a GPU into pinned memory without waiting
-    (the copy runs when the device gets there; read it after _Queued's event)."""
+    (the copy runs when the device gets there; the step writer reads it after the step's work)."""
     t = t.detach()
     if not t.is_cuda:
         return t.clone()
     h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
     h.copy_(t, non_blocking=True)
     return h
-
-
-class _Queued:
-    """A recorded step whose values still lie on the device: loss, gradient norm, keyword
-    scalars, the batch, the monitors' stats and the parameter digest's sums are copied to the
-    host behind the step's work, and read one step later (or at a checkpoint or close). Reading
-    them at rec.step would make the host wait for the GPU every step, so it could not queue the
-    next step while this one runs (1.92x the step on an H200)."""
-
-    def __init__(self, step, loss, grad_norm, lr, metrics, batch, desc, rng, seconds, digest, stats):
-        self.step, self.lr, self.desc, self.rng, self.seconds, self.digest = step, lr, desc, rng, seconds, digest
-        self.scalars = []
-        for k, v in [("loss", loss), ("grad_norm", grad_norm)] + list(metrics.items()):
-            if torch.is_tensor(v):
-                if v.numel() != 1:
-                    raise ValueError(f"rec.step: {k} must be a scalar, not a tensor of shape {tuple(v.shape)}")
-                v = _to_host(v.detach().float().reshape(()))
-            self.scalars.append((k, v))
-        self.batch = batch  # already queued to the host by rec.batch
-        self.stats = [(layer, [_to_host(t) for t in raw]) for layer, raw in stats]
-        self.event = None
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            self.event = torch.cuda.Event()
-            self.event.record()
-
-    def put(self, rec):
-        if self.event is not None:
-            self.event.synchronize()
-        values = {k: _scalar(v, k) for k, v in self.scalars}
-        loss_v, norm_v = values.pop("loss"), values.pop("grad_norm")
-        scalars = list(values.items()) + _C.monitors_from_stats(self.stats)
-        extra = json.dumps({"batch": self.desc, "seconds": self.seconds})
-        rec.put_step(self.step, self.lr, loss_v, norm_v, self.digest(), self.batch, self.rng, extra,
-                     [("lr", self.lr), ("step_seconds", self.seconds)] + scalars)
 
 
 def _rng_state():
@@ -212,6 +189,7 @@ class Recorder:
         if checkpoint_every < 1:
             raise ValueError("rewind.record: checkpoint_every must be at least 1")
         self.model, self.optimizer = model, optimizer
+        self._params = list(model.parameters())  # digested every step: listed once
         self.state = dict(state or {})
         for name, obj in self.state.items():
             if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
@@ -219,7 +197,7 @@ class Recorder:
         self.checkpoint_every = int(checkpoint_every)
         self.step_index = 0       # the step the loop runs next
         self._pending = None      # (tensors, desc, rng, t0) between batch and step
-        self._queued = None       # the last recorded step, its values still being copied (_Queued)
+        self._ops_stored = 0      # how many rewind.op names the run's kv "ops" holds
         self._report = None
         self._plans = []          # a replay's asked plans: [(step, spec)]
         self._doctor = None
@@ -245,6 +223,7 @@ class Recorder:
         params = list(self.model.parameters())
         meta["device"] = str(params[0].device) if params else "cpu"
         self._rec = _C.ScriptRecording(path, json.dumps(config, default=str), plan, json.dumps(meta))
+        self._rec.set_params(self._params)
         self.run = self._rec.run
         atexit.register(self.close)  # commits what is queued if the script never calls close
         _C.set_monitoring(True)
@@ -356,8 +335,7 @@ class Recorder:
             self._pending = (None, None, None, t0)
             return out
         if self.step_index % self.checkpoint_every == 0:
-            self._put_queued()  # the checkpoint follows the steps before it
-            self._checkpoint()
+            self._checkpoint()  # written after the steps queued before it
         _C.take_monitor_stats()  # drops what ran outside a step (e.g. an evaluation)
         out = get_batch(*args, **kwargs)
         tensors, layout = _batch_tensors(out)
@@ -365,12 +343,6 @@ class Recorder:
                                            "device": str(t.device)} for t in tensors]}
         self._pending = ([_to_host(t) for t in tensors], desc, _rng_state(), t0)
         return out
-
-    def _put_queued(self):
-        """Writes the step whose values were queued (see _Queued), if any."""
-        q, self._queued = self._queued, None
-        if q is not None:
-            q.put(self._rec)
 
     def step(self, loss, grad_norm=None, lr=None, **metrics):
         """Ends the step begun by rec.batch, after optimizer.step(): records the loss and
@@ -384,14 +356,17 @@ class Recorder:
         tensors, desc, rng, t0 = self._pending
         self._pending = None
         if not self.replaying and not self._doctor:
+            seconds = time.perf_counter() - t0
             lr_v = float(self.optimizer.param_groups[0]["lr"] if lr is None else lr)
-            queued = _Queued(self.step_index, loss, grad_norm, lr_v, metrics, tensors, desc, rng,
-                             time.perf_counter() - t0,
-                             _C.param_digest_queued([p for p in self.model.parameters()]),
-                             _C.take_monitor_stats())
+            scalars = [("loss", _queued_scalar(loss, "loss")), ("grad_norm", _queued_scalar(grad_norm, "grad_norm"))]
+            scalars += [(k, _queued_scalar(v, k)) for k, v in metrics.items()]
+            ops = ""
+            if len(_op_names) != self._ops_stored:
+                ops, self._ops_stored = json.dumps(sorted(_op_names)), len(_op_names)
+            # Queued, not written: the step writer waits for the device's copies (rewind._C).
+            self._rec.queue_step(self.step_index, lr_v, seconds, scalars, tensors, rng,
+                                 json.dumps({"batch": desc, "seconds": seconds}), ops, torch.cuda.is_initialized())
             self.step_index += 1
-            self._put_queued()  # the step before: its copies are long done
-            self._queued = queued
             return
         loss_v, norm_v = _scalar(loss, "loss"), _scalar(grad_norm, "grad_norm")
         if self._doctor:
@@ -399,7 +374,7 @@ class Recorder:
             self.step_index += 1
             return
         lr_v = float(self.optimizer.param_groups[0]["lr"] if lr is None else lr)
-        digest = _C.param_digest_queued([p for p in self.model.parameters()])()  # as recorded
+        digest = _C.param_digest_queued(self._params)()  # as recorded
         s = self.step_index
         self.step_index += 1
         scalars = [(k, _scalar(v, k)) for k, v in metrics.items()] + _C.collect_monitors()
@@ -421,11 +396,8 @@ class Recorder:
         background writers; a failed write is raised here or at the next rec.step) and lets go
         of the store's writer lock. Called at exit if the script does not."""
         if not self.replaying and not self._doctor:
-            try:
-                self._put_queued()
-            finally:
-                _C.set_monitoring(False)
-                self._rec.close()
+            _C.set_monitoring(False)
+            self._rec.close()
 
     def __enter__(self):
         return self
