@@ -97,6 +97,9 @@ def main():
     ap.add_argument("--attention", choices=["rewind", "sdpa"], default="rewind")
     ap.add_argument("--store", default="run.db")
     ap.add_argument("--no-record", action="store_true", help="the plain loop: no rewind.record")
+    ap.add_argument("--monitors", action="store_true",
+                    help="with --no-record: rewind.attention's per-head monitors on (what the recorder asks of the "
+                         "kernels), dropped each step: their device cost without the recorder's")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=10, help="steps left out of the timing")
     ap.add_argument("--checkpoint-every", type=int, default=50)
@@ -128,6 +131,8 @@ def main():
         rec = rewind.record(a.store, model, opt, checkpoint_every=a.checkpoint_every, config=config,
                             plan_from=plan_from)  # rewind
     start = rec.start if rec else 0  # rewind: rec.start
+    if a.monitors and not rec:
+        rewind._C.set_monitoring(True)
     autocast = torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16)
     t0 = None
     for it in range(start, a.steps):
@@ -144,6 +149,8 @@ def main():
         opt.zero_grad(set_to_none=True)
         if rec:
             rec.step(loss=loss, grad_norm=norm)  # rewind
+        elif a.monitors:
+            rewind._C.take_monitor_stats()
     if cuda:
         torch.cuda.synchronize()
     timed = a.steps - start - a.warmup
