@@ -101,12 +101,16 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   so.cheap_direction = o.cheap_direction;
   so.cost = CostModel::named(rep.cost_model);
   so.before_batch = [&](const std::string& phase) { ctx.phase = phase; };
+  // Races (issue 32) where probes run on several workers at once: a failing probe's early
+  // verdict ends the round, the recorded plan's included (the first round waits for it).
+  const bool races = o.pool.jobs >= 2 && !o.pool.comm && !o.pool.runner;
   // The engine's candidates as window probes; verdicts 1 fails, 0 passes, -1 cut short.
   auto run_candidates = [&](const std::vector<Candidate>& cands, int stop_after_fails) {
     std::vector<ProbeSpec> batch;
     for (const auto& cand : cands) {
       ProbeSpec p = ctx.make(from, to, "window");
       p.candidate = cand;
+      p.baseline_whole = !races;
       batch.push_back(p);
     }
     std::vector<int> verdicts;
@@ -118,10 +122,9 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
     for (int v : run_candidates(cands, 0)) verdicts.push_back(v == 1);
     return verdicts;
   };
-  // Races (issue 32) where probes run on several workers at once: a failing probe's early
-  // verdict ends the round. The share of the window a failing probe runs: where the predicate
-  // came to hold in this window's failing probes so far (the recorded plan's one included).
-  if (o.pool.jobs >= 2 && !o.pool.comm && !o.pool.runner) {
+  // The share of the window a failing probe runs: where the predicate came to hold in this
+  // window's failing probes so far (the recorded plan's one included).
+  if (races) {
     so.race = run_candidates;
     so.fail_fraction = [&, from, to] {
       double sum = 0;
@@ -228,7 +231,9 @@ void account_costs(BisectReport& rep, const SearchSpace& space) {
   rep.recorded_step_s = 0;
   for (const auto& p : rep.probes)
     if (p.spec.kind == "window" && p.spec.candidate && p.spec.candidate->mode == Mode::kPromote &&
-        p.spec.candidate->elements.empty() && p.outcome.steps > 0 && p.outcome.step_s > 0) {
+        p.spec.candidate->elements.empty() && p.outcome.step_s > 0 &&
+        p.outcome.steps >= std::min<int64_t>(3, p.spec.to - p.spec.from + 1)) {
+      // (a raced recorded-plan probe ends at its early verdict: one step times lazy setup)
       rep.recorded_step_s = warm_step_s(p.outcome);
       break;
     }

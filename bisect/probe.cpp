@@ -81,6 +81,7 @@ std::string ProbeSpec::to_json() const {
   if (reference != kFullPrecision) j["reference"] = reference;
   j["predicate"] = predicate;
   j["job"] = job;
+  if (!baseline_whole) j["baseline_whole"] = false;
   return j.dump();
 }
 
@@ -102,6 +103,7 @@ ProbeSpec ProbeSpec::from_json(const std::string& text) {
     p.reference = j.value("reference", std::string(kFullPrecision));
     p.predicate = j.at("predicate").get<std::string>();
     p.job = j.value("job", "");
+    p.baseline_whole = j.value("baseline_whole", true);
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(std::string("bisect: bad probe description: ") + e.what());
@@ -276,10 +278,12 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   // in its process the probe judges at most every `every` steps, so that judging takes ~2% of
   // the steps' time; with ranks it judges every step (the same series on every rank, so every
   // rank stops at the same step).
-  // The recorded plan's probe (fp32{}) always runs whole: its median step is the recorded step
-  // every probe's measured cost is counted in (a one-step probe would time lazy initialization);
-  // it is judged until the predicate holds all the same, to tell where it would have stopped.
-  const bool baseline = p.candidate && p.candidate->mode == Mode::kPromote && p.candidate->elements.empty();
+  // The recorded plan's probe (fp32{}) runs whole (unless the spec says otherwise: races):
+  // its median step is the recorded step every probe's measured cost is counted in (a one-step
+  // probe would time lazy initialization); it is judged until the predicate holds all the same,
+  // to tell where it would have stopped.
+  const bool baseline =
+      p.baseline_whole && p.candidate && p.candidate->mode == Mode::kPromote && p.candidate->elements.empty();
   const bool early = pred.monotone();
   int64_t every = 1, next_check = p.from;
   std::vector<double> step_times;

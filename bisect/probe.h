@@ -38,6 +38,9 @@ struct ProbeSpec {
   std::string reference = kFullPrecision;  // --reference: what a candidate promotes towards
   std::string predicate;  // source text of the failure predicate
   std::string job;        // the bisect job that first asked for it
+  // The recorded plan's probe (fp32{}) runs the whole window to time the recorded step, unless
+  // false: with races its early verdict ends it like any other (not part of the cache key).
+  bool baseline_whole = true;
 
   std::string label() const;  // "low{L1.attn}", "fp32{}", or the spec
   std::string to_json() const;

@@ -266,8 +266,10 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
   const torch::Device device = train::setup_device(comm ? train::rank_device(r.run.device, comm->env()) : r.run.device);
   const int world = comm ? comm->world() : 1;
   train::warn_if_not_reproducible(r.run, device, world);
-  r.trainer = std::make_shared<train::Trainer>(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data,
-                                        device, train::attention_impl(r.run.attention));
+  const auto t_device = clock::now();
+  // Uninitialized: load_state below overwrites every parameter and moment.
+  r.trainer = std::make_shared<train::Trainer>(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data, device,
+                                               train::attention_impl(r.run.attention), train::Trainer::Init::kForLoad);
   r.trainer->set_comm(comm);
   if (world != r.run.world_size) verify = false;  // bits may differ: the caller reports a curve
   const auto t1 = clock::now();
@@ -276,9 +278,9 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
   r.trainer->load_state(state);
   if (std::getenv("REWIND_RESTORE_TIMES"))
     std::fprintf(stderr,
-                 "rewind: cold restore: device and trainer %.1f ms, checkpoint read %.1f ms beside them (%.1f ms "
-                 "waited after), load_state %.1f ms\n",
-                 ms(t0, t1), read_ms, ms(t1, t2), ms(t2, clock::now()));
+                 "rewind: cold restore: device %.1f ms and trainer %.1f ms, checkpoint read %.1f ms beside them "
+                 "(%.1f ms waited after), load_state %.1f ms\n",
+                 ms(t0, t_device), ms(t_device, t1), read_ms, ms(t1, t2), ms(t2, clock::now()));
   if (r.trainer->step() != *ckpt)
     throw Error(ExitCode::kData, "checkpoint at step " + std::to_string(*ckpt) + " holds step " +
                                      std::to_string(r.trainer->step()));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -127,8 +128,17 @@ class Store {
   // get_blob for many blobs: frames read here, decompressed and hashed on `threads` threads
   // (0: this thread), at most ~256 MiB of frames read ahead. Same checks, same errors.
   std::vector<std::vector<uint8_t>> get_blobs(const std::vector<std::string>& hashes, int threads);
+  // get_blobs into the caller's memory: dest(i, raw_size) returns where blob i goes (raw_size
+  // writable bytes; it may throw, before any frame is read). The threads decompress straight
+  // into it: no zero-filled buffer, no second copy (a checkpoint restore's tensors).
+  void get_blobs_into(const std::vector<std::string>& hashes, int threads,
+                      const std::function<uint8_t*(size_t, size_t)>& dest);
   // The tensors of these rows (e.g. checkpoint_entries), their blobs read by get_blobs.
   std::vector<TensorRecord> read_tensors(std::vector<TensorInfo> infos, int threads);
+  // read_tensors into the caller's memory: dest(i) returns tensor i's buffer of
+  // shape_numel(shape) x dtype_size(dtype) bytes; a blob of another size is a kData error.
+  void read_tensors_into(const std::vector<TensorInfo>& infos, int threads,
+                         const std::function<uint8_t*(size_t)>& dest);
   bool has_blob(const std::string& hash);
   std::optional<BlobInfo> blob_info(const std::string& hash);
 

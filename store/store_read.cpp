@@ -57,6 +57,15 @@ std::vector<uint8_t> Store::get_blob(const std::string& hash) { return std::move
 
 std::vector<std::vector<uint8_t>> Store::get_blobs(const std::vector<std::string>& hashes, int threads) {
   std::vector<std::vector<uint8_t>> out(hashes.size());
+  get_blobs_into(hashes, threads, [&](size_t b, size_t bytes) {
+    out[b].resize(bytes);
+    return out[b].data();
+  });
+  return out;
+}
+
+void Store::get_blobs_into(const std::vector<std::string>& hashes, int threads,
+                           const std::function<uint8_t*(size_t, size_t)>& dest) {
   std::vector<BlobInfo> infos;
   for (const std::string& hash : hashes) {
     std::optional<BlobInfo> info = blob_info(hash);
@@ -67,25 +76,28 @@ std::vector<std::vector<uint8_t>> Store::get_blobs(const std::vector<std::string
       throw data_error(what + ": inconsistent size/chunk count/shuffle in its row");
     infos.push_back(*info);
   }
+  // Every destination asked for before any frame is read (the caller may throw on a size).
+  std::vector<uint8_t*> out(hashes.size());
+  for (size_t b = 0; b < hashes.size(); ++b) out[b] = dest(b, static_cast<size_t>(infos[b].raw_size));
+  auto size_of = [&](size_t b) { return static_cast<size_t>(infos[b].raw_size); };
   // A chunk's frame into its place in out[b]: decompressed and unshuffled with the worker's
-  // decompressor and scratch.
+  // decompressor and scratch. The destination's pages are first touched here, on the threads.
   auto unpack = [&](size_t b, int64_t idx, const void* frame, size_t size, ZstdDecompressor& z, Bytes& scratch) {
     const size_t off = static_cast<size_t>(idx) * kChunkBytes;
-    const size_t len = std::min(kChunkBytes, out[b].size() - off);
+    const size_t len = std::min(kChunkBytes, size_of(b) - off);
     const std::string what = "store " + path() + ": blob " + hashes[b] + " chunk " + std::to_string(idx);
     if (infos[b].shuffle == 1) {
-      z.decompress(frame, size, out[b].data() + off, len, what.c_str());
+      z.decompress(frame, size, out[b] + off, len, what.c_str());
     } else {
       resize_for_overwrite(scratch, len);
       z.decompress(frame, size, scratch.data(), len, what.c_str());
-      byte_unshuffle(scratch.data(), len, static_cast<size_t>(infos[b].shuffle), out[b].data() + off);
+      byte_unshuffle(scratch.data(), len, static_cast<size_t>(infos[b].shuffle), out[b] + off);
     }
   };
   auto check_hash = [&](size_t b) {
-    if (content_hash(out[b].data(), out[b].size()) != hashes[b])
+    if (content_hash(out[b], size_of(b)) != hashes[b])
       throw data_error("store " + path() + ": blob " + hashes[b] + ": content hash mismatch after decompression");
   };
-  for (size_t b = 0; b < hashes.size(); ++b) out[b].resize(static_cast<size_t>(infos[b].raw_size));
   if (threads <= 0) {
     for (size_t b = 0; b < hashes.size(); ++b) {
       const std::string what = "store " + path() + ": blob " + hashes[b];
@@ -101,7 +113,7 @@ std::vector<std::vector<uint8_t>> Store::get_blobs(const std::vector<std::string
         throw data_error(what + ": has " + std::to_string(idx) + " of " + std::to_string(infos[b].n_chunks) + " chunks");
       check_hash(b);
     }
-    return out;
+    return;
   }
   // Every chunk a unit of work, largest blobs first (they bound the wall).
   struct Unit {
@@ -136,7 +148,7 @@ std::vector<std::vector<uint8_t>> Store::get_blobs(const std::vector<std::string
     st->reset();
     if (left[unit.blob].fetch_sub(1) == 1) check_hash(unit.blob);
   });
-  return out;
 }
+
 
 }  // namespace rwd::store

@@ -128,22 +128,29 @@ std::optional<TensorRecord> Store::read_tensor(TensorInfo info) {
 }
 
 std::vector<TensorRecord> Store::read_tensors(std::vector<TensorInfo> infos, int threads) {
+  std::vector<TensorRecord> out(infos.size());
+  read_tensors_into(infos, threads, [&](size_t i) {
+    out[i].bytes.resize(static_cast<size_t>(shape_numel(infos[i].shape)) * dtype_size(infos[i].dtype));
+    return out[i].bytes.data();
+  });
+  for (size_t i = 0; i < infos.size(); ++i) out[i].info = std::move(infos[i]);
+  return out;
+}
+
+void Store::read_tensors_into(const std::vector<TensorInfo>& infos, int threads,
+                              const std::function<uint8_t*(size_t)>& dest) {
   std::vector<std::string> hashes;
   for (const auto& info : infos) hashes.push_back(info.blob);
-  std::vector<std::vector<uint8_t>> blobs = get_blobs(hashes, threads);
-  std::vector<TensorRecord> out(infos.size());
-  for (size_t i = 0; i < infos.size(); ++i) {
+  get_blobs_into(hashes, threads, [&](size_t i, size_t bytes) {
     const TensorInfo& info = infos[i];
     const uint64_t want = static_cast<uint64_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
-    if (blobs[i].size() != want) {
+    if (bytes != want) {
       throw data_error("store " + path() + ": tensor '" + info.key.name + "' at step " +
-                       std::to_string(info.key.step) + " has " + std::to_string(blobs[i].size()) +
+                       std::to_string(info.key.step) + " has " + std::to_string(bytes) +
                        " bytes, its shape needs " + std::to_string(want));
     }
-    out[i].bytes = std::move(blobs[i]);
-    out[i].info = std::move(infos[i]);
-  }
-  return out;
+    return dest(i);
+  });
 }
 
 std::optional<TensorRecord> Store::get_checkpoint_tensor(int64_t run, int64_t step,

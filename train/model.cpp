@@ -55,24 +55,33 @@ bool o_is_bf16(AttentionImpl impl, const plan::LayerPlan& lp) {
   return true;
 }
 
+// A parameter as ParamAlloc asks: filled with `value` on the CPU, or left uninitialized where
+// it will live (a restore's checkpoint overwrites it: no CPU fill, no host-to-device copy).
+torch::Tensor param_tensor(at::IntArrayRef shape, double value, const ParamAlloc& alloc) {
+  if (!alloc.filled) return torch::empty(shape, torch::TensorOptions().device(alloc.device));
+  return torch::full(shape, value, torch::TensorOptions().device(alloc.device));
+}
+
 }  // namespace
 
-BlockImpl::BlockImpl(const Config& c, int layer)
+BlockImpl::BlockImpl(const Config& c, int layer, const ParamAlloc& alloc)
     : layer_(layer), n_head_(c.n_head), n_embd_(c.n_embd) {
   const int64_t C = c.n_embd;
-  ln_1 = register_parameter("ln_1", torch::ones({C}));
-  c_attn = register_parameter("c_attn", torch::zeros({3 * C, C}));
-  c_proj = register_parameter("c_proj", torch::zeros({C, C}));
-  ln_2 = register_parameter("ln_2", torch::ones({C}));
-  c_fc = register_parameter("c_fc", torch::zeros({4 * C, C}));
-  mlp_proj = register_parameter("mlp_proj", torch::zeros({C, 4 * C}));
+  auto ones = [&](at::IntArrayRef shape) { return param_tensor(shape, 1.0, alloc); };
+  auto zeros = [&](at::IntArrayRef shape) { return param_tensor(shape, 0.0, alloc); };
+  ln_1 = register_parameter("ln_1", ones({C}));
+  c_attn = register_parameter("c_attn", zeros({3 * C, C}));
+  c_proj = register_parameter("c_proj", zeros({C, C}));
+  ln_2 = register_parameter("ln_2", ones({C}));
+  c_fc = register_parameter("c_fc", zeros({4 * C, C}));
+  mlp_proj = register_parameter("mlp_proj", zeros({C, 4 * C}));
   if (c.bias) {
-    ln_1_bias = register_parameter("ln_1_bias", torch::zeros({C}));
-    c_attn_bias = register_parameter("c_attn_bias", torch::zeros({3 * C}));
-    c_proj_bias = register_parameter("c_proj_bias", torch::zeros({C}));
-    ln_2_bias = register_parameter("ln_2_bias", torch::zeros({C}));
-    c_fc_bias = register_parameter("c_fc_bias", torch::zeros({4 * C}));
-    mlp_proj_bias = register_parameter("mlp_proj_bias", torch::zeros({C}));
+    ln_1_bias = register_parameter("ln_1_bias", zeros({C}));
+    c_attn_bias = register_parameter("c_attn_bias", zeros({3 * C}));
+    c_proj_bias = register_parameter("c_proj_bias", zeros({C}));
+    ln_2_bias = register_parameter("ln_2_bias", zeros({C}));
+    c_fc_bias = register_parameter("c_fc_bias", zeros({4 * C}));
+    mlp_proj_bias = register_parameter("mlp_proj_bias", zeros({C}));
   }
 }
 
@@ -121,15 +130,17 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
   return y + linear_bias(m, mlp_proj, mlp_proj_bias, mlp_low, mlp_low, /*x_bf16=*/mlp_low);
 }
 
-GPTImpl::GPTImpl(const Config& c) : config_(c) {
+GPTImpl::GPTImpl(const Config& c, const ParamAlloc& alloc) : config_(c) {
   c.validate();
-  wte = register_parameter("wte", torch::zeros({c.vocab_size, c.n_embd}));
-  wpe = register_parameter("wpe", torch::zeros({c.block_size, c.n_embd}));
-  ln_f = register_parameter("ln_f", torch::ones({c.n_embd}));
-  if (c.bias) ln_f_bias = register_parameter("ln_f_bias", torch::zeros({c.n_embd}));
+  auto ones = [&](at::IntArrayRef shape) { return param_tensor(shape, 1.0, alloc); };
+  auto zeros = [&](at::IntArrayRef shape) { return param_tensor(shape, 0.0, alloc); };
+  wte = register_parameter("wte", zeros({c.vocab_size, c.n_embd}));
+  wpe = register_parameter("wpe", zeros({c.block_size, c.n_embd}));
+  ln_f = register_parameter("ln_f", ones({c.n_embd}));
+  if (c.bias) ln_f_bias = register_parameter("ln_f_bias", zeros({c.n_embd}));
   h = register_module("h", torch::nn::ModuleList());
   for (int i = 0; i < c.n_layer; ++i) {
-    blocks_.emplace_back(Block(c, i));
+    blocks_.emplace_back(Block(c, i, alloc));
     h->push_back(blocks_.back());
   }
   if (const char* e = std::getenv("REWIND_FAST_BLOCK"); e && std::string(e) == "0") set_fast_path(FastPath::kOff);

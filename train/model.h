@@ -37,9 +37,19 @@ struct ForwardTap {
   std::vector<std::shared_ptr<kernels::AttentionCapture>> layers;  // filled, n_layer entries
 };
 
+// Where a model's parameters are allocated: on the CPU and filled (init_weights then draws the
+// same weights on every device), or on the device and uninitialized, for a restore whose
+// checkpoint overwrites every one of them (Trainer::load_state is strict).
+struct ParamAlloc {
+  torch::Device device = torch::kCPU;
+  bool filled = true;
+};
+
 class BlockImpl : public torch::nn::Module {
  public:
-  BlockImpl(const Config& c, int layer);
+  // `alloc`: where the parameters live and whether they are filled (ones and zeros, as
+  // nanoGPT's init starts) or left uninitialized for a checkpoint to overwrite.
+  BlockImpl(const Config& c, int layer, const ParamAlloc& alloc = {});
   // x: (B, T, C) FP32 residual stream.
   torch::Tensor forward(const torch::Tensor& x, const plan::Plan& plan,
                         std::shared_ptr<kernels::AttentionCapture> capture);
@@ -57,7 +67,7 @@ TORCH_MODULE(Block);
 
 class GPTImpl : public torch::nn::Module {
  public:
-  explicit GPTImpl(const Config& c);
+  explicit GPTImpl(const Config& c, const ParamAlloc& alloc = {});
   // idx: (B, T) int64 -> logits (B, T, V) FP32 (BF16 values unless the head is FP32).
   torch::Tensor forward(const torch::Tensor& idx, const plan::Plan& plan, ForwardTap* tap);
   // Mean cross-entropy in FP32.

@@ -120,8 +120,10 @@ double spectral_norm(const torch::Tensor& w, int iters) {
 }
 
 Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& data,
-                 torch::Device device, AttentionImpl impl)
-    : config_(config), plan_(plan), data_(data), model_(config), device_(device),
+                 torch::Device device, AttentionImpl impl, Init init)
+    : config_(config), plan_(plan), data_(data),
+      model_(config, init == Init::kRandom ? ParamAlloc{} : ParamAlloc{device, /*filled=*/false}),
+      device_(device),
       phase_enabled_(phase_times_enabled()) {
   if (plan.n_layer != config.n_layer || plan.n_head != config.n_head)
     throw UsageError("plan is for a different model size");
@@ -129,7 +131,7 @@ Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& 
     throw Error(ExitCode::kData, "token file '" + data.path() + "' has token " +
                                      std::to_string(data.max_token()) + " >= vocab_size " +
                                      std::to_string(config.vocab_size));
-  model_->init_weights(config.seed);
+  if (init == Init::kRandom) model_->init_weights(config.seed);
   model_->to(device_);
   model_->set_attention_impl(impl);
   if (impl != AttentionImpl::kRewind && plan != plan::Plan::defaults(config.n_layer, config.n_head))
@@ -137,8 +139,8 @@ Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& 
   for (auto& kv : model_->named_parameters()) {
     param_names_.push_back(kv.key());
     params_.push_back(kv.value());
-    exp_avg_.push_back(torch::zeros_like(kv.value()));
-    exp_avg_sq_.push_back(torch::zeros_like(kv.value()));
+    exp_avg_.push_back(init == Init::kRandom ? torch::zeros_like(kv.value()) : torch::empty_like(kv.value()));
+    exp_avg_sq_.push_back(init == Init::kRandom ? torch::zeros_like(kv.value()) : torch::empty_like(kv.value()));
   }
 }
 

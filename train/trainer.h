@@ -51,10 +51,16 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 class Trainer {
  public:
+  // How a trainer's state starts: drawn from config.seed on the CPU (the same weights on every
+  // device) and moved to the device; or for load_state, which overwrites every parameter and
+  // moment (allocated uninitialized on the device: a restore skips 124M normal draws on one
+  // CPU thread, ~1 s for gpt2-small, and their copy to the GPU).
+  enum class Init { kRandom, kForLoad };
+
   // `data_seed` seeds batch sampling; the model is initialised from config.seed.
-  // The model is initialised on the CPU (same weights on every device), then moved to `device`.
   Trainer(const Config& config, const plan::Plan& plan, const TokenFile& data,
-          torch::Device device = torch::kCPU, AttentionImpl impl = AttentionImpl::kRewind);
+          torch::Device device = torch::kCPU, AttentionImpl impl = AttentionImpl::kRewind,
+          Init init = Init::kRandom);
 
   // Runs step `step()` and advances. capture_layers: layers whose attention tensors are kept.
   StepResult train_step(const std::vector<int>& capture_layers = {});
