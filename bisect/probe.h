@@ -73,6 +73,9 @@ struct ProbeOutcome {
   bool cut = false;
   std::string device = "cpu";     // "cpu" or "cpu (CUDA_VISIBLE_DEVICES=1)"
   std::string plan;               // canonical plan at `from`
+  // When this bisect handed the probe out and had its answer, seconds since the pool began
+  // (-1: cached, or not run by this invocation): the report's timeline of rounds.
+  double sent_s = -1, done_s = -1;
 };
 
 // "L1.H2.o", "L1.H2", "L1.attn", "L0.mlp", "head" -> Element; throws UsageError.

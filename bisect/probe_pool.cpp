@@ -142,6 +142,7 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch, in
         options_.comm->broadcast_text(p.to_json());  // the other ranks run it with us
       }
       ProbeOutcome o;
+      const double sent = since_began();
       if (options_.runner) {
         const auto t0 = std::chrono::steady_clock::now();
         const ExternalRun r = options_.runner(p, run_);
@@ -151,6 +152,8 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch, in
         o = execute_probe(store_, p, run_, pred_, options_.comm);
       }
       in_probe_ = false;
+      o.sent_s = sent;
+      o.done_s = since_began();
       store_.put_probe(to_record(p, o));
       failed += o.fails;
       ++executed_;
@@ -172,6 +175,10 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch, in
     if (on_done) on_done(batch[i], out[i]);
   }
   return out;
+}
+
+double ProbePool::since_began() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - began_).count();
 }
 
 std::string ProbePool::key(const ProbeSpec& p) const {
@@ -256,6 +263,7 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
   std::vector<int> on(workers_.size(), -1);  // the todo index each worker runs
   std::vector<ProbeOutcome> out(todo.size());
   std::vector<bool> answered(todo.size(), false);
+  std::vector<double> sent(todo.size(), -1);
   size_t next = 0;
   int failed = 0;
   std::string first_error;
@@ -275,6 +283,7 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
       workers_[k].cutting = false;
       ++workers_[k].serial;
       ++executed_;
+      sent[next] = since_began();
       on[k] = static_cast<int>(next++);
     }
     // A worker the first batch leaves idle gets ready for the next one (its cold start, 2-4 s
@@ -341,6 +350,8 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
       } else if (line == "cut") {
         out[i].key = probe_key(todo[i], run_, pred_);
         out[i].cut = true;
+        out[i].sent_s = sent[i];
+        out[i].done_s = since_began();
         answered[i] = true;
         ++cut_;
       } else if (line == "done") {
@@ -351,6 +362,8 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
           continue;
         }
         out[i] = *o;
+        out[i].sent_s = sent[i];
+        out[i].done_s = since_began();
         answered[i] = true;
         failed += o->fails;
       } else {

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -84,6 +85,8 @@ class ProbePool {
   bool released_ = false;
   int executed_ = 0, cached_ = 0, cut_ = 0, skipped_ = 0;
   std::vector<Worker> workers_;
+  std::chrono::steady_clock::time_point began_ = std::chrono::steady_clock::now();
+  double since_began() const;
 };
 
 // The hidden worker: `rewind bisect __probe --store S --probe JSON` runs one probe and writes it

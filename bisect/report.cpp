@@ -155,6 +155,10 @@ std::string report_json(const BisectReport& r) {
     pj["wall_s"] = p.outcome.wall_s;
     pj["step_s"] = p.outcome.step_s;
     pj["restore_s"] = p.outcome.restore_s;
+    if (p.outcome.sent_s >= 0) {
+      pj["sent_s"] = p.outcome.sent_s;
+      pj["done_s"] = p.outcome.done_s;
+    }
     pj["step_median_s"] = p.outcome.step_median_s;
     pj["steps"] = p.outcome.steps;
     if (p.outcome.stopped_at >= 0) pj["stopped_at"] = p.outcome.stopped_at;

@@ -74,6 +74,11 @@ print(f"{mode}: exit {code}, wall {t1 - t0:.1f} s, probes {len(run)} (early verd
       f"mean probe step {sum(cost) / max(1, len(cost)):.2f}x the recorded step ({1e3 * rec:.1f} ms), "
       f"cost predicted {c.get('predicted_total')} / calibrated {c.get('calibrated_total')} / measured "
       f"{c.get('measured_total')} recorded steps; failing set {n.get('failing_set')}, fixing set {n.get('fixing_set')}")
+sent = [p["sent_s"] for p in run if p.get("sent_s", -1) >= 0]
+done = [p["done_s"] for p in run if p.get("done_s", -1) >= 0]
+if sent and done:
+    print(f"{mode} timeline (s from the probe pool's start; the process ran {t1 - t0:.2f} s): first probe sent "
+          f"{min(sent):.2f}, first answer {min(done):.2f}, last answer {max(done):.2f}")
 print(f"BISECT_WALL {mode} {t1 - t0:.3f}")
 PY
 done
