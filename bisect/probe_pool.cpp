@@ -14,9 +14,11 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include "common/error.h"
@@ -244,16 +246,42 @@ void ProbePool::start_workers() {
   }
 }
 
+namespace {
+
+// Workers told to end and not yet waited for. Their ends (a CUDA context torn down: 0.2-0.5 s
+// on a GPU) overlap the bisect's reports; reap_ended_workers waits for them, at the latest at exit.
+std::mutex g_ending_mu;
+std::vector<pid_t>& ending() {
+  static std::vector<pid_t> pids;
+  return pids;
+}
+
+}  // namespace
+
+void reap_ended_workers() {
+  std::vector<pid_t> pids;
+  {
+    std::lock_guard<std::mutex> lock(g_ending_mu);
+    pids.swap(ending());
+  }
+  for (pid_t pid : pids) {
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
 void ProbePool::stop_workers() {
+  if (workers_.empty()) return;
+  std::lock_guard<std::mutex> lock(g_ending_mu);
+  ending();  // constructed before the exit handler is registered: destroyed after it runs
+  static const bool reap_at_exit = [] { return std::atexit([] { reap_ended_workers(); }) == 0; }();
+  (void)reap_at_exit;
   for (Worker& w : workers_) {
     close(w.to);  // an idle worker reads the end of its input and exits
     close(w.from);
     if (w.busy && w.pid > 0) kill(w.pid, SIGKILL);  // cut short by an error: nobody waits for it
-  }
-  for (Worker& w : workers_) {
-    int st = 0;
-    while (w.pid > 0 && waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
-    }
+    if (w.pid > 0) ending().push_back(w.pid);
   }
   workers_.clear();
 }

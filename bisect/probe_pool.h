@@ -89,6 +89,10 @@ class ProbePool {
   double since_began() const;
 };
 
+// Waits for the workers that stopped pools told to end (ProbePool's destructor does not wait:
+// their ends overlap what follows, e.g. the reports). Runs at exit at the latest.
+void reap_ended_workers();
+
 // The hidden worker: `rewind bisect __probe --store S --probe JSON` runs one probe and writes it
 // into the store's probe cache. With `--serve FD` instead of --probe it runs every probe read
 // from standard input (one JSON line each) until its end, writing "done", "cut" or "error: WHY"

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "bisect/driver.h"
+#include "bisect/probe_pool.h"
 #include "bisect/report.h"
 #include "cli/commands.h"
 #include "cli/launch.h"
@@ -78,6 +79,8 @@ int finish(const bisect::BisectReport& rep, const cxxopts::ParseResult& r) {
     bisect::write_report(rep, dir);
     std::printf("report: %s/report.html (also report.md, report.json)\n", dir.c_str());
   }
+  std::fflush(stdout);
+  bisect::reap_ended_workers();  // the workers' ends overlapped the reports
   return rep.exit_code;
 }
 
