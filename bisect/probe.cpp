@@ -249,8 +249,8 @@ Series window_start(store::Store& s, const ProbeSpec& p, const train::RunSpec& r
 
 }  // namespace
 
-void warm_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run) {
-  replay::restore_before(s, run.run_id, p.from, "", false, {}, nullptr, /*warm=*/true);
+void warm_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run, train::Comm* comm) {
+  replay::restore_before(s, run.run_id, p.from, "", false, {}, comm, /*warm=*/true);
 }
 
 const char* verdict_word(const ProbeOutcome& o) { return o.cut ? "cut short" : o.fails ? "fail" : "pass"; }

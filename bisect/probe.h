@@ -118,7 +118,7 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
 
 // Restores what the probe would restore, and runs nothing: a worker that has no probe of the
 // first batch to run gets its CUDA context, trainer and checkpoint ready for the next one.
-void warm_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run);
+void warm_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run, train::Comm* comm = nullptr);
 
 // A probe's verdict as the logs and reports print it: "fail", "pass" or "cut short".
 const char* verdict_word(const ProbeOutcome& o);

@@ -3,12 +3,14 @@
 #include "bisect/probe_pool.h"
 
 #include <ATen/Parallel.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -23,6 +25,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "common/local_port.h"
 #include "train/data.h"
 
 extern char** environ;
@@ -34,15 +37,21 @@ namespace {
 // The environment of a worker: ours, with CUDA_VISIBLE_DEVICES replaced when a GPU is given,
 // and what we know of the token file (its fingerprint and largest token: each worker would
 // otherwise read all of train.bin again).
-std::vector<std::string> worker_env(const std::string& gpu, const std::string& facts) {
+// A rank of a group (issue 32: an N-rank recording probed by G groups of N ranks) also gets
+// its place in the group: RANK, LOCAL_RANK, WORLD_SIZE and the group's own rendezvous.
+std::vector<std::string> worker_env(const std::string& gpu, const std::string& facts,
+                                    const std::vector<std::string>& rank_vars = {}) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     if (!gpu.empty() && std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) == 0) continue;
     if (!facts.empty() && std::strncmp(*e, "REWIND_TOKEN_FILE_FACTS=", 24) == 0) continue;
-    env.emplace_back(*e);
+    bool replaced = false;
+    for (const auto& v : rank_vars) replaced = replaced || std::strncmp(*e, v.c_str(), v.find('=') + 1) == 0;
+    if (!replaced) env.emplace_back(*e);
   }
   if (!gpu.empty()) env.push_back("CUDA_VISIBLE_DEVICES=" + gpu);
   if (!facts.empty()) env.push_back(facts);
+  for (const auto& v : rank_vars) env.push_back(v);
   return env;
 }
 
@@ -61,11 +70,13 @@ ProbePool::ProbePool(store::Store& s, const train::RunSpec& run, const Predicate
   if (options_.jobs < 1) throw UsageError("bisect: --jobs must be >= 1");
   if (options_.runner && (options_.jobs != 1 || options_.comm))
     throw UsageError("bisect: probes of a script (--cmd) run one at a time (--jobs 1, one rank)");
+  if (options_.ranks < 1) throw UsageError("bisect: a worker's ranks must be at least 1");
   if (options_.comm) {
     world_ = options_.comm->world();
-    if (options_.jobs != 1 || !options_.gpus.empty())
+    if (options_.jobs != 1 || !options_.gpus.empty() || options_.ranks != 1)
       throw UsageError("bisect: probes on several ranks run one at a time (jobs 1, no GPU list)");
   }
+  if (options_.ranks > 1) world_ = options_.ranks;
 }
 
 // The fd a worker writes its replies to (its standard output stays the user's terminal's).
@@ -132,7 +143,7 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch, in
     return o;
   };
   std::vector<ProbeOutcome> fresh;
-  if (options_.jobs == 1) {
+  if (options_.jobs == 1 && options_.ranks == 1) {
     for (const auto& p : todo) {
       if (settled()) {
         fresh.push_back(skip(p));
@@ -200,48 +211,73 @@ void ProbePool::start_workers() {
     // unreadable here: each worker reports it with its own one-line error
   }
   std::signal(SIGPIPE, SIG_IGN);  // a worker that died: its write fails instead of killing us
+  const int n = std::max(1, options_.ranks);
   for (int slot = 0; slot < options_.jobs; ++slot) {
-    const std::string gpu = options_.gpus.empty() ? "" : options_.gpus[slot % options_.gpus.size()];
+    // The slot's GPUs: one per rank, in turn from the list (LOCAL_RANK r takes the r-th).
+    std::string gpu;
+    for (int r = 0; r < n && !options_.gpus.empty(); ++r)
+      gpu += (r ? "," : "") + options_.gpus[static_cast<size_t>(slot * n + r) % options_.gpus.size()];
+    std::vector<std::string> rank_vars;
+    if (n > 1)
+      rank_vars = {"WORLD_SIZE=" + std::to_string(n), "MASTER_ADDR=127.0.0.1",
+                   "MASTER_PORT=" + std::to_string(free_local_port()), "RANK=0", "LOCAL_RANK=0"};
     int in[2], out[2];
     if (pipe(in) != 0 || pipe(out) != 0)
       throw BisectError(ExitCode::kInternal, std::string("pipe: ") + std::strerror(errno));
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], kReplyFd);
-    for (int fd : {in[0], in[1], out[0], out[1]})
-      if (fd != 0 && fd != kReplyFd) posix_spawn_file_actions_addclose(&fa, fd);
-    for (const Worker& w : workers_) {  // the other workers' pipes stay theirs
-      posix_spawn_file_actions_addclose(&fa, w.to);
-      posix_spawn_file_actions_addclose(&fa, w.from);
-    }
-    std::vector<std::string> args = {options_.exe, "bisect", "__probe", "--store", store_.path(),
-                                     "--serve", std::to_string(kReplyFd)};
-    std::vector<std::string> env = worker_env(gpu, facts);
-    auto argv = c_strings(args);
-    auto envp = c_strings(env);
     Worker w;
-    // SIGUSR1 (a cut request) blocked until the worker's handler is in place (probe_server).
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGUSR1);
-    posix_spawnattr_setsigmask(&attr, &mask);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-    const int rc = posix_spawn(&w.pid, options_.exe.c_str(), &fa, &attr, argv.data(), envp.data());
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&fa);
-    close(in[0]);
-    close(out[1]);
-    if (rc != 0) {
-      close(in[1]);
-      close(out[0]);
-      throw BisectError(ExitCode::kInternal,
-                        "cannot start a probe worker (" + options_.exe + "): " + std::strerror(rc));
-    }
     w.to = in[1];
     w.from = out[0];
+    // Rank 0 serves the slot's probes (pipes on fd 0 and kReplyFd); ranks 1.. follow it.
+    for (int r = 0; r < n; ++r) {
+      posix_spawn_file_actions_t fa;
+      posix_spawn_file_actions_init(&fa);
+      if (r == 0) {
+        posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+        posix_spawn_file_actions_adddup2(&fa, out[1], kReplyFd);
+      } else {
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+      }
+      for (int fd : {in[0], in[1], out[0], out[1]})
+        if (r > 0 || (fd != 0 && fd != kReplyFd)) posix_spawn_file_actions_addclose(&fa, fd);
+      for (const Worker& other : workers_) {  // the other workers' pipes stay theirs
+        posix_spawn_file_actions_addclose(&fa, other.to);
+        posix_spawn_file_actions_addclose(&fa, other.from);
+      }
+      std::vector<std::string> args = {options_.exe, "bisect", "__probe", "--store", store_.path()};
+      if (r == 0) args.insert(args.end(), {"--serve", std::to_string(kReplyFd)});
+      else args.push_back("--follow");
+      if (n > 1) {
+        args.insert(args.end(), {"--device", run_.device});
+        rank_vars[3] = "RANK=" + std::to_string(r);
+        rank_vars[4] = "LOCAL_RANK=" + std::to_string(r);
+      }
+      std::vector<std::string> env = worker_env(gpu, facts, rank_vars);
+      auto argv = c_strings(args);
+      auto envp = c_strings(env);
+      // SIGUSR1 (a cut request) blocked until the worker's handler is in place (probe_server).
+      posix_spawnattr_t attr;
+      posix_spawnattr_init(&attr);
+      sigset_t mask;
+      sigemptyset(&mask);
+      sigaddset(&mask, SIGUSR1);
+      posix_spawnattr_setsigmask(&attr, &mask);
+      posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+      pid_t pid = -1;
+      const int rc = posix_spawn(&pid, options_.exe.c_str(), &fa, &attr, argv.data(), envp.data());
+      posix_spawnattr_destroy(&attr);
+      posix_spawn_file_actions_destroy(&fa);
+      if (rc != 0) {
+        for (int fd : {in[0], in[1], out[0], out[1]}) close(fd);
+        for (pid_t f : w.followers) kill(f, SIGKILL);
+        if (w.pid > 0) kill(w.pid, SIGKILL);
+        throw BisectError(ExitCode::kInternal,
+                          "cannot start a probe worker (" + options_.exe + "): " + std::strerror(rc));
+      }
+      if (r == 0) w.pid = pid;
+      else w.followers.push_back(pid);
+    }
+    close(in[0]);
+    close(out[1]);
     workers_.push_back(w);
   }
 }
@@ -282,6 +318,12 @@ void ProbePool::stop_workers() {
     close(w.from);
     if (w.busy && w.pid > 0) kill(w.pid, SIGKILL);  // cut short by an error: nobody waits for it
     if (w.pid > 0) ending().push_back(w.pid);
+    // A group's followers end when rank 0 releases them; without it (rank 0 killed or ended on
+    // an error) they would wait inside a collective until its timeout.
+    for (pid_t f : w.followers) {
+      if (w.busy || w.pid < 0) kill(f, SIGKILL);
+      ending().push_back(f);
+    }
   }
   workers_.clear();
 }
@@ -376,14 +418,14 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
         w.warming = false;
         if (line != "warm") fail(i, "getting ready: " + line);
       } else if (line == "cut") {
-        out[i].key = probe_key(todo[i], run_, pred_);
+        out[i].key = key(todo[i]);
         out[i].cut = true;
         out[i].sent_s = sent[i];
         out[i].done_s = since_began();
         answered[i] = true;
         ++cut_;
       } else if (line == "done") {
-        auto rec = store_.get_probe(probe_key(todo[i], run_, pred_));
+        auto rec = store_.get_probe(key(todo[i]));
         std::optional<ProbeOutcome> o = rec ? from_record(*rec) : std::nullopt;
         if (!o) {
           fail(i, "left no probe in the store");
@@ -406,7 +448,7 @@ std::vector<ProbeOutcome> ProbePool::run_workers(const std::vector<ProbeSpec>& t
   for (size_t i = 0; i < todo.size(); ++i) {
     if (answered[i]) continue;
     if (!settled()) throw BisectError(ExitCode::kInternal, "no probe worker is left");
-    out[i].key = probe_key(todo[i], run_, pred_);  // a decided race: never started
+    out[i].key = key(todo[i]);  // a decided race: never started
     out[i].cut = true;
     ++skipped_;
   }
@@ -418,10 +460,11 @@ namespace {
 // One worker probe: run at the recording's thread count (replay is bitwise per count), then
 // written into the store's probe cache.
 // Returns false when the probe was cut short (nothing stored).
-bool run_into_cache(store::Store& s, const ProbeSpec& p, const std::function<bool()>& cut_short = {}) {
+bool run_into_cache(store::Store& s, const ProbeSpec& p, const std::function<bool()>& cut_short = {},
+                    train::Comm* comm = nullptr) {
   const train::RunSpec run = train::RunSpec::load(s, p.run);
   at::set_num_threads(run.threads);
-  const ProbeOutcome o = execute_probe(s, p, run, Predicate::parse(p.predicate), nullptr, cut_short);
+  const ProbeOutcome o = execute_probe(s, p, run, Predicate::parse(p.predicate), comm, cut_short);
   if (o.cut) return false;
   s.put_probe(to_record(p, o));
   return true;
@@ -441,7 +484,7 @@ int probe_worker(const std::string& store_path, const std::string& probe_json) {
   return 0;
 }
 
-int probe_server(const std::string& store_path, int reply_fd) {
+int probe_server(const std::string& store_path, int reply_fd, const std::string& device) {
   // Cut requests (see run_workers): SA_RESTART keeps the read of the next probe going. The
   // pool starts us with SIGUSR1 blocked, so one sent before this handler exists waits for it.
   struct sigaction sa {};
@@ -454,6 +497,9 @@ int probe_server(const std::string& store_path, int reply_fd) {
   sigaddset(&usr1, SIGUSR1);
   pthread_sigmask(SIG_UNBLOCK, &usr1, nullptr);
   store::Store s = store::Store::open(store_path, store::Mode::kReadWrite);
+  // Rank 0 of a group: every line goes to the other ranks too, which run it in lockstep
+  // (follow_probes); no cuts (a probe on ranks stops only where all of them stop).
+  std::unique_ptr<train::Comm> comm = train::connect_ranks(train::DistEnv::from_env(), device);
   std::string line;
   long serial = 0;
   while (std::getline(std::cin, line)) {
@@ -462,11 +508,14 @@ int probe_server(const std::string& store_path, int reply_fd) {
     bool stored = true;
     const bool warm_up = line.rfind("warm ", 0) == 0;
     try {
+      if (comm) comm->broadcast_text(line);
       if (warm_up) {
         const ProbeSpec p = ProbeSpec::from_json(line.substr(5));
         const train::RunSpec run = train::RunSpec::load(s, p.run);
         at::set_num_threads(run.threads);
-        warm_probe(s, p, run);
+        warm_probe(s, p, run, comm.get());
+      } else if (comm) {
+        stored = run_into_cache(s, ProbeSpec::from_json(line), {}, comm.get());
       } else {
         stored = run_into_cache(s, ProbeSpec::from_json(line), [mine] { return g_cut_serial.load() == mine; });
       }
@@ -477,8 +526,9 @@ int probe_server(const std::string& store_path, int reply_fd) {
       const auto* err = dynamic_cast<const Error*>(&e);
       return err ? static_cast<int>(err->code()) : static_cast<int>(ExitCode::kInternal);
     }
-    if (!write_all(reply_fd, warm_up ? "warm\n" : stored ? "done\n" : "cut\n")) return 0;  // nobody listens
+    if (!write_all(reply_fd, warm_up ? "warm\n" : stored ? "done\n" : "cut\n")) break;  // nobody listens
   }
+  if (comm) comm->broadcast_text("");  // the other ranks end
   return 0;
 }
 
@@ -488,9 +538,12 @@ int follow_probes(const std::string& store_path, train::Comm& comm) {
     const std::string text = comm.broadcast_text("");
     if (text.empty()) return 0;
     // The same spec, store and predicate as rank 0: the same replay, collective for collective.
-    const ProbeSpec p = ProbeSpec::from_json(text);
+    const bool warm_up = text.rfind("warm ", 0) == 0;  // a group's warm-up (probe_server)
+    const ProbeSpec p = ProbeSpec::from_json(warm_up ? text.substr(5) : text);
     const train::RunSpec run = train::RunSpec::load(s, p.run);
-    execute_probe(s, p, run, Predicate::parse(p.predicate), &comm);
+    at::set_num_threads(run.threads);
+    if (warm_up) warm_probe(s, p, run, &comm);
+    else execute_probe(s, p, run, Predicate::parse(p.predicate), &comm);
   }
 }
 

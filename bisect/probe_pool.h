@@ -31,6 +31,10 @@ struct PoolOptions {
   // Part of every probe's cache key when not empty (bisect --cmd: the command, so that another
   // script's probes are other probes).
   std::string key_extra;
+  // Ranks of each worker (issue 32): an N-rank recording's probes run on G groups of N ranks,
+  // each a worker whose rank 0 serves the probes and whose other ranks follow it (jobs G, the
+  // gpus list giving rank r of slot s gpus[s * N + r]). Races need cuts, which ranks lack: none.
+  int ranks = 1;
 };
 
 class ProbePool {
@@ -71,6 +75,7 @@ class ProbePool {
     bool cutting = false;     // asked to cut its probe short
     bool warming = false;     // getting ready (a warm-up: restore only), no probe
     bool warmed = false;      // has run a probe or a warm-up
+    std::vector<pid_t> followers;  // a group's ranks 1.. (PoolOptions::ranks)
   };
   void start_workers();
   void stop_workers();
@@ -97,12 +102,14 @@ void reap_ended_workers();
 // into the store's probe cache. With `--serve FD` instead of --probe it runs every probe read
 // from standard input (one JSON line each) until its end, writing "done", "cut" or "error: WHY"
 // a line to FD after each. SIGUSR1 queued with the value n (sigqueue) cuts its n-th probe short
-// (1-based; a signal for a probe already done is ignored). Returns the exit code.
+// (1-based; a signal for a probe already done is ignored). Under WORLD_SIZE > 1 it is rank 0 of
+// a worker group: it connects the group on `device` and hands every line to the other ranks
+// (`__probe --follow`, follow_probes), then releases them at the end. Returns the exit code.
 int probe_worker(const std::string& store_path, const std::string& probe_json);
-int probe_server(const std::string& store_path, int reply_fd);
+int probe_server(const std::string& store_path, int reply_fd, const std::string& device = "cpu");
 
-// Ranks 1..N-1 of a bisect job: run every probe rank 0's pool hands out, in lockstep with it,
-// until it releases them. The store is opened read-only: rank 0 alone writes probes, the log
+// Ranks 1..N-1 of a bisect job, or of a worker group: run every probe (and warm-up) rank 0
+// hands out, in lockstep with it, until it releases them. The store is opened read-only: rank 0 alone writes probes, the log
 // and the report. Returns the exit code (0).
 int follow_probes(const std::string& store_path, train::Comm& comm);
 

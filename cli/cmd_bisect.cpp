@@ -64,15 +64,25 @@ int run_log(int argc, char** argv) {
 int run_worker(int argc, char** argv) {
   cxxopts::Options opts("rewind bisect __probe", "internal: run probes into the store's cache");
   opts.add_options()("store", "", cxxopts::value<std::string>())("probe", "", cxxopts::value<std::string>())(
-      "serve", "", cxxopts::value<int>());
+      "serve", "", cxxopts::value<int>())("follow", "")("device", "", cxxopts::value<std::string>()->default_value("cpu"));
   auto r = opts.parse(argc, argv);
-  if (!r.count("store") || r.count("probe") == r.count("serve"))
-    throw UsageError("bisect __probe: --store and one of --probe and --serve are required");
+  if (!r.count("store") || r.count("probe") + r.count("serve") + r.count("follow") != 1)
+    throw UsageError("bisect __probe: --store and one of --probe, --serve and --follow are required");
+  if (r.count("follow")) {  // rank 1.. of a worker group
+    const train::DistEnv env = train::DistEnv::from_env();
+    quiet_unless_rank0(env.rank);
+    std::unique_ptr<train::Comm> comm = train::connect_ranks(env, r["device"].as<std::string>());
+    if (!comm) throw UsageError("bisect __probe --follow: WORLD_SIZE must be at least 2");
+    const int code = bisect::follow_probes(r["store"].as<std::string>(), *comm);
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
   if (r.count("serve")) {
     // Its store closed and its probes committed, a server ends without LibTorch's and CUDA's
     // teardown (freeing the warm trainer, the allocator's cache, the context: most of the
     // 0.5-0.7 s the bisect waited for its workers' ends on an H200); the driver reclaims the GPU.
-    const int code = bisect::probe_server(r["store"].as<std::string>(), r["serve"].as<int>());
+    const int code =
+        bisect::probe_server(r["store"].as<std::string>(), r["serve"].as<int>(), r["device"].as<std::string>());
     std::fflush(nullptr);
     std::_Exit(code);
   }
@@ -174,8 +184,9 @@ int run_bisect(int argc, char** argv) {
       "recorded failure step or the next checkpoint, and the widening is reported.\n"
       "A run recorded on N data-parallel ranks is probed on N ranks (--nproc-per-node, default the\n"
       "recording's count), so a probe of the recorded plan reproduces the recording bit for bit; on\n"
-      "another count the probes sum gradients in another order (a warning says so). Several ranks\n"
-      "run one probe at a time (--jobs 1): rank 0 hands each probe to the others and alone writes.\n"
+      "another count the probes sum gradients in another order (a warning says so). One group of\n"
+      "ranks runs one probe at a time: rank 0 hands each probe to the others and alone writes;\n"
+      "--jobs G runs G groups of N ranks at once (--gpus: N GPUs a group, in order).\n"
       "Exit codes: 4 a failure was localized (or a window found with --window-only), 0 not\n"
       "reproducible / not a precision failure (the reason is printed), 2 usage, 3 data.\n");
   opts.add_options()
@@ -186,9 +197,10 @@ int run_bisect(int argc, char** argv) {
        cxxopts::value<std::string>())
       ("window", "A:B, the window of steps to narrow (inclusive)", cxxopts::value<std::string>())
       ("fail", "failure predicate, e.g. 'nan || max(loss) > 1.5 * loss[A]'", cxxopts::value<std::string>())
-      ("jobs", "probes run in parallel, in as many long-lived worker processes (1 with several ranks)",
+      ("jobs", "probes run in parallel, in as many long-lived worker processes (with N ranks: groups of N)",
        cxxopts::value<int>()->default_value("1"))
-      ("gpus", "GPU ids, one per worker (sets CUDA_VISIBLE_DEVICES), e.g. 0,1", cxxopts::value<std::string>())
+      ("gpus", "GPU ids, one per worker (sets CUDA_VISIBLE_DEVICES), e.g. 0,1; with N ranks N a worker",
+       cxxopts::value<std::string>())
       ("report", "write report.json, report.md, report.html into this folder", cxxopts::value<std::string>())
       ("fresh", "ignore cached probes (and overwrite them)")
       ("find-window", "bisect the checkpoints in time to find the causal window first")
@@ -258,9 +270,19 @@ int run_bisect(int argc, char** argv) {
   if (nproc < 1) throw UsageError("bisect: --nproc-per-node must be at least 1");
   const train::DistEnv env = train::DistEnv::from_env();
   const int world = inside_job() ? env.world : nproc;
-  if (world > 1 && (o.pool.jobs != 1 || !o.pool.gpus.empty()))
-    throw UsageError("bisect: on " + std::to_string(world) + " ranks every probe runs on all of them, one at a "
-                     "time: --jobs and --gpus are not supported (use --jobs 1)");
+  if (world > 1 && inside_job() && (o.pool.jobs != 1 || !o.pool.gpus.empty()))
+    throw UsageError("bisect: inside a job of " + std::to_string(world) + " ranks every probe runs on all of them, "
+                     "one at a time: --jobs and --gpus are not supported there (use --jobs 1)");
+  // Issue 32: parallel probes of an N-rank recording run on groups of N ranks, each a worker
+  // (rank 0 serves, the others follow); --gpus then lists N GPUs a group, --jobs defaults to
+  // the groups the list makes.
+  if (world > 1 && !inside_job() && (o.pool.jobs != 1 || !o.pool.gpus.empty())) {
+    if (!o.pool.gpus.empty() && !r.count("jobs"))
+      o.pool.jobs = std::max<int>(1, static_cast<int>(o.pool.gpus.size()) / nproc);
+    o.pool.ranks = nproc;
+    set_threads(spec.threads);
+    return finish(bisect::run_bisect(o), r);
+  }
   if (!inside_job() && nproc != 1) return launch_local_ranks(nproc, argc, argv);
   quiet_unless_rank0(env.rank);
   // Replay is bitwise only at the recorded thread count (in-process probes and workers).

@@ -2,10 +2,7 @@
 // as soon as one rank fails, and SIGINT/SIGTERM forwarded to the ranks.
 #include "cli/launch.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,12 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/error.h"
+#include "common/local_port.h"
 
 namespace rwd::cli {
 
@@ -29,29 +26,6 @@ std::vector<pid_t> g_ranks;  // the supervisor's children, for the signal handle
 void forward_signal(int sig) {
   for (pid_t p : g_ranks)
     if (p > 0) kill(p, sig);
-}
-
-// A TCP port free on the loopback right now, for rank 0 to bind next. Drawn below Linux's
-// ephemeral range (32768-60999), not handed out by the kernel: between our check and rank 0's
-// bind, any connecting socket (NCCL's, a previous job's ranks) may be given an ephemeral port,
-// and on a 4-GPU host one did take the kernel's pick (EADDRINUSE at the rendezvous, issue 32).
-int free_port() {
-  std::random_device rd;
-  std::mt19937 gen(rd());
-  std::uniform_int_distribution<int> pick(20000, 32767);
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) throw Error(ExitCode::kInternal, "launch: socket() failed");
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const int port = pick(gen);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    close(fd);
-    if (ok) return port;
-  }
-  throw Error(ExitCode::kInternal, "launch: cannot find a free TCP port on 127.0.0.1 in 20000-32767");
 }
 
 int exit_code_of(int status) {
@@ -74,7 +48,7 @@ void quiet_unless_rank0(int rank) {
 
 int launch_local_ranks(int nproc, int argc, char** argv) {
   if (nproc < 1) throw UsageError("--nproc-per-node must be at least 1");
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(free_local_port());
   std::vector<std::string> args{"rewind"};
   for (int i = 0; i < argc; ++i) args.emplace_back(argv[i]);
   std::vector<char*> cargs;

@@ -11,6 +11,8 @@
 #   cheap    the default, with --search cheap (issue 36 item 3: the cheaper question first)
 #   gpus2, gpus4, cheap2, cheap4   the default (or --search cheap) with --jobs G --gpus 0..G-1:
 #            G long-lived workers, one per GPU, each round asking G probes at once (issue 32)
+#   groups2  with NPROC=N (the recording on N GPUs, N micro-batches a step): --jobs 2 --gpus
+#            0..2N-1, two groups of N ranks (issue 32); `warm` is then one group of N ranks
 # Prints per mode: probes, wall, the probes' step time, overhead per probe (wall minus steps),
 # mean probe step cost in recorded steps, predicted vs measured cost, the answer.
 # Usage: bash experiments/bisect_bench/gpt2_bisect_bench.sh [BUILD_DIR] [MODES]
@@ -24,13 +26,14 @@ MODES=${2:-cold warm cheap}
 R=$BUILD/rewind
 PRESET=${PRESET:-gpt2-small} DEVICE=${DEVICE:-cuda} HEAD=${HEAD:-L5.H3} VOCAB=${VOCAB:-50304}
 FAULTS=${FAULTS:-$HEAD.pv=fault(strength=25600);$HEAD.o=fault(strength=4096)}
+NPROC=${NPROC:-1}
 W=${W:-$(mktemp -d /tmp/rewind_gpt2_bisect_XXXXXX)}
 OUT=${OUT:-$W}
 mkdir -p "$W" "$OUT"
 [[ -f $W/d.bin ]] || "$R" data synth -o "$W/d.bin" --tokens 2000000 --vocab "$VOCAB" > /dev/null
 if [[ ! -f $W/run.db ]]; then
   "$R" train --preset "$PRESET" --device "$DEVICE" --data "$W/d.bin" --vocab-size "$VOCAB" --batch-size 8 \
-    --gradient-accumulation-steps 1 --steps 40 --learning-rate 0.006 --checkpoint-every 10 --log-every 1 \
+    --gradient-accumulation-steps "$NPROC" --nproc-per-node "$NPROC" --steps 40 --learning-rate 0.006 --checkpoint-every 10 --log-every 1 \
     --record "$W/run.db" --plan-from "20:$FAULTS" > "$W/train.log" 2>&1 \
     || { tail -5 "$W/train.log"; exit 1; }
 fi
@@ -46,6 +49,7 @@ for mode in $MODES; do
     cheap) args=(--search cheap) ;;
     gpus[0-9]) g=${mode#gpus}; args=(--jobs "$g" --gpus "$(seq -s, 0 $((g - 1)))") ;;
     cheap[0-9]) g=${mode#cheap}; args=(--search cheap --jobs "$g" --gpus "$(seq -s, 0 $((g - 1)))") ;;
+    groups[0-9]) g=${mode#groups}; args=(--jobs "$g" --gpus "$(seq -s, 0 $((g * NPROC - 1)))") ;;
     *) echo "unknown mode $mode"; exit 2 ;;
   esac
   t0=$(date +%s.%N)
@@ -86,5 +90,6 @@ awk '$1 == "BISECT_WALL" {w[$2] = $3} END {if (w["cold"] && w["warm"]) printf "w
      if (w["cold"] && w["cheap"]) printf "cheap/cold bisect wall: %.2fx\n", w["cheap"] / w["cold"];
      for (g = 2; g <= 8; g *= 2) {
        if (w["warm"] && w["gpus" g]) printf "%d GPUs / 1 GPU bisect wall: %.2fx\n", g, w["gpus" g] / w["warm"];
-       if (w["cheap"] && w["cheap" g]) printf "%d GPUs / 1 GPU bisect wall, --search cheap: %.2fx\n", g, w["cheap" g] / w["cheap"] }}' \
+       if (w["cheap"] && w["cheap" g]) printf "%d GPUs / 1 GPU bisect wall, --search cheap: %.2fx\n", g, w["cheap" g] / w["cheap"];
+       if (w["warm"] && w["groups" g]) printf "%d groups / 1 group of ranks, bisect wall: %.2fx\n", g, w["groups" g] / w["warm"] }}' \
   "$OUT/gpt2_bisect.txt" | tee -a "$OUT/gpt2_bisect.txt"

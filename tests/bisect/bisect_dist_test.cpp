@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -100,12 +101,30 @@ TEST_F(BisectDist, TwoRanksLocalizeThePlantedFaultAsOneRankDoes) {
   EXPECT_EQ(again["narrowing"]["failing_set"], r2["narrowing"]["failing_set"]);
 }
 
-TEST_F(BisectDist, ParallelProbesOnRanksAreAUsageError) {
-  for (const char* how : {" --jobs 2", " --gpus 0,1", " --nproc-per-node 2 --jobs 2"}) {
-    Cmd c = rewind_cmd("bisect --store " + two_ + kBisect + how);
-    EXPECT_EQ(c.code, 2) << how << ": " << c.out;
-    EXPECT_NE(c.out.find("--jobs and --gpus are not supported (use --jobs 1)"), std::string::npos) << c.out;
+// Issue 32: parallel probes of a 2-rank recording run on groups of 2 ranks (--jobs 2: two
+// workers, each rank 0 serving and rank 1 following). Same answer as one group, and a probe
+// both ran has the same verdict and the same loss bits.
+TEST_F(BisectDist, TwoGroupsOfTwoRanksProbeAsOneGroupDoes) {
+  const nlohmann::json one = bisect(two_, "one_group", "");
+  const nlohmann::json groups = bisect(two_, "two_groups", " --jobs 2 --fresh");
+  EXPECT_EQ(groups["ranks"], 2);
+  EXPECT_EQ(groups["jobs"], 2);
+  EXPECT_EQ(groups["narrowing"]["status"], "localized");
+  EXPECT_EQ(groups["narrowing"]["failing_set"], one["narrowing"]["failing_set"]);
+  EXPECT_EQ(groups["narrowing"]["fixing_set"], one["narrowing"]["fixing_set"]);
+  std::map<std::string, nlohmann::json> by_key;
+  for (const auto& p : one["probes"]) by_key[p["key"].get<std::string>()] = p;
+  int shared = 0;
+  for (const auto& p : groups["probes"]) {
+    EXPECT_NE(p["device"].get<std::string>().find("2 ranks"), std::string::npos) << p["device"];
+    EXPECT_FALSE(p["cached"].get<bool>());
+    auto it = by_key.find(p["key"].get<std::string>());
+    if (it == by_key.end()) continue;
+    ++shared;
+    EXPECT_EQ(p["verdict"], it->second["verdict"]) << p["key"];
+    EXPECT_EQ(p["loss"], it->second["loss"]) << p["key"];
   }
+  EXPECT_GE(shared, 3);
   Cmd z = rewind_cmd("bisect --store " + two_ + kBisect + " --nproc-per-node 0");
   EXPECT_EQ(z.code, 2) << z.out;
 }
