@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <string>
 
 #include "common/error.h"
@@ -50,8 +52,20 @@ int env_int(const char* name, int fallback) {
 class C10dComm : public Comm {
  public:
   C10dComm(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<GroupBase> pg, DistEnv env,
-           torch::Device device)
-      : store_(std::move(store)), pg_(std::move(pg)), env_(std::move(env)), device_(device) {}
+           torch::Device device, std::function<void()> shutdown = {})
+      : store_(std::move(store)), pg_(std::move(pg)), env_(std::move(env)), device_(device),
+        shutdown_(std::move(shutdown)) {}
+  // A normal end shuts NCCL's group down first (what destroy_process_group does in Python);
+  // otherwise its destructor warns "destroy_process_group() was not called" on every job.
+  // Not while an error unwinds: a dead peer's group is left to the process's end.
+  ~C10dComm() override {
+    if (!shutdown_ || std::uncaught_exceptions() > 0) return;
+    try {
+      shutdown_();
+    } catch (const std::exception&) {
+      // the group's end is best effort: the process ends next
+    }
+  }
 
   const DistEnv& env() const override { return env_; }
 
@@ -84,6 +98,7 @@ class C10dComm : public Comm {
   c10::intrusive_ptr<GroupBase> pg_;
   DistEnv env_;
   torch::Device device_;
+  std::function<void()> shutdown_;
 };
 
 }  // namespace
@@ -118,11 +133,14 @@ std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const torch::Device& dev
                                          env.master_addr + ":" + std::to_string(env.master_port) + ": " + e.what());
   }
   c10::intrusive_ptr<GroupBase> pg;
+  std::function<void()> shutdown;
   if (device.is_cuda()) {
 #if defined(REWIND_CUDA) && defined(REWIND_NCCL)
     auto o = c10d::ProcessGroupNCCL::Options::create();
     o->timeout = timeout;
-    pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world, o);
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world, o);
+    shutdown = [nccl] { nccl->shutdown(); };
+    pg = nccl;
 #else
     throw UsageError("multi-rank training on CUDA needs a CUDA build with NCCL (ProcessGroupNCCL)");
 #endif
@@ -143,7 +161,7 @@ std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const torch::Device& dev
     throw UsageError("multi-rank training on CPUs needs Gloo: this build found no gloo headers");
 #endif
   }
-  return std::make_unique<C10dComm>(store, pg, env, device);
+  return std::make_unique<C10dComm>(store, pg, env, device, std::move(shutdown));
 }
 
 std::string rank_device(const std::string& device, const DistEnv& env) {
