@@ -6,6 +6,8 @@
 #include <cstring>
 #include <map>
 
+#include "kernels/head_stats.h"
+
 namespace rwd::python {
 
 namespace {
@@ -51,14 +53,7 @@ std::vector<std::pair<std::string, double>> monitors_from_stats(const LayerStats
       const torch::Tensor host = r.to(torch::kCPU).contiguous();
       std::vector<kernels::HeadStats> x(static_cast<size_t>(host.numel()) / sizeof(kernels::HeadStats));
       std::memcpy(x.data(), host.data_ptr(), x.size() * sizeof(kernels::HeadStats));
-      if (sum.size() < x.size()) sum.resize(x.size());
-      for (size_t h = 0; h < x.size(); ++h) {
-        sum[h].max_logit = std::max(sum[h].max_logit, x[h].max_logit);
-        sum[h].rows += x[h].rows;
-        sum[h].repeated_max_rows += x[h].repeated_max_rows;
-        sum[h].pbar_one += x[h].pbar_one;
-        sum[h].stable_guard += x[h].stable_guard;
-      }
+      kernels::merge_head_stats(sum, x.data(), x.size());
     }
     for (size_t h = 0; h < sum.size(); ++h) {
       const std::string p = "L" + std::to_string(layer) + ".H" + std::to_string(h) + ".";

@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "kernels/head_stats.h"
 #ifdef REWIND_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -57,20 +58,6 @@ std::string digest_of(const std::vector<int64_t>& words, const uint64_t* sums) {
 bool phase_times_enabled() {
   const char* e = std::getenv("REWIND_PHASE_TIMES");
   return e && *e && std::string(e) != "0";
-}
-
-// Adds the monitor counters of another micro-batch into `into` (max for the max logit).
-void merge_stats(std::vector<kernels::HeadStats>& into, const std::vector<kernels::HeadStats>& from) {
-  if (into.size() < from.size()) into.resize(from.size());
-  for (size_t i = 0; i < from.size(); ++i) {
-    into[i].max_logit = std::max(into[i].max_logit, from[i].max_logit);
-    into[i].rows += from[i].rows;
-    into[i].repeated_max_rows += from[i].repeated_max_rows;
-    into[i].pbar_one += from[i].pbar_one;
-    into[i].stable_pos += from[i].stable_pos;
-    into[i].stable_neg += from[i].stable_neg;
-    into[i].stable_guard += from[i].stable_guard;
-  }
 }
 
 // A batch's token ids on `device`. On CUDA from pinned memory without waiting: a pageable
@@ -188,7 +175,7 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
         all_caps.push_back(tap.layers[l]);
         if (tap.layers[l]->keep_tensors) r.captures[static_cast<int>(l)] = tap.layers[l];
       } else {
-        merge_stats(all_caps[l]->stats, tap.layers[l]->stats);
+        kernels::merge_head_stats(all_caps[l]->stats, tap.layers[l]->stats.data(), tap.layers[l]->stats.size());
       }
     }
     phase_mark(kPhaseLoss);
@@ -326,7 +313,7 @@ void Trainer::reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<ui
         part[h].stable_neg = static_cast<int64_t>(v[5]);
         part[h].stable_guard = static_cast<int64_t>(v[6]);
       }
-      if (caps[l]) merge_stats(merged[l], part);
+      if (caps[l]) kernels::merge_head_stats(merged[l], part.data(), part.size());
     }
   }
   for (int64_t l = 0; l < L; ++l)
