@@ -94,8 +94,9 @@ class ProbePool {
   double since_began() const;
 };
 
-// Waits for the workers that stopped pools told to end (ProbePool's destructor does not wait:
-// their ends overlap what follows, e.g. the reports). Runs at exit at the latest.
+// Collects the workers that stopped pools told to end and that have ended, without waiting for
+// the others (ProbePool's destructor does not wait either: a GPU worker's end, its CUDA context
+// torn down, took 0.3 s that the bisect's exit waited for on 2 H200s).
 void reap_ended_workers();
 
 // The hidden worker: `rewind bisect __probe --store S --probe JSON` runs one probe and writes it

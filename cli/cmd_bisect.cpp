@@ -1,8 +1,12 @@
 // `rewind bisect`: localize a precision failure in a recording — in time (--find-window) and
 // to layers, heads and ops (--window); `bisect log` lists every probe; `bisect __probe` is the
 // hidden worker that --jobs starts, one long-lived process per slot.
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <cxxopts.hpp>
@@ -89,8 +93,27 @@ int run_worker(int argc, char** argv) {
   return bisect::probe_worker(r["store"].as<std::string>(), r["probe"].as<std::string>());
 }
 
-// Prints the verdict, writes the report where asked; returns the exit code.
-int finish(const bisect::BisectReport& rep, const cxxopts::ParseResult& r) {
+// Seconds since this process started (its start time in /proc, 10 ms ticks); -1 if unknown.
+double process_age_s() {
+  std::ifstream f("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i < 22) continue;
+    timespec now{};
+    clock_gettime(CLOCK_BOOTTIME, &now);
+    return now.tv_sec + now.tv_nsec * 1e-9 - std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+  return -1;
+}
+
+// Prints the verdict, writes the report where asked; returns the exit code. REWIND_BISECT_TIMES
+// =1: where the process's time went besides its probes (stderr).
+int finish(const bisect::BisectReport& rep, const cxxopts::ParseResult& r, double began_s) {
+  const double searched_s = process_age_s();
   std::printf("%s", rep.verdict.c_str());
   if (r.count("report")) {
     const std::string dir = r["report"].as<std::string>();
@@ -98,7 +121,13 @@ int finish(const bisect::BisectReport& rep, const cxxopts::ParseResult& r) {
     std::printf("report: %s/report.html (also report.md, report.json)\n", dir.c_str());
   }
   std::fflush(stdout);
-  bisect::reap_ended_workers();  // the workers' ends overlapped the reports
+  const double reported_s = process_age_s();
+  bisect::reap_ended_workers();  // those that ended while the reports were written
+  if (std::getenv("REWIND_BISECT_TIMES"))
+    std::fprintf(stderr,
+                 "rewind: bisect times (s since the process started): options read %.2f, search done %.2f "
+                 "(its own clock: %.2f s), reports written %.2f, ended workers collected %.2f\n",
+                 began_s, searched_s, rep.wall_s, reported_s, process_age_s());
   return rep.exit_code;
 }
 
@@ -223,6 +252,7 @@ int run_bisect(int argc, char** argv) {
   if (wants_help(opts, r)) return 0;
   if (!r.count("store")) throw UsageError("bisect: --store is required");
   if (!r.count("fail")) throw UsageError("bisect: --fail EXPR is required");
+  const double began_s = process_age_s();
 
   bisect::BisectOptions o;
   o.store_path = r["store"].as<std::string>();
@@ -258,7 +288,7 @@ int run_bisect(int argc, char** argv) {
       throw UsageError("bisect --cmd: the script's probes run one at a time (no --jobs, --gpus, --nproc-per-node)");
     use_script(o, r["cmd"].as<std::string>());
     bisect::BisectReport rep = bisect::run_bisect(o);
-    return finish(rep, r);
+    return finish(rep, r, began_s);
   }
   train::RunSpec spec;
   {
@@ -281,7 +311,7 @@ int run_bisect(int argc, char** argv) {
       o.pool.jobs = std::max<int>(1, static_cast<int>(o.pool.gpus.size()) / nproc);
     o.pool.ranks = nproc;
     set_threads(spec.threads);
-    return finish(bisect::run_bisect(o), r);
+    return finish(bisect::run_bisect(o), r, began_s);
   }
   if (!inside_job() && nproc != 1) return launch_local_ranks(nproc, argc, argv);
   quiet_unless_rank0(env.rank);
@@ -291,7 +321,7 @@ int run_bisect(int argc, char** argv) {
   if (comm && env.rank != 0) return bisect::follow_probes(o.store_path, *comm);
   o.pool.comm = comm.get();
 
-  return finish(bisect::run_bisect(o), r);
+  return finish(bisect::run_bisect(o), r, began_s);
 }
 
 }  // namespace rwd::cli

@@ -285,6 +285,9 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
     throw Error(ExitCode::kData, "checkpoint at step " + std::to_string(*ckpt) + " holds step " +
                                      std::to_string(r.trainer->step()));
   // Fast-forward with the recorded plan (schedule honoured), verifying as we go if asked.
+  const auto ff0 = clock::now();
+  auto ff1 = ff0;
+  const int64_t ff_steps = step - r.trainer->step();
   while (r.trainer->step() < step) {
     const int64_t s_now = r.trainer->step();
     r.trainer->set_plan(r.run.plan.at(s_now, c.n_layer, c.n_head));
@@ -299,7 +302,11 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
       }
     }
     if (on_step) on_step(res, false);
+    if (ff1 == ff0) ff1 = clock::now();
   }
+  if (std::getenv("REWIND_RESTORE_TIMES") && ff_steps > 0)
+    std::fprintf(stderr, "rewind: fast-forward: %lld steps in %.1f ms, the first %.1f ms\n",
+                 static_cast<long long>(ff_steps), ms(ff0, clock::now()), ms(ff0, ff1));
   return r;
 }
 
