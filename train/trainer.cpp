@@ -486,13 +486,14 @@ std::function<std::string()> queue_param_digest(const std::vector<torch::Tensor>
     const c10::DeviceGuard on_device(flat[0].device());
     torch::Tensor acc = torch::zeros({static_cast<int64_t>(n)}, torch::TensorOptions().dtype(torch::kInt64).device(flat[0].device()));
     auto* out = reinterpret_cast<unsigned long long*>(acc.data_ptr<int64_t>());
+    std::vector<kernels::cuda::DigestSegment> segs(n);
     for (size_t k = 0; k < n; ++k) {
       if (!flat[k].is_cuda() || flat[k].device() != flat[0].device())
         throw Error(ExitCode::kUsage, "param_digest: the parameters lie on more than one device");
-      const int rc = kernels::cuda::digest_word_sum(static_cast<const uint32_t*>(flat[k].data_ptr()), words[k],
-                                                    out + k, at::cuda::getCurrentCUDAStream().stream());
-      if (rc != 0) throw Error(ExitCode::kInternal, "param_digest: CUDA launch failed (error " + std::to_string(rc) + ")");
+      segs[k] = {static_cast<const uint32_t*>(flat[k].data_ptr()), words[k], out + k};
     }
+    const int rc = kernels::cuda::digest_word_sums(segs.data(), static_cast<int>(n), at::cuda::getCurrentCUDAStream().stream());
+    if (rc != 0) throw Error(ExitCode::kInternal, "param_digest: CUDA launch failed (error " + std::to_string(rc) + ")");
     return queue_digest_of_sums(acc, words);
 #else
     throw Error(ExitCode::kInternal, "param_digest: CUDA parameters need a REWIND_CUDA build");

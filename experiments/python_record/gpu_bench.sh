@@ -56,6 +56,14 @@ print(f"  (d) (b) + rewind.record, a checkpoint every 25 steps    {d:9.2f}")
 print(f"ratio c/a (the issue's comparison) {c / a:.3f}; recorder per step c/b {c / b:.3f} "
       f"(target <= 1.03); with checkpoints d/b {d / b:.3f}; attention + determinism b/a {b / a:.3f}")
 EOF
+# The step times above differ by +-15% between processes of one variant (the loop is bound by
+# its host); the recorder's own host time a step (rec.batch + rec.step, timed inside run c) not.
+"$PY" - "$OUT/steps.jsonl" "$b" <<'EOF' | tee -a "$OUT/step_time.txt"
+import json, sys
+c = [json.loads(line) for line in open(sys.argv[1])][2]
+b = float(sys.argv[2])
+print(f"(c) recorder host time a step: {c['recorder_host_ms']:.2f} ms = {100 * c['recorder_host_ms'] / b:.1f}% of (b)")
+EOF
 
 rm -rf "$OUT/bisect.db"* "$OUT/bisect_report"
 "${TRAIN[@]}" --attention rewind --store "$OUT/bisect.db" --steps 30 --checkpoint-every 20 \

@@ -11,6 +11,7 @@ probes) can run them in FP32.
 import argparse
 import json
 import math
+import sys
 import time
 
 import torch
@@ -105,11 +106,18 @@ def main():
     ap.add_argument("--checkpoint-every", type=int, default=50)
     ap.add_argument("--plan-from", action="append", default=[], metavar="STEP:SPEC")
     ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--fill-uninitialized", action="store_true",
+                    help="keep deterministic mode's NaN fill of every new tensor (torch >= 2.1; off here: ~1000 "
+                         "fill kernels a gpt2-small step, and every op of this model writes its whole output)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after the timed steps, N more under torch.profiler: the host's busiest calls (stderr)")
     a = ap.parse_args()
     n_layer, n_head, n_embd, block, vocab, batch = PRESETS[a.preset]
     cuda = a.device.startswith("cuda")
     if a.attention == "rewind":  # replay needs bits that repeat; SDPA's backward does not
         torch.use_deterministic_algorithms(True)  # (CUBLAS_WORKSPACE_CONFIG: set by gpu_bench.sh)
+        if hasattr(torch.utils, "deterministic") and not a.fill_uninitialized:
+            torch.utils.deterministic.fill_uninitialized_memory = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(1337)
     data = torch.randint(vocab, (1 << 22,), generator=torch.Generator().manual_seed(0))
@@ -135,12 +143,23 @@ def main():
         rewind._C.set_monitoring(True)
     autocast = torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16)
     t0 = None
+    host = {"recorder": 0.0, "get_batch": 0.0}  # host seconds of the timed steps
+
+    def timed_get_batch():
+        t = time.perf_counter()
+        out = get_batch()
+        host["get_batch"] += time.perf_counter() - t
+        return out
+
     for it in range(start, a.steps):
         if it == start + a.warmup:
             if cuda:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-        x, y = rec.batch(get_batch) if rec else get_batch()  # rewind: rec.batch
+            host = {"recorder": 0.0, "get_batch": 0.0}
+        t = time.perf_counter()
+        x, y = rec.batch(timed_get_batch) if rec else timed_get_batch()  # rewind: rec.batch
+        host["recorder"] += time.perf_counter() - t
         with autocast:
             loss = model(x, y)
         loss.backward()
@@ -148,15 +167,37 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         if rec:
+            t = time.perf_counter()
             rec.step(loss=loss, grad_norm=norm)  # rewind
+            host["recorder"] += time.perf_counter() - t
         elif a.monitors:
             rewind._C.take_monitor_stats()
     if cuda:
         torch.cuda.synchronize()
+    end = time.perf_counter()
+    if a.profile and cuda:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(a.profile):
+                x, y = rec.batch(get_batch) if rec else get_batch()
+                with autocast:
+                    loss = model(x, y)
+                loss.backward()
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                if rec:
+                    rec.step(loss=loss, grad_norm=norm)
+            torch.cuda.synchronize()
+        for key in ("self_cpu_time_total", "self_cuda_time_total"):
+            print(prof.key_averages().table(sort_by=key, row_limit=20, max_name_column_width=60), file=sys.stderr)
     timed = a.steps - start - a.warmup
     if t0 is not None and timed > 0:
         print(json.dumps({"attention": a.attention, "record": rec is not None, "preset": a.preset,
-                          "steps_timed": timed, "mean_step_ms": 1e3 * (time.perf_counter() - t0) / timed,
+                          "steps_timed": timed, "mean_step_ms": 1e3 * (end - t0) / timed,
+                          # the host time of rec.batch and rec.step (get_batch's own left out) a step:
+                          # in a loop whose host is the bottleneck, what the recorder adds to it
+                          "recorder_host_ms": 1e3 * (host["recorder"] - host["get_batch"]) / timed,
                           "last_loss": loss.item()}))
     if rec:
         rec.close()  # rewind

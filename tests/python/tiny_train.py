@@ -103,6 +103,8 @@ def main():
     ap.add_argument("--perturb", type=int, default=-1, help="nudge a weight after this step's update")
     a = ap.parse_args()
     torch.use_deterministic_algorithms(True)
+    if hasattr(torch.utils, "deterministic"):  # torch >= 2.1: no NaN fill of every new tensor (README)
+        torch.utils.deterministic.fill_uninitialized_memory = False
     torch.set_num_threads(1)
     if not a.unseeded:
         torch.manual_seed(1337)

@@ -67,7 +67,7 @@ class GpuTrainer : public CudaTest {
   Config config_;
 };
 
-// The parameter digest computed on the GPU (d2, one kernel per tensor) equals the CPU's for
+// The parameter digest computed on the GPU (d2, one launch per 64 tensors) equals the CPU's for
 // the same parameter bits, and moves with a training step.
 TEST_F(GpuTrainer, ParamDigestOnTheGpuEqualsTheCpuOne) {
   const plan::Plan p = plan::Plan::defaults(config_.n_layer, config_.n_head);
