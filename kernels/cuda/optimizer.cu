@@ -9,6 +9,7 @@
 
 #include "common/hash.h"
 #include "kernels/cuda/optimizer.h"
+#include "kernels/cuda/segment_batch.cuh"
 
 namespace rwd::kernels::cuda {
 
@@ -18,22 +19,7 @@ constexpr int kSegs = 64;
 constexpr int64_t kChunk = 32768;
 constexpr int kThreads = 256;
 
-struct Batch {
-  AdamSegment seg[kSegs];
-  int64_t chunk_begin[kSegs + 1];  // prefix sums of each tensor's chunk count
-  int count;
-};
-
-int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
-
-// This block's tensor and element range.
-__device__ __forceinline__ void block_range(const Batch& b, int& s, int64_t& begin, int64_t& end) {
-  const int64_t blk = blockIdx.x;
-  s = 0;
-  while (s + 1 < b.count && b.chunk_begin[s + 1] <= blk) ++s;
-  begin = (blk - b.chunk_begin[s]) * kChunk;
-  end = min(begin + kChunk, b.seg[s].n);
-}
+using Batch = SegmentBatch<AdamSegment, kSegs, kChunk>;
 
 // Fixed-order block sum of one double per thread; the result in thread 0.
 __device__ __forceinline__ double block_sum(double x) {
@@ -51,7 +37,7 @@ __device__ __forceinline__ double block_sum(double x) {
 __global__ void __launch_bounds__(kThreads) sumsq_kernel(const Batch b, double* partials) {
   int s;
   int64_t begin, end;
-  block_range(b, s, begin, end);
+  b.block_range(s, begin, end);
   const float* g = b.seg[s].g;
   double acc = 0.0;
   for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
@@ -114,7 +100,7 @@ __device__ __forceinline__ uint64_t digest_four(const float4& p, int64_t j) {
 __global__ void __launch_bounds__(kThreads) adamw_kernel(const Batch b, const AdamScalars c) {
   int s;
   int64_t begin, end;
-  block_range(b, s, begin, end);
+  b.block_range(s, begin, end);
   const AdamSegment& t = b.seg[s];
   const bool decay = t.decay != 0;
   const bool digest = t.digest != nullptr;
@@ -180,18 +166,6 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const Batch b, const Ad
   }
 }
 
-// Packs segs[first, first + count) into a Batch.
-Batch pack(const AdamSegment* segs, int first, int count) {
-  Batch b{};
-  b.count = count;
-  b.chunk_begin[0] = 0;
-  for (int k = 0; k < count; ++k) {
-    b.seg[k] = segs[first + k];
-    b.chunk_begin[k + 1] = b.chunk_begin[k] + chunks_of(segs[first + k].n);
-  }
-  return b;
-}
-
 bool valid(const AdamSegment* segs, int count) {
   if (count < 0 || (count > 0 && segs == nullptr)) return false;
   for (int k = 0; k < count; ++k)
@@ -203,7 +177,7 @@ bool valid(const AdamSegment* segs, int count) {
 
 int64_t sumsq_partial_count(const AdamSegment* segs, int count) {
   int64_t n = 0;
-  for (int k = 0; k < count; ++k) n += chunks_of(segs[k].n);
+  for (int k = 0; k < count; ++k) n += Batch::chunks_of(segs[k].n);
   return n;
 }
 
@@ -212,8 +186,8 @@ int grad_sumsq_sqrt(const AdamSegment* segs, int count, double* partials, double
   auto st = static_cast<cudaStream_t>(stream);
   int64_t done = 0;
   for (int first = 0; first < count; first += kSegs) {
-    const Batch b = pack(segs, first, std::min(kSegs, count - first));
-    const int64_t blocks = b.chunk_begin[b.count];
+    const Batch b = Batch::pack(segs, first, std::min(kSegs, count - first));
+    const int64_t blocks = b.blocks();
     sumsq_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(b, partials + done);
     done += blocks;
   }
@@ -225,8 +199,8 @@ int adamw_update(const AdamSegment* segs, int count, const AdamScalars& s, void*
   if (!valid(segs, count) || s.variant < 0 || s.variant >= kAdamVariants) return cudaErrorInvalidValue;
   auto st = static_cast<cudaStream_t>(stream);
   for (int first = 0; first < count; first += kSegs) {
-    const Batch b = pack(segs, first, std::min(kSegs, count - first));
-    adamw_kernel<<<static_cast<unsigned>(b.chunk_begin[b.count]), kThreads, 0, st>>>(b, s);
+    const Batch b = Batch::pack(segs, first, std::min(kSegs, count - first));
+    adamw_kernel<<<static_cast<unsigned>(b.blocks()), kThreads, 0, st>>>(b, s);
   }
   return cudaGetLastError();
 }
