@@ -6,7 +6,7 @@
 #     (c) (b) + rewind.record with no checkpoint in the timed steps (the per-step cost),
 #     (d) (b) + rewind.record with a checkpoint every 25 steps; ratios c/a, c/b, d/b.
 #  2. a bisect through `rewind bisect --cmd` of L5.H3.pv=fault planted from step 20 of a
-#     30-step recording (window 20:27, --fail nan): its verdict, probes and wall time.
+#     30-step recording (gpu_bisect.sh): its verdict, probes and wall time.
 #  3. `rewind doctor --cmd` on the SDPA and the rewind.attention variant (2 steps each, twice).
 # Usage: bash experiments/python_record/gpu_bench.sh BUILD OUT
 #   BUILD: a CUDA build (scripts/gpu_build.sh) with the rewind binary and build/python (the
@@ -65,20 +65,7 @@ b = float(sys.argv[2])
 print(f"(c) recorder host time a step: {c['recorder_host_ms']:.2f} ms = {100 * c['recorder_host_ms'] / b:.1f}% of (b)")
 EOF
 
-rm -rf "$OUT/bisect.db"* "$OUT/bisect_report"
-"${TRAIN[@]}" --attention rewind --store "$OUT/bisect.db" --steps 30 --checkpoint-every 20 \
-  --plan-from '20:L5.H3.pv=fault(strength=1e30)' > "$OUT/bisect_record.log"
-CMD="${TRAIN[*]} --attention rewind --store $OUT/bisect.db --steps 30"
-t0=$(date +%s.%N)
-set +e
-"$BUILD/rewind" bisect --cmd "$CMD" --store "$OUT/bisect.db" --window 20:27 --fail nan \
-  --report "$OUT/bisect_report" --quiet > "$OUT/bisect.txt" 2>&1
-rc=$?
-set -e
-t1=$(date +%s.%N)
-cat "$OUT/bisect.txt"
-"$PY" -c 'import sys; print(f"bisect --cmd exit {sys.argv[1]} (4: localized), wall {float(sys.argv[3]) - float(sys.argv[2]):.1f} s")' \
-  "$rc" "$t0" "$t1" | tee -a "$OUT/bisect.txt"
+bash "$HERE/gpu_bisect.sh" "$BUILD" "$OUT"
 
 # 3. rewind doctor on the same script: SDPA (backward with atomics, deterministic algorithms
 #    off) and rewind.attention (deterministic); the first differing op, or none.
@@ -89,4 +76,4 @@ for attn in sdpa rewind; do
   set -e
   cat "$OUT/doctor_$attn.txt"
 done
-[[ "${KEEP:-0}" == 1 ]] || rm -f "$OUT"/bench*.db* "$OUT"/bisect.db*
+[[ "${KEEP:-0}" == 1 ]] || rm -f "$OUT"/bench*.db*
