@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <cxxopts.hpp>
+#include <fstream>
 #include <sstream>
 
 #include "bisect/driver.h"
