@@ -151,12 +151,7 @@ def main():
         host["get_batch"] += time.perf_counter() - t
         return out
 
-    for it in range(start, a.steps):
-        if it == start + a.warmup:
-            if cuda:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            host = {"recorder": 0.0, "get_batch": 0.0}
+    def train_step():  # one step of the loop; the recorder's host time counted in `host`
         t = time.perf_counter()
         x, y = rec.batch(timed_get_batch) if rec else timed_get_batch()  # rewind: rec.batch
         host["recorder"] += time.perf_counter() - t
@@ -172,22 +167,24 @@ def main():
             host["recorder"] += time.perf_counter() - t
         elif a.monitors:
             rewind._C.take_monitor_stats()
+        return loss
+
+    for it in range(start, a.steps):
+        if it == start + a.warmup:
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            host = {"recorder": 0.0, "get_batch": 0.0}
+        loss = train_step()
     if cuda:
         torch.cuda.synchronize()
     end = time.perf_counter()
+    recorder_s = host["recorder"] - host["get_batch"]  # of the timed steps (rec.batch's get_batch left out)
     if a.profile and cuda:
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(a.profile):
-                x, y = rec.batch(get_batch) if rec else get_batch()
-                with autocast:
-                    loss = model(x, y)
-                loss.backward()
-                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                if rec:
-                    rec.step(loss=loss, grad_norm=norm)
+                loss = train_step()
             torch.cuda.synchronize()
         for key in ("self_cpu_time_total", "self_cuda_time_total"):
             print(prof.key_averages().table(sort_by=key, row_limit=20, max_name_column_width=60), file=sys.stderr)
@@ -195,9 +192,9 @@ def main():
     if t0 is not None and timed > 0:
         print(json.dumps({"attention": a.attention, "record": rec is not None, "preset": a.preset,
                           "steps_timed": timed, "mean_step_ms": 1e3 * (end - t0) / timed,
-                          # the host time of rec.batch and rec.step (get_batch's own left out) a step:
-                          # in a loop whose host is the bottleneck, what the recorder adds to it
-                          "recorder_host_ms": 1e3 * (host["recorder"] - host["get_batch"]) / timed,
+                          # the host time of rec.batch and rec.step a step: in a loop whose host
+                          # is the bottleneck, what the recorder adds to it
+                          "recorder_host_ms": 1e3 * recorder_s / timed,
                           "last_loss": loss.item()}))
     if rec:
         rec.close()  # rewind
