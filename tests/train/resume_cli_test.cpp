@@ -32,11 +32,12 @@ class ResumeCli : public ::testing::Test {
   }
   static void TearDownTestSuite() { rwd::testing::remove_tree(dir_); }
 
-  // A new recording of `steps` steps, checkpoints every 10.
+  // A new recording of `steps` steps, checkpoints exactly every 10 (--checkpoint-wait: a writer
+  // slowed by a loaded machine must not defer one, as the checkpoint steps are asserted).
   static std::string record(const std::string& name, int steps) {
     const std::string db = dir_ + "/" + name + ".db";
     Cmd c = rewind_cmd("train --data " + data_ + " --record " + db + " --steps " + std::to_string(steps) +
-                       " --checkpoint-every 10" + kModel);
+                       " --checkpoint-every 10 --checkpoint-wait" + kModel);
     EXPECT_EQ(c.code, 0) << c.out;
     return db;
   }
@@ -58,7 +59,7 @@ class ResumeCli : public ::testing::Test {
 
 TEST_F(ResumeCli, CheckpointDigestAndCaptureSettingsApplyOnResume) {
   const std::string db = record("schedule", 20);
-  Cmd c = resume(db, "--steps 35 --checkpoint-every 5 --digest-every 5 --capture 'steps=22:22;L0.H1'");
+  Cmd c = resume(db, "--steps 35 --checkpoint-every 5 --checkpoint-wait --digest-every 5 --capture 'steps=22:22;L0.H1'");
   ASSERT_EQ(c.code, 0) << c.out;
   EXPECT_NE(c.out.find("resuming run 1 from its checkpoint at step 20 (steps 0..19 recorded); training steps 20..34"),
             std::string::npos) << c.out;
