@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/fd_io.h"
 #include "common/hash.h"
 #include "common/local_port.h"
 #include "train/data.h"
@@ -81,18 +82,6 @@ ProbePool::ProbePool(store::Store& s, const train::RunSpec& run, const Predicate
 
 // The fd a worker writes its replies to (its standard output stays the user's terminal's).
 constexpr int kReplyFd = 3;
-
-// Writes all of `text` to fd; false when the reader is gone.
-bool write_all(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 ProbePool::~ProbePool() {
   stop_workers();

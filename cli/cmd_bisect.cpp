@@ -10,6 +10,7 @@
 #include <cstring>
 #include <cxxopts.hpp>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "bisect/driver.h"
@@ -18,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/launch.h"
 #include "cli/options.h"
+#include "cli/script_server.h"
 #include "cli/script_window.h"
 #include "common/error.h"
 #include "store/store.h"
@@ -133,8 +135,9 @@ int finish(const bisect::BisectReport& rep, const cxxopts::ParseResult& r, doubl
 
 // bisect --cmd: the script's run as the probes see it (its attention layers and heads, its plan
 // schedule) and a runner that computes each probe's window by running the script with the
-// probe's plan at the window's first step and at each recorded plan change inside it.
-void use_script(bisect::BisectOptions& o, const std::string& cmd) {
+// probe's plan at the window's first step and at each recorded plan change inside it: one
+// process of the script serves every probe (cli/script_server.h) unless `per_probe`.
+void use_script(bisect::BisectOptions& o, const std::string& cmd, bool per_probe) {
   store::Store st = store::Store::open(o.store_path, store::Mode::kReadOnly);
   const store::RunInfo info = find_run(st, o.run);
   if (!is_script_run(st, info.id))
@@ -155,7 +158,8 @@ void use_script(bisect::BisectOptions& o, const std::string& cmd) {
         o.reference += m == "head" ? ";head=low" : ";L*." + m + "=low";
   o.pool.key_extra = "cmd " + cmd;
   const std::string store_path = o.store_path;
-  o.pool.runner = [cmd, store_path](const bisect::ProbeSpec& p, const train::RunSpec& run) {
+  auto server = std::make_shared<ScriptServer>(!per_probe);
+  o.pool.runner = [cmd, store_path, server](const bisect::ProbeSpec& p, const train::RunSpec& run) {
     ScriptWindowRequest req;
     req.what = "bisect --cmd";
     req.cmd = cmd;
@@ -169,7 +173,7 @@ void use_script(bisect::BisectOptions& o, const std::string& cmd) {
     for (const auto& change : run.plan.changes)
       if (change.first > p.from && change.first <= p.to)
         req.plans.emplace_back(change.first, bisect::probe_plan(p, run, change.first).canonical());
-    const ScriptWindow w = run_script_window(req);
+    const ScriptWindow w = server->run(req);
     bisect::ExternalRun r;
     for (const ScriptStep& s : w.steps) {
       if (s.step < p.from) continue;  // from the checkpoint to the window, under the recorded plan
@@ -222,8 +226,11 @@ int run_bisect(int argc, char** argv) {
       ("store", "the recording", cxxopts::value<std::string>())
       ("run", "run id (default: the last run)", cxxopts::value<int64_t>()->default_value("0"))
       ("cmd", "a run recorded by a Python script (rewind.record): the command that runs it, e.g. "
-              "\"python3 train.py\"; each probe runs it once over the window under the probe's plan",
+              "\"python3 train.py\"; each probe runs it once over the window under the probe's plan, "
+              "all of them inside one Python process that runs the script again for each",
        cxxopts::value<std::string>())
+      ("script-per-probe", "with --cmd: start the script anew for every probe (a script that cannot run "
+                           "twice in one Python process)")
       ("window", "A:B, the window of steps to narrow (inclusive)", cxxopts::value<std::string>())
       ("fail", "failure predicate, e.g. 'nan || max(loss) > 1.5 * loss[A]'", cxxopts::value<std::string>())
       ("jobs", "probes run in parallel, in as many long-lived worker processes (with N ranks: groups of N)",
@@ -257,6 +264,7 @@ int run_bisect(int argc, char** argv) {
   bisect::BisectOptions o;
   o.store_path = r["store"].as<std::string>();
   o.run = r["run"].as<int64_t>();
+  if (r.count("script-per-probe") && !r.count("cmd")) throw UsageError("bisect: --script-per-probe goes with --cmd");
   if (!r.count("cmd")) {
     store::Store peek = store::Store::open(o.store_path, store::Mode::kReadOnly);
     if (is_script_run(peek, o.run))
@@ -286,7 +294,7 @@ int run_bisect(int argc, char** argv) {
   if (r.count("cmd")) {
     if (r.count("nproc-per-node") || r.count("gpus") || o.pool.jobs != 1)
       throw UsageError("bisect --cmd: the script's probes run one at a time (no --jobs, --gpus, --nproc-per-node)");
-    use_script(o, r["cmd"].as<std::string>());
+    use_script(o, r["cmd"].as<std::string>(), r.count("script-per-probe") > 0);
     bisect::BisectReport rep = bisect::run_bisect(o);
     return finish(rep, r, began_s);
   }

@@ -100,15 +100,22 @@ ReportFile::ReportFile(const std::string& what) {
 
 ReportFile::~ReportFile() { std::remove(path.c_str()); }
 
-ScriptWindow run_script_window(const ScriptWindowRequest& r) {
-  ReportFile report(r.what);
+std::string script_window_spec(const ScriptWindowRequest& r, const std::string& report_path) {
   json plans = json::array();
   for (const auto& [step, spec] : r.plans) plans.push_back({step, spec});
-  const json spec = {{"store", r.store}, {"run", r.run}, {"from", r.from}, {"to", r.to}, {"plans", plans},
-                     {"stop_nonfinite", r.stop_nonfinite}, {"report", report.path}};
-  const int rc = run_script(r.cmd, "REWIND_REPLAY", spec.dump(), r.what, r.quiet);
+  return json{{"store", r.store}, {"run", r.run}, {"from", r.from}, {"to", r.to}, {"plans", plans},
+              {"stop_nonfinite", r.stop_nonfinite}, {"report", report_path}}
+      .dump();
+}
 
-  std::ifstream in(report.path);
+ScriptWindow run_script_window(const ScriptWindowRequest& r) {
+  ReportFile report(r.what);
+  const int rc = run_script(r.cmd, "REWIND_REPLAY", script_window_spec(r, report.path), r.what, r.quiet);
+  return read_script_window(r, report.path, rc);
+}
+
+ScriptWindow read_script_window(const ScriptWindowRequest& r, const std::string& report_path, int rc) {
+  std::ifstream in(report_path);
   std::string line;
   ScriptWindow w;
   std::optional<int64_t> start, done;

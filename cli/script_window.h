@@ -51,6 +51,12 @@ struct ScriptWindow {
 // restore, reports steps out of order) is a one-line UsageError naming `what`.
 ScriptWindow run_script_window(const ScriptWindowRequest& r);
 
+// The REWIND_REPLAY value of a request whose script writes its report to `report_path`.
+std::string script_window_spec(const ScriptWindowRequest& r, const std::string& report_path);
+// The window the script reported into `report_path` and ended with exit code `rc`; the errors of
+// run_script_window.
+ScriptWindow read_script_window(const ScriptWindowRequest& r, const std::string& report_path, int rc);
+
 // Runs `cmd` under /bin/sh with `env_name`=`spec` added to its environment and returns its
 // exit code (128 + S for a signal S). `quiet`: its standard output goes to /dev/null.
 int run_script(const std::string& cmd, const std::string& env_name, const std::string& spec,

@@ -5,9 +5,11 @@
 # `rewind bisect --cmd` narrows window 20:29 with `--fail 'nan || max(loss) > T'`, T halfway
 # between the highest recorded loss of steps 10-19 and that of steps 20-29 (as
 # experiments/bisect_bench/gpt2_bisect_bench.sh does for rewind's own trainer). Prints the
-# verdict, the probes and the wall time.
+# verdict, the probes and the wall time; one script process serves the probes. PER_PROBE=1
+# then runs the same bisect again (--fresh) with --script-per-probe, a process each, and prints
+# the ratio of the walls (the baseline in the same call).
 # Usage: bash experiments/python_record/gpu_bisect.sh BUILD OUT   (PYTHON, PRESET, DEVICE, KEEP=1
-#        and HEAD (L5.H3; L1.H0 for a check on the CPU: PRESET=tiny DEVICE=cpu HEAD=L1.H0)
+#        and HEAD (L5.H3; L1.H0 for a check on the CPU: PRESET=tiny DEVICE=cpu HEAD=L1.H0 PER_PROBE=1)
 #        as gpu_bench.sh, which runs this as its part 2; BUILD must have build/python)
 set -euo pipefail
 [[ $# -eq 2 ]] || { echo "usage: $0 BUILD OUT" >&2; exit 2; }
@@ -31,14 +33,26 @@ print("%.4f" % ((max(loss[k] for k in range(10, 20)) + max(loss[k] for k in rang
 PY
 )
 echo "predicate 'nan || max(loss) > $T'" | tee "$OUT/bisect.txt"
-t0=$(date +%s.%N)
-set +e
-"$BUILD/rewind" bisect --cmd "${TRAIN[*]}" --store "$OUT/bisect.db" --window 20:29 --fail "nan || max(loss) > $T" \
-  --report "$OUT/bisect_report" --quiet >> "$OUT/bisect.txt" 2>&1
-rc=$?
-set -e
-t1=$(date +%s.%N)
+# bisect MODE [ARGS]: one bisect --cmd, its output and wall appended to bisect.txt; the wall in $WALL.
+bisect() {
+  local mode=$1 t0 t1 rc
+  shift
+  echo "== $mode" >> "$OUT/bisect.txt"
+  t0=$(date +%s.%N)
+  set +e
+  "$BUILD/rewind" bisect --cmd "${TRAIN[*]}" --store "$OUT/bisect.db" --window 20:29 --fail "nan || max(loss) > $T" \
+    --quiet "$@" >> "$OUT/bisect.txt" 2>&1
+  rc=$?
+  set -e
+  t1=$(date +%s.%N)
+  WALL=$("$PY" -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.1f}")' "$t0" "$t1")
+  echo "bisect --cmd ($mode) exit $rc (4: localized), wall $WALL s" >> "$OUT/bisect.txt"
+}
+bisect "one process serves the probes" --report "$OUT/bisect_report"
+served=$WALL
+if [[ "${PER_PROBE:-0}" == 1 ]]; then
+  bisect "a process each, --script-per-probe" --fresh --script-per-probe
+  echo "served / a process each: $("$PY" -c 'import sys; print(f"{float(sys.argv[1]) / float(sys.argv[2]):.2f}x")' "$served" "$WALL")" >> "$OUT/bisect.txt"
+fi
 cat "$OUT/bisect.txt"
-"$PY" -c 'import sys; print(f"bisect --cmd exit {sys.argv[1]} (4: localized), wall {float(sys.argv[3]) - float(sys.argv[2]):.1f} s")' \
-  "$rc" "$t0" "$t1" | tee -a "$OUT/bisect.txt"
 [[ "${KEEP:-0}" == 1 ]] || rm -f "$OUT"/bisect.db*

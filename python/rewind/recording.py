@@ -36,6 +36,13 @@ _replaying = False  # a replayed process has made its recorder
 _op_names = set()   # the names rewind.op has been called with (ops.py), stored with the run
 
 
+def begin_probe():
+    """A served probe (serve.py) starts: the script runs again in this process, and its
+    rewind.record makes this process's recorder anew."""
+    global _active_plan, _replaying
+    _active_plan, _replaying = "", False
+
+
 def active_plan():
     """The precision plan rewind.attention applies when it is given none: the one recorded with
     the run, and during a replay with --plan that plan on top of it from the window's first step."""
@@ -207,7 +214,9 @@ class Recorder:
         if os.environ.get(DOCTOR_ENV) is not None:  # rewind doctor: hash the first steps, record nothing
             self._doctor = Doctor(json.loads(os.environ[DOCTOR_ENV]), model, optimizer)
         elif self.replaying:
-            self._begin_replay(json.loads(spec))
+            from . import serve
+            serve.serve_if_asked()  # rewind bisect --cmd: returns if this process does not serve
+            self._begin_replay(json.loads(os.environ[REPLAY_ENV]))
         else:
             self._begin_recording(str(path), self._recorded_plan, config or {})
         self.start = self.step_index

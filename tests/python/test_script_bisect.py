@@ -1,13 +1,17 @@
 """`rewind bisect --cmd` over a run recorded by tiny_train.py: a fault planted through the plan in
 one head's pv from step 20 (rewind.record's plan_from) is localized exactly (layer, head, op),
-each probe running the script once over the window under the probe's plan."""
+each probe running the script once over the window under the probe's plan, every probe inside
+one process of the script (python/rewind/serve.py) with the bits of a process each."""
 import json
 import os
 import shlex
+import shutil
 import sys
 import unittest
 
-from script_run import RecordedRun, needs_rewind, script, sha
+from script_run import SCRIPT, RecordedRun, needs_rewind, script, sha
+
+import rewind
 
 # pv=fault scales one head's O by ~(1 + strength / 256). Finite scales do not reach this tiny
 # model's loss (the pre-LayerNorms and ln_f take them out: strength 25600, O x 101, moves the
@@ -46,6 +50,34 @@ class BisectCmd(RecordedRun):
                                 "--fail", "nan", "--quiet")
         self.assertEqual(again.returncode, 4, again.stderr)
         self.assertIn("(0 run, 13 cached", again.stdout)
+
+    def test_one_process_serves_the_probes_with_the_bits_of_a_process_each(self):
+        # Served: the script starts once. Read from standard input (`python3 - ARGS < script`)
+        # it has no file to run again, so it replays the first probe alone and each later probe
+        # starts it anew: the probes of a process each, which must have the same bits.
+        args = shlex.split(self.cmd)[2:]
+        stdin_cmd = " ".join([shlex.quote(sys.executable), "-"] + [shlex.quote(a) for a in args] +
+                             ["<", shlex.quote(SCRIPT)])
+        runs = {}
+        for name, cmd in (("served", self.cmd), ("stdin", stdin_cmd)):
+            store, starts = (os.path.join(self.dir, name + ext) for ext in (".db", ".starts"))
+            shutil.copyfile(self.store, store)
+            r = self.rewind_cli("bisect", "--cmd", f"echo >> {shlex.quote(starts)}; {cmd}", "--store", store,
+                                "--window", "20:29", "--fail", "nan", "--quiet")
+            self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+            self.assertIn("failing set (kept low, everything else FP32, still fails): {L1.H0.pv}", r.stdout)
+            with open(starts) as f:
+                started = len(f.read().splitlines())
+            probes = {}
+            for p in rewind.open(store).probes():
+                m = {k: v for k, v in p["metrics"].items() if not k.endswith("_s")}  # times differ
+                probes[(p["plan"], p["window"])] = (p["verdict"], m)
+            runs[name] = (started, probes)
+        (served, a), (cold, b) = runs["served"], runs["stdin"]
+        self.assertEqual(served, 1)
+        self.assertEqual(cold, len(b))
+        self.assertGreater(len(a), 5)
+        self.assertEqual(a, b)  # every probe: verdict, loss and grad norm bits, steps
 
     def test_bad_requests_are_one_line_and_leave_the_store(self):
         before = sha(self.store)

@@ -1,0 +1,48 @@
+// The probes of `bisect --cmd` run by one process of the user's script instead of one process
+// each: the script is started once with REWIND_SERVE (the two pipes' descriptors) beside the
+// first probe's REWIND_REPLAY; its rewind.record (python/rewind/serve.py) then runs the script
+// again inside that Python process for every probe written to the probe pipe, and answers
+// "exit N" on the reply pipe after each. What a probe costs is then its model, its restore and
+// its steps, not a new Python, LibTorch, CUDA context and first-step setup. A script that cannot
+// serve (an older rewind package, `python3 -c`) replays the first probe alone and exits: the
+// probes after it start the script each, as run_script_window does.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "cli/script_window.h"
+
+namespace rwd::cli {
+
+class ScriptServer {
+ public:
+  // `serve` false: every probe starts the script (bisect --script-per-probe).
+  explicit ScriptServer(bool serve) : serve_(serve) {}
+  // Closes the probe pipe, which ends the script; does not wait for it.
+  ~ScriptServer();
+  ScriptServer(const ScriptServer&) = delete;
+  ScriptServer& operator=(const ScriptServer&) = delete;
+
+  // The window of `r` as run_script_window computes it (the same errors), run by the serving
+  // script; starts it on the first call (and again after a probe that ended it).
+  ScriptWindow run(const ScriptWindowRequest& r);
+
+  int started() const { return started_; }  // script processes started so far
+
+ private:
+  // The script's reply to the probe it runs: its exit code, or -1 if it ended instead.
+  int read_reply();
+  void stop();
+  int wait_ended();  // the ended script's exit code (128 + S for a signal S)
+
+  bool serve_;
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;  // our ends: the probe pipe's write end, the reply pipe's read end
+  std::string replies_;      // bytes read, not yet a whole line
+  bool serving_ = false;     // the running script said "serving"
+  int started_ = 0;
+};
+
+}  // namespace rwd::cli

@@ -1,0 +1,69 @@
+"""`rewind bisect --cmd` probes served by one Python process (cli/script_server.h): the script
+is started once, with the first probe in REWIND_REPLAY and REWIND_SERVE="R,W" (the probe pipe's
+read end, the reply pipe's write end). Its first rewind.record call does not return: it writes
+"serving" and runs the script again, as `python3 script.py args` would (runpy, __name__ ==
+"__main__", the same sys.argv), once per probe, the first from REWIND_REPLAY and each next one
+from a line of the probe pipe, writing "exit N" (the script's exit code) after each. A probe
+then costs its model, its restore and its steps; Python, LibTorch, the CUDA context and the
+kernels' first-use setup are paid once. At the end of the probes the process exits.
+
+The first process's own model and optimizer stay in memory, unused, while it serves."""
+import gc
+import os
+import runpy
+import sys
+import traceback
+
+from . import recording
+
+SERVE_ENV = "REWIND_SERVE"
+
+
+def _exit_code(e):
+    if e.code is None:
+        return 0
+    return e.code if isinstance(e.code, int) else 1
+
+
+def _run(script, argv):
+    sys.argv = list(argv)
+    try:
+        runpy.run_path(script, run_name="__main__")
+        return 0
+    except SystemExit as e:  # rec.step ends the window with sys.exit(0)
+        return _exit_code(e)
+    except BaseException:  # as an uncaught error in a script of its own: printed, status 1
+        traceback.print_exc()
+        return 1
+
+
+def serve_if_asked():
+    """Called by a replaying rewind.record: serves the probes and exits if REWIND_SERVE asks
+    and the script can run again here; returns otherwise (the process replays the one window
+    of REWIND_REPLAY, and rewind starts the script anew for each later probe)."""
+    fds = os.environ.pop(SERVE_ENV, None)
+    if fds is None:
+        return
+    probes_fd, replies_fd = (int(x) for x in fds.split(","))
+    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
+    if not os.path.isfile(script):  # python3 -c, stdin: nothing to run again
+        os.close(probes_fd)
+        os.close(replies_fd)
+        return
+    for fd in (probes_fd, replies_fd):  # not for the script's own child processes
+        os.set_inheritable(fd, False)
+    argv = list(sys.argv)
+    probes = os.fdopen(probes_fd, "r")
+    replies = os.fdopen(replies_fd, "w", buffering=1)
+    replies.write("serving\n")
+    spec = os.environ[recording.REPLAY_ENV]
+    while spec:
+        os.environ[recording.REPLAY_ENV] = spec
+        recording.begin_probe()
+        code = _run(script, argv)
+        gc.collect()  # the probe's model, optimizer and batches: their memory goes back before the next
+        sys.stdout.flush()
+        sys.stderr.flush()
+        replies.write(f"exit {code}\n")
+        spec = probes.readline().strip()
+    os._exit(0)  # the first process's frames hold its model: nothing of it is to run
