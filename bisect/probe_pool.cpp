@@ -69,8 +69,8 @@ ProbePool::ProbePool(store::Store& s, const train::RunSpec& run, const Predicate
                      PoolOptions options)
     : store_(s), run_(run), pred_(pred), options_(std::move(options)) {
   if (options_.jobs < 1) throw UsageError("bisect: --jobs must be >= 1");
-  if (options_.runner && (options_.jobs != 1 || options_.comm))
-    throw UsageError("bisect: probes of a script (--cmd) run one at a time (--jobs 1, one rank)");
+  if (options_.runner && (options_.comm || options_.ranks != 1))
+    throw UsageError("bisect: probes of a script (--cmd) run on one rank each");
   if (options_.ranks < 1) throw UsageError("bisect: a worker's ranks must be at least 1");
   if (options_.comm) {
     world_ = options_.comm->world();
@@ -132,7 +132,9 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch, in
     return o;
   };
   std::vector<ProbeOutcome> fresh;
-  if (options_.jobs == 1 && options_.ranks == 1) {
+  if (options_.runner && options_.jobs > 1) {
+    fresh = run_external(todo);
+  } else if (options_.jobs == 1 && options_.ranks == 1) {
     for (const auto& p : todo) {
       if (settled()) {
         fresh.push_back(skip(p));
@@ -147,7 +149,7 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch, in
       const double sent = since_began();
       if (options_.runner) {
         const auto t0 = std::chrono::steady_clock::now();
-        const ExternalRun r = options_.runner(p, run_);
+        const ExternalRun r = options_.runner(p, run_, 0);
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         o = judge_probe(store_, p, run_, pred_, key(p), r, wall);
       } else {

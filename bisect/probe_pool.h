@@ -26,8 +26,10 @@ struct PoolOptions {
   // probe on all ranks (jobs must be 1); the other ranks run follow_probes.
   train::Comm* comm = nullptr;
   // Runs a probe's window elsewhere (bisect --cmd: the user's script) instead of this
-  // process's trainer; its report is judged by judge_probe. Probes then run one at a time.
-  std::function<ExternalRun(const ProbeSpec&, const train::RunSpec&)> runner;
+  // process's trainer; its report is judged by judge_probe. With jobs G > 1 the probes of a
+  // batch run on G threads at once, `slot` (0..G-1) naming the thread: the runner of a slot is
+  // called by one thread at a time. No races (a probe of a script is not cut short).
+  std::function<ExternalRun(const ProbeSpec&, const train::RunSpec&, int slot)> runner;
   // Part of every probe's cache key when not empty (bisect --cmd: the command, so that another
   // script's probes are other probes).
   std::string key_extra;
@@ -66,6 +68,8 @@ class ProbePool {
 
  private:
   std::vector<ProbeOutcome> run_workers(const std::vector<ProbeSpec>& todo, int stop_after_fails);
+  // The runner's probes of a batch on `jobs` threads; outcomes judged and stored in order.
+  std::vector<ProbeOutcome> run_external(const std::vector<ProbeSpec>& todo);
   struct Worker {
     pid_t pid = -1;
     int to = -1, from = -1;   // its probe input (our write end), its replies (our read end)

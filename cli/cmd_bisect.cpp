@@ -158,8 +158,15 @@ void use_script(bisect::BisectOptions& o, const std::string& cmd, bool per_probe
         o.reference += m == "head" ? ";head=low" : ";L*." + m + "=low";
   o.pool.key_extra = "cmd " + cmd;
   const std::string store_path = o.store_path;
-  auto server = std::make_shared<ScriptServer>(!per_probe);
-  o.pool.runner = [cmd, store_path, server](const bisect::ProbeSpec& p, const train::RunSpec& run) {
+  // A server a slot (--jobs), each on its GPU of --gpus (round robin) where given.
+  auto servers = std::make_shared<std::vector<std::unique_ptr<ScriptServer>>>();
+  for (int slot = 0; slot < o.pool.jobs; ++slot) {
+    std::vector<std::pair<std::string, std::string>> env;
+    if (!o.pool.gpus.empty())
+      env.emplace_back("CUDA_VISIBLE_DEVICES", o.pool.gpus[static_cast<size_t>(slot) % o.pool.gpus.size()]);
+    servers->push_back(std::make_unique<ScriptServer>(!per_probe, env));
+  }
+  o.pool.runner = [cmd, store_path, servers](const bisect::ProbeSpec& p, const train::RunSpec& run, int slot) {
     ScriptWindowRequest req;
     req.what = "bisect --cmd";
     req.cmd = cmd;
@@ -173,7 +180,7 @@ void use_script(bisect::BisectOptions& o, const std::string& cmd, bool per_probe
     for (const auto& change : run.plan.changes)
       if (change.first > p.from && change.first <= p.to)
         req.plans.emplace_back(change.first, bisect::probe_plan(p, run, change.first).canonical());
-    const ScriptWindow w = server->run(req);
+    const ScriptWindow w = (*servers)[static_cast<size_t>(slot)]->run(req);
     bisect::ExternalRun r;
     for (const ScriptStep& s : w.steps) {
       if (s.step < p.from) continue;  // from the checkpoint to the window, under the recorded plan
@@ -233,7 +240,8 @@ int run_bisect(int argc, char** argv) {
                            "twice in one Python process)")
       ("window", "A:B, the window of steps to narrow (inclusive)", cxxopts::value<std::string>())
       ("fail", "failure predicate, e.g. 'nan || max(loss) > 1.5 * loss[A]'", cxxopts::value<std::string>())
-      ("jobs", "probes run in parallel, in as many long-lived worker processes (with N ranks: groups of N)",
+      ("jobs", "probes run in parallel, in as many long-lived worker processes (with N ranks: groups of N; "
+               "with --cmd: script processes)",
        cxxopts::value<int>()->default_value("1"))
       ("gpus", "GPU ids, one per worker (sets CUDA_VISIBLE_DEVICES), e.g. 0,1; with N ranks N a worker",
        cxxopts::value<std::string>())
@@ -292,8 +300,8 @@ int run_bisect(int argc, char** argv) {
   o.group_testing = engine != "ddmin";
   o.cheap_direction = engine == "cheap";
   if (r.count("cmd")) {
-    if (r.count("nproc-per-node") || r.count("gpus") || o.pool.jobs != 1)
-      throw UsageError("bisect --cmd: the script's probes run one at a time (no --jobs, --gpus, --nproc-per-node)");
+    if (r.count("nproc-per-node"))
+      throw UsageError("bisect --cmd: a probe runs the script as one process (no --nproc-per-node)");
     use_script(o, r["cmd"].as<std::string>(), r.count("script-per-probe") > 0);
     bisect::BisectReport rep = bisect::run_bisect(o);
     return finish(rep, r, began_s);

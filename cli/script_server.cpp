@@ -14,7 +14,38 @@
 #include "common/error.h"
 #include "common/fd_io.h"
 
+extern char** environ;
+
 namespace rwd::cli {
+
+namespace {
+
+// The descriptors a serving script reads its probes from and writes its replies to.
+constexpr int kProbeFd = 3, kReplyFd = 4;
+
+// This process's environment with `set` replacing or adding variables, as NAME=VALUE strings.
+std::vector<std::string> environment(const std::vector<std::pair<std::string, std::string>>& set) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    bool replaced = false;
+    for (const auto& [name, value] : set) replaced |= kv.compare(0, name.size() + 1, name + "=") == 0;
+    if (!replaced) out.push_back(kv);
+  }
+  for (const auto& [name, value] : set) out.push_back(name + "=" + value);
+  return out;
+}
+
+// Moves `fd` to `target` in a forked child, inheritable (dup2 of an fd onto itself would keep
+// its close-on-exec flag). Only async-signal-safe calls: other threads may hold locks.
+void move_fd(int fd, int target) {
+  if (fd == target)
+    fcntl(fd, F_SETFD, 0);
+  else
+    dup2(fd, target);
+}
+
+}  // namespace
 
 ScriptServer::~ScriptServer() { stop(); }
 
@@ -54,43 +85,62 @@ int ScriptServer::read_reply() {
   }
 }
 
-ScriptWindow ScriptServer::run(const ScriptWindowRequest& r) {
-  if (!serve_) return run_script_window(r);
-  ReportFile report(r.what);
-  const std::string spec = script_window_spec(r, report.path);
-  if (pid_ < 0) {
-    int probes[2], replies[2];
-    if (pipe(probes) != 0 || pipe(replies) != 0)
-      throw Error(ExitCode::kInternal, r.what + ": pipe failed: " + std::string(std::strerror(errno)));
-    std::signal(SIGPIPE, SIG_IGN);  // a script that died: our write fails instead of killing us
-    std::fflush(stdout);
-    std::fflush(stderr);
-    const pid_t pid = fork();
-    if (pid < 0) throw Error(ExitCode::kInternal, r.what + ": fork failed: " + std::string(std::strerror(errno)));
-    if (pid == 0) {
-      close(probes[1]);
-      close(replies[0]);
-      setenv("REWIND_REPLAY", spec.c_str(), 1);
-      setenv("REWIND_SERVE", (std::to_string(probes[0]) + "," + std::to_string(replies[1])).c_str(), 1);
-      if (r.quiet) {
-        const int null = open("/dev/null", O_WRONLY);
-        if (null >= 0) dup2(null, STDOUT_FILENO);
-      }
-      execl("/bin/sh", "sh", "-c", r.cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
+void ScriptServer::start(const ScriptWindowRequest& r, const std::string& spec, bool serving) {
+  // Everything the child needs is made here: after fork it only moves descriptors and execs.
+  int probes[2] = {-1, -1}, replies[2] = {-1, -1};
+  if (serving && (pipe2(probes, O_CLOEXEC) != 0 || pipe2(replies, O_CLOEXEC) != 0))
+    throw Error(ExitCode::kInternal, r.what + ": pipe failed: " + std::string(std::strerror(errno)));
+  std::vector<std::pair<std::string, std::string>> set = env_;
+  set.emplace_back("REWIND_REPLAY", spec);
+  if (serving) set.emplace_back("REWIND_SERVE", std::to_string(kProbeFd) + "," + std::to_string(kReplyFd));
+  const std::vector<std::string> env = environment(set);
+  std::vector<char*> envp;
+  for (const std::string& kv : env) envp.push_back(const_cast<char*>(kv.c_str()));
+  envp.push_back(nullptr);
+  const char* argv[] = {"sh", "-c", r.cmd.c_str(), nullptr};
+  const int null = r.quiet ? open("/dev/null", O_WRONLY | O_CLOEXEC) : -1;
+  std::signal(SIGPIPE, SIG_IGN);  // a script that died: our write fails instead of killing us
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) throw Error(ExitCode::kInternal, r.what + ": fork failed: " + std::string(std::strerror(errno)));
+  if (pid == 0) {
+    if (serving) {
+      // The reply end first: the probe end's move onto 3 must not close it (pipe2 gave both
+      // ends numbers of their own, but one may be 3 or 4).
+      const int reply = replies[1] == kProbeFd ? dup(replies[1]) : replies[1];
+      move_fd(probes[0], kProbeFd);
+      move_fd(reply, kReplyFd);
     }
+    if (null >= 0) dup2(null, STDOUT_FILENO);
+    execve("/bin/sh", const_cast<char* const*>(argv), envp.data());
+    _exit(127);
+  }
+  if (null >= 0) close(null);
+  pid_ = pid;
+  serving_ = false;
+  ++started_;
+  if (serving) {
     close(probes[0]);
     close(replies[1]);
-    fcntl(probes[1], F_SETFD, FD_CLOEXEC);
-    fcntl(replies[0], F_SETFD, FD_CLOEXEC);
-    pid_ = pid;
     to_ = probes[1];
     from_ = replies[0];
-    serving_ = false;
-    ++started_;
+  }
+}
+
+ScriptWindow ScriptServer::run(const ScriptWindowRequest& r) {
+  ReportFile report(r.what);
+  const std::string spec = script_window_spec(r, report.path);
+  if (!serve_) {
+    start(r, spec, false);
+    const int rc = wait_ended();
+    return read_script_window(r, report.path, rc);
+  }
+  if (pid_ < 0) {
+    start(r, spec, true);
   } else if (!write_all(to_, spec + "\n")) {
     stop();  // ended after its last probe: start it again for this one
-    return run(r);
+    start(r, spec, true);
   }
   int rc = read_reply();
   if (rc < 0) {  // it ended inside the probe (killed, os._exit), or it cannot serve (it ran one probe)

@@ -6,11 +6,17 @@
 // its steps, not a new Python, LibTorch, CUDA context and first-step setup. A script that cannot
 // serve (an older rewind package, `python3 -c`) replays the first probe alone and exits: the
 // probes after it start the script each, as run_script_window does.
+//
+// bisect --cmd --jobs G runs G servers at once, one a thread of the probe pool, each with its
+// own environment (CUDA_VISIBLE_DEVICES: a GPU each): a server is used by one thread at a time,
+// and starting one is safe beside the other threads (nothing but dup2 and execve after fork).
 #pragma once
 
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/script_window.h"
 
@@ -18,8 +24,10 @@ namespace rwd::cli {
 
 class ScriptServer {
  public:
-  // `serve` false: every probe starts the script (bisect --script-per-probe).
-  explicit ScriptServer(bool serve) : serve_(serve) {}
+  // `serve` false: every probe starts the script (bisect --script-per-probe). `env`: variables
+  // set for the script on top of this process's environment.
+  explicit ScriptServer(bool serve, std::vector<std::pair<std::string, std::string>> env = {})
+      : serve_(serve), env_(std::move(env)) {}
   // Closes the probe pipe, which ends the script; does not wait for it.
   ~ScriptServer();
   ScriptServer(const ScriptServer&) = delete;
@@ -32,12 +40,15 @@ class ScriptServer {
   int started() const { return started_; }  // script processes started so far
 
  private:
+  // Starts the script with REWIND_REPLAY=spec (and, serving, REWIND_SERVE and the pipes).
+  void start(const ScriptWindowRequest& r, const std::string& spec, bool serving);
   // The script's reply to the probe it runs: its exit code, or -1 if it ended instead.
   int read_reply();
   void stop();
   int wait_ended();  // the ended script's exit code (128 + S for a signal S)
 
   bool serve_;
+  std::vector<std::pair<std::string, std::string>> env_;
   pid_t pid_ = -1;
   int to_ = -1, from_ = -1;  // our ends: the probe pipe's write end, the reply pipe's read end
   std::string replies_;      // bytes read, not yet a whole line

@@ -1,7 +1,8 @@
 """`rewind bisect --cmd` over a run recorded by tiny_train.py: a fault planted through the plan in
 one head's pv from step 20 (rewind.record's plan_from) is localized exactly (layer, head, op),
 each probe running the script once over the window under the probe's plan, every probe inside
-one process of the script (python/rewind/serve.py) with the bits of a process each."""
+one process of the script (python/rewind/serve.py; --jobs G: G processes) with the bits of a
+process each."""
 import json
 import os
 import shlex
@@ -59,11 +60,11 @@ class BisectCmd(RecordedRun):
         stdin_cmd = " ".join([shlex.quote(sys.executable), "-"] + [shlex.quote(a) for a in args] +
                              ["<", shlex.quote(SCRIPT)])
         runs = {}
-        for name, cmd in (("served", self.cmd), ("stdin", stdin_cmd)):
+        for name, cmd, jobs in (("served", self.cmd, "1"), ("stdin", stdin_cmd, "1"), ("two", self.cmd, "2")):
             store, starts = (os.path.join(self.dir, name + ext) for ext in (".db", ".starts"))
             shutil.copyfile(self.store, store)
             r = self.rewind_cli("bisect", "--cmd", f"echo >> {shlex.quote(starts)}; {cmd}", "--store", store,
-                                "--window", "20:29", "--fail", "nan", "--quiet")
+                                "--window", "20:29", "--fail", "nan", "--quiet", "--jobs", jobs)
             self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
             self.assertIn("failing set (kept low, everything else FP32, still fails): {L1.H0.pv}", r.stdout)
             with open(starts) as f:
@@ -73,11 +74,17 @@ class BisectCmd(RecordedRun):
                 m = {k: v for k, v in p["metrics"].items() if not k.endswith("_s")}  # times differ
                 probes[(p["plan"], p["window"])] = (p["verdict"], m)
             runs[name] = (started, probes)
-        (served, a), (cold, b) = runs["served"], runs["stdin"]
+        (served, a), (cold, b), (two, c) = runs["served"], runs["stdin"], runs["two"]
         self.assertEqual(served, 1)
         self.assertEqual(cold, len(b))
         self.assertGreater(len(a), 5)
         self.assertEqual(a, b)  # every probe: verdict, loss and grad norm bits, steps
+        # --jobs 2: two serving processes, probes of a batch at once; the probes both searches
+        # ran have the same bits.
+        self.assertEqual(two, 2)
+        common = set(a) & set(c)
+        self.assertGreater(len(common), 5)
+        self.assertEqual({k: a[k] for k in common}, {k: c[k] for k in common})
 
     def test_bad_requests_are_one_line_and_leave_the_store(self):
         before = sha(self.store)
@@ -89,7 +96,7 @@ class BisectCmd(RecordedRun):
             (("bisect", "--store", self.store, "--window", "20:29", "--fail", "nan"),
              "recorded by a Python script (rewind.record); give the command that runs it"),
             (("bisect", "--cmd", self.cmd, "--store", self.store, "--window", "20:29", "--fail", "nan",
-              "--jobs", "2"), "the script's probes run one at a time"),
+              "--nproc-per-node", "2"), "a probe runs the script as one process"),
             (("bisect", "--cmd", f"{shlex.quote(sys.executable)} -c pass", "--store", self.store,
               "--window", "20:29", "--fail", "nan"), "without calling rewind.record"),
             (("bisect", "--cmd", self.cmd, "--store", self.store, "--window", "20:45", "--fail", "nan"),
