@@ -24,6 +24,7 @@
 #include "store/store.h"
 #include "store/store_worker.h"
 #include "store/writer_lock.h"
+#include "train/state_stager.h"
 #include "train/tensor_io.h"
 #include "train/trainer.h"
 
@@ -243,15 +244,21 @@ class ScriptRecording {
   // being written and another waits behind it.
   void put_checkpoint(int64_t step, const std::vector<std::pair<std::string, torch::Tensor>>& state) {
     require_open();
-    train::NamedTensors host;
-    for (const auto& [name, t] : state)
-      host.emplace_back(name, t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    {
+      py::gil_scoped_release nogil;
+      checkpoints_->wait_for_room();  // before staging: the stager's buffers of two checkpoints ago are free
+    }
+    // As train::Recorder: host tensors cloned, device ones copied into reused pinned buffers on
+    // a side stream through a device snapshot; the loop's stream waits for that copy on the
+    // device only where no snapshot fits. The loop's thread does not wait for the bytes.
+    train::StateStager::Staged staged = stager_.stage(train::NamedTensors(state.begin(), state.end()));
     py::gil_scoped_release nogil;
-    checkpoints_->wait_for_room();
     const uint64_t steps_before = steps_->pushed();
     store::StoreWorker* steps = steps_.get();
-    checkpoints_->push([steps, steps_before, run = run_, step, host = std::move(host)](store::Store& s) {
+    checkpoints_->push([steps, steps_before, run = run_, step, host = std::move(staged.host),
+                        wait_ready = std::move(staged.wait_ready)](store::Store& s) {
       steps->wait_done(steps_before);
+      if (wait_ready) wait_ready();
       s.check_in_place();
       train::write_checkpoint(s, run, step, host);
       s.checkpoint_wal();
@@ -283,6 +290,7 @@ class ScriptRecording {
 
   std::unique_ptr<store::WriterLock> lock_;
   int64_t run_ = 0;
+  train::StateStager stager_;  // before the writers: their queued checkpoints hold its buffers
   std::unique_ptr<store::StoreWorker> steps_;
   std::unique_ptr<store::StoreWorker> checkpoints_;
   std::vector<torch::Tensor> params_;

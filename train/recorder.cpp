@@ -5,15 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <thread>
 #include <nlohmann/json.hpp>
-
-#ifdef REWIND_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#endif
 
 #include "common/error.h"
 #include "common/hash.h"
@@ -22,11 +15,6 @@
 namespace rwd::train {
 
 namespace {
-
-// Page-locked host memory for a device tensor's copy.
-torch::Tensor pinned_empty(c10::IntArrayRef sizes, at::ScalarType dtype) {
-  return torch::empty(sizes, torch::TensorOptions().dtype(dtype).pinned_memory(true));
-}
 
 // The background checkpoint writer hashes, shuffles and compresses blobs on threads of its
 // own (Store::put_blobs) on the cores training leaves idle (at most 2), unless the caller
@@ -44,78 +32,6 @@ store::StoreOptions writer_options(store::StoreOptions so) {
   return so;
 }
 
-#ifdef REWIND_CUDA
-// Whether `snap` can hold the device tensors of `copies`, allocating it on first use (or when
-// a shape changed) where the device has the room: the state's size, a quarter more, and 1 GiB
-// to spare for the training that goes on.
-bool device_snapshot_ready(DeviceSnapshot& snap, const std::vector<std::pair<torch::Tensor*, torch::Tensor>>& copies) {
-  if (snap.off) return false;
-  bool same = snap.bufs.size() == copies.size();
-  for (size_t i = 0; same && i < copies.size(); ++i)
-    same = snap.bufs[i].sizes() == copies[i].second.sizes() && snap.bufs[i].dtype() == copies[i].second.dtype();
-  if (same) return true;
-  snap.bufs.clear();
-  size_t bytes = 0, free = 0, total = 0;
-  for (const auto& c : copies) bytes += c.second.nbytes();
-  if (cudaMemGetInfo(&free, &total) != cudaSuccess || free < bytes + bytes / 4 + (size_t{1} << 30)) {
-    snap.off = true;
-    return false;
-  }
-  try {
-    for (const auto& c : copies) snap.bufs.push_back(torch::empty_like(c.second, at::MemoryFormat::Contiguous));
-  } catch (const c10::Error&) {
-    snap.bufs.clear();
-    snap.off = true;
-  }
-  return !snap.off;
-}
-#endif
-
-// Copies device tensors into their pinned host buffers on a side stream, after the work
-// queued so far on the current stream (the last step's update). Through the device snapshot
-// where there is one (the training stream copies the state there first, and training goes
-// on); else the trainer's next optimizer update waits for the copy on the device. Returns
-// what blocks until the copy is done.
-std::function<void()> copy_from_device(const std::vector<std::pair<torch::Tensor*, torch::Tensor>>& copies,
-                                       Trainer& trainer, DeviceSnapshot& snap) {
-#ifdef REWIND_CUDA
-  const c10::DeviceIndex dev = copies.front().second.device().index();
-  at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream(dev);
-  at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, dev);
-  const bool via_snapshot = device_snapshot_ready(snap, copies);
-  if (via_snapshot) {
-    // The previous checkpoint's host copy has read the snapshot before it is overwritten.
-    if (snap.last_copy) static_cast<at::cuda::CUDAEvent*>(snap.last_copy.get())->block(main);
-    for (size_t i = 0; i < copies.size(); ++i) snap.bufs[i].copy_(copies[i].second, /*non_blocking=*/true);
-  }
-  at::cuda::CUDAEvent state_ready;
-  state_ready.record(main);
-  state_ready.block(side);
-  auto copied = std::make_shared<at::cuda::CUDAEvent>();
-  {
-    c10::cuda::CUDAStreamGuard on_side(side);
-    for (size_t i = 0; i < copies.size(); ++i)
-      copies[i].first->copy_(via_snapshot ? snap.bufs[i] : copies[i].second, /*non_blocking=*/true);
-  }
-  copied->record(side);
-  if (via_snapshot) {
-    snap.last_copy = copied;
-    trainer.set_before_update({});
-  } else {
-    // Waiting again on a finished copy costs nothing, so the hook stays until the next one.
-    trainer.set_before_update([copied, dev] { copied->block(at::cuda::getCurrentCUDAStream(dev)); });
-  }
-  return [copied] { copied->synchronize(); };
-#else
-  (void)trainer, (void)snap;
-  for (const auto& [buf, src] : copies) buf->copy_(src);
-  return {};
-#endif
-}
-
-}  // namespace
-
-namespace {
 constexpr size_t kMaxQueuedSteps = 256;
 // The step writer copies the WAL into the main file every this many steps, so the WAL stays
 // small when checkpoints are rare; the checkpoint writer does after each checkpoint.
@@ -189,42 +105,10 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   schedule_.taken(step);
   guard([&] { checkpoints_.wait_for_room(&costs_.checkpoint_waited_seconds); });
   const auto t1 = Clock::now();
-  const NamedTensors state = trainer.state();
-  NamedTensors host_state;
-  if (pinned_next_ == 1 && pinned_spare_.valid()) pinned_[1] = pinned_spare_.get();
-  std::vector<torch::Tensor>& pinned = pinned_[pinned_next_];
-  pinned_next_ ^= 1;
-  pinned.resize(state.size());
-  std::vector<std::pair<torch::Tensor*, torch::Tensor>> device_copies;  // (pinned buffer, source)
-  for (size_t i = 0; i < state.size(); ++i) {
-    const auto& [name, t] = state[i];
-    torch::Tensor d = t.detach();
-    if (d.is_cpu()) {
-      host_state.emplace_back(name, d.clone());
-      continue;
-    }
-    torch::Tensor& buf = pinned[i];  // allocated once, again only if a tensor changed shape
-    if (!buf.defined() || buf.sizes() != d.sizes() || buf.scalar_type() != d.scalar_type())
-      buf = pinned_empty(d.sizes(), d.scalar_type());
-    device_copies.emplace_back(&buf, d);
-    host_state.emplace_back(name, buf);
-  }
-  if (!device_copies.empty() && pinned_[1].empty() && !pinned_spare_.valid()) {
-    // The second set, shaped like the first (undefined where a tensor lives on the host).
-    std::vector<std::optional<std::pair<std::vector<int64_t>, at::ScalarType>>> shapes;
-    for (const torch::Tensor& b : pinned) {
-      shapes.emplace_back();
-      if (b.defined()) shapes.back().emplace(b.sizes().vec(), b.scalar_type());
-    }
-    pinned_spare_ = std::async(std::launch::async, [shapes = std::move(shapes)] {
-      std::vector<torch::Tensor> set(shapes.size());
-      for (size_t i = 0; i < shapes.size(); ++i)
-        if (shapes[i]) set[i] = pinned_empty(shapes[i]->first, shapes[i]->second);
-      return set;
-    });
-  }
-  std::function<void()> wait_ready;  // blocks until the snapshot's bytes are on the host
-  if (!device_copies.empty()) wait_ready = copy_from_device(device_copies, trainer, device_snapshot_);
+  StateStager::Staged staged =
+      stager_.stage(trainer.state(), [&trainer](std::function<void()> f) { trainer.set_before_update(std::move(f)); });
+  NamedTensors host_state = std::move(staged.host);
+  std::function<void()> wait_ready = std::move(staged.wait_ready);  // blocks until the bytes are on the host
   // The generators' states: unused by training (no dropout) but recorded per DESIGN §6.
   for (auto& g : trainer.rng_state()) host_state.push_back(std::move(g));
   const uint64_t steps_before = steps_.pushed();

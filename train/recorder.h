@@ -14,6 +14,7 @@
 
 #include "train/capture_spec.h"
 #include "train/checkpoint_schedule.h"
+#include "train/state_stager.h"
 #include "train/trainer.h"
 #include "store/store.h"
 #include "store/store_worker.h"
@@ -35,19 +36,6 @@ struct RecordOptions {
   // transaction of its own. Their pages are reused by the next checkpoints, so the file stays
   // flat; `rewind store thin` gives free pages back to the file system.
   store::Retention retention;
-};
-
-// A device copy of the state (GPU runs, where free memory allows). A checkpoint copies the
-// state there on the training stream (1.5 GB: about a millisecond on an H200) and the pinned
-// copy reads the snapshot on a side stream, so the next optimizer update no longer waits for
-// the state to cross PCIe (30-60 ms). last_copy: the previous device-to-host copy's event
-// (an at::cuda::CUDAEvent), which the next snapshot waits for before overwriting. off: too
-// little free memory or a failed allocation: the state is copied to the host directly and
-// the next update waits for that copy.
-struct DeviceSnapshot {
-  std::vector<torch::Tensor> bufs;
-  std::shared_ptr<void> last_copy;
-  bool off = false;
 };
 
 class Recorder {
@@ -119,18 +107,7 @@ class Recorder {
   std::atomic<int64_t> thinned_bytes_{0}, thin_micros_{0};
   Costs costs_;                    // training thread's part
   CheckpointSchedule schedule_;
-  // Page-locked host buffers for device tensors, two sets used in turn: a device-to-host copy
-  // into reused pinned memory runs at PCIe speed, while a fresh pageable copy of gpt2-small's
-  // 1.5 GB state took 0.4-1.1 s of the training thread (allocation and first touch). Set
-  // k % 2 is free again when checkpoint k + 2 is taken: the checkpoint writer queues at most
-  // one job behind the one it runs, so queueing checkpoint k + 2 waits until it has finished k.
-  // The second set is allocated on a helper thread while training runs on from the first
-  // checkpoint (allocating 1.5 GB of pinned memory takes ~1 s; on the training thread at the
-  // second checkpoint it had been +28% of the mean recorded step); taken over when first used.
-  std::vector<torch::Tensor> pinned_[2];
-  int pinned_next_ = 0;
-  std::future<std::vector<torch::Tensor>> pinned_spare_;
-  DeviceSnapshot device_snapshot_;
+  StateStager stager_;  // the checkpoints' host copies (pinned buffers, device snapshot)
   // Declared in this order so the checkpoint writer, whose jobs wait for the step writer,
   // stops first, and the lock is let go last.
   store::WriterLock lock_;
