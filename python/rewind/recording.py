@@ -280,8 +280,13 @@ class Recorder:
         c = self._replay.nearest_checkpoint(self.run, self._from)
         if c is None:
             raise _C.RewindError(f"run {self.run} has no checkpoint at or before step {self._from}")
-        state = dict(self._replay.checkpoint(self.run, c))
+        from . import serve
+        state = serve.read_checkpoint(self._replay, spec["store"], self.run, c)
         skeleton = pickle.loads(state["skeleton"].numpy().tobytes())
+        if serve.serving() and not any(p.is_cuda for p in self._params):
+            # The served checkpoint is shared by the probes; optimizer.load_state_dict keeps a CPU
+            # tensor of the right dtype as it is (torch 2.x) and the step would write into it.
+            state = {k: v.clone() if k.startswith(("optimizer/", "state/")) else v for k, v in state.items()}
         self.model.load_state_dict(_unflatten(skeleton["model"], state))
         self.optimizer.load_state_dict(_unflatten(skeleton["optimizer"], state))
         extra = skeleton.get("state", {})

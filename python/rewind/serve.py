@@ -4,8 +4,9 @@ read end, the reply pipe's write end). Its first rewind.record call does not ret
 "serving" and runs the script again, as `python3 script.py args` would (runpy, __name__ ==
 "__main__", the same sys.argv), once per probe, the first from REWIND_REPLAY and each next one
 from a line of the probe pipe, writing "exit N" (the script's exit code) after each. A probe
-then costs its model, its restore and its steps; Python, LibTorch, the CUDA context and the
-kernels' first-use setup are paid once. At the end of the probes the process exits.
+then costs its model, its restore and its steps; Python, LibTorch, the CUDA context, the
+kernels' first-use setup and the checkpoint's read are paid once. At the end of the probes the
+process exits.
 
 The first process's own model and optimizer stay in memory, unused, while it serves."""
 import gc
@@ -17,6 +18,29 @@ import traceback
 from . import recording
 
 SERVE_ENV = "REWIND_SERVE"
+
+_serving = False
+_checkpoint = None  # (key, {name: tensor}): the checkpoint the last served probe restored
+
+
+def serving():
+    """Whether this process serves a bisect's probes (each a run of the script in it)."""
+    return _serving
+
+
+def read_checkpoint(replay, store, run, step):
+    """{name: tensor} of run `run`'s checkpoint at `step` (CPU tensors), through `replay` (a
+    _C.ScriptReplay of `store`). A serving process reads it once and hands the same tensors to
+    every probe that restores it (the probes of one window do): treat them as read-only."""
+    global _checkpoint
+    key = (os.path.realpath(store), int(run), int(step))
+    if _checkpoint is not None and _checkpoint[0] == key:
+        return dict(_checkpoint[1])
+    _checkpoint = None  # the old one's memory goes before the new one is read
+    state = dict(replay.checkpoint(run, step))
+    if _serving:
+        _checkpoint = (key, state)
+    return dict(state)
 
 
 def _exit_code(e):
@@ -52,6 +76,8 @@ def serve_if_asked():
         return
     for fd in (probes_fd, replies_fd):  # not for the script's own child processes
         os.set_inheritable(fd, False)
+    global _serving
+    _serving = True
     argv = list(sys.argv)
     probes = os.fdopen(probes_fd, "r")
     replies = os.fdopen(replies_fd, "w", buffering=1)
