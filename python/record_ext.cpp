@@ -356,6 +356,13 @@ void bind_record(py::module_& m) {
         return py::cpp_function([f]() { return f(); });
       },
       py::arg("params"), "param_digest, queued behind the device's work: call the result for the string");
+  m.def(
+      "add_word_sums",
+      [](const std::vector<torch::Tensor>& tensors, torch::Tensor sums, int64_t offset) {
+        train::add_word_sums(tensors, sums, offset);
+      },
+      py::arg("tensors"), py::arg("sums"), py::arg("offset"),
+      "adds each tensor's digest word sum into sums[offset + k] (int64, on their device), queued on a GPU");
   py::class_<ScriptRecording>(m, "ScriptRecording")
       .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&>(),
            py::arg("path"), py::arg("config"), py::arg("plan"), py::arg("meta"))

@@ -476,42 +476,53 @@ std::function<std::string()> Trainer::digest_from_sums(const torch::Tensor& sums
   return queue_digest_of_sums(sums, digest_words(params_));
 }
 
-std::function<std::string()> queue_param_digest(const std::vector<torch::Tensor>& params) {
-  const size_t n = params.size();
+void add_word_sums(const std::vector<torch::Tensor>& tensors, torch::Tensor& sums, int64_t offset) {
+  const size_t n = tensors.size();
+  if (n == 0) return;
   std::vector<torch::Tensor> flat(n);
-  for (size_t k = 0; k < n; ++k) flat[k] = params[k].detach().contiguous();
-  const std::vector<int64_t> words = digest_words(params);
-  if (n > 0 && flat[0].is_cuda()) {
+  for (size_t k = 0; k < n; ++k) flat[k] = tensors[k].detach().contiguous();
+  const std::vector<int64_t> words = digest_words(flat);
+  if (sums.scalar_type() != torch::kInt64 || !sums.is_contiguous() || offset < 0 ||
+      offset + static_cast<int64_t>(n) > sums.numel())
+    throw Error(ExitCode::kInternal, "add_word_sums: sums must be a contiguous int64 tensor with room for every tensor");
+  for (const torch::Tensor& t : flat)
+    if (t.device() != sums.device())
+      throw Error(ExitCode::kUsage, "param_digest: the tensors lie on more than one device");
+  if (sums.is_cuda()) {
 #ifdef REWIND_CUDA
-    const c10::DeviceGuard on_device(flat[0].device());
-    torch::Tensor acc = torch::zeros({static_cast<int64_t>(n)}, torch::TensorOptions().dtype(torch::kInt64).device(flat[0].device()));
-    auto* out = reinterpret_cast<unsigned long long*>(acc.data_ptr<int64_t>());
+    const c10::DeviceGuard on_device(sums.device());
+    auto* out = reinterpret_cast<unsigned long long*>(sums.data_ptr<int64_t>()) + offset;
     std::vector<kernels::cuda::DigestSegment> segs(n);
-    for (size_t k = 0; k < n; ++k) {
-      if (!flat[k].is_cuda() || flat[k].device() != flat[0].device())
-        throw Error(ExitCode::kUsage, "param_digest: the parameters lie on more than one device");
-      segs[k] = {static_cast<const uint32_t*>(flat[k].data_ptr()), words[k], out + k};
-    }
+    for (size_t k = 0; k < n; ++k) segs[k] = {static_cast<const uint32_t*>(flat[k].data_ptr()), words[k], out + k};
     const int rc = kernels::cuda::digest_word_sums(segs.data(), static_cast<int>(n), at::cuda::getCurrentCUDAStream().stream());
     if (rc != 0) throw Error(ExitCode::kInternal, "param_digest: CUDA launch failed (error " + std::to_string(rc) + ")");
-    return queue_digest_of_sums(acc, words);
+    return;
 #else
-    throw Error(ExitCode::kInternal, "param_digest: CUDA parameters need a REWIND_CUDA build");
+    throw Error(ExitCode::kInternal, "param_digest: CUDA tensors need a REWIND_CUDA build");
 #endif
   }
-  std::vector<uint64_t> sums(n, 0);
+  if (!sums.is_cpu()) throw Error(ExitCode::kUsage, "param_digest: tensors on a device other than the CPU or CUDA");
+  int64_t* out = sums.data_ptr<int64_t>() + offset;
   for (size_t k = 0; k < n; ++k) {
-    const torch::Tensor c = flat[k].is_cpu() ? flat[k] : flat[k].to(torch::kCPU);
-    const auto* w = static_cast<const uint32_t*>(c.data_ptr());
-    sums[k] = at::parallel_reduce(
+    const auto* w = static_cast<const uint32_t*>(flat[k].data_ptr());
+    const uint64_t sum = at::parallel_reduce(
         0, words[k], 1 << 16, uint64_t{0},
         [w](int64_t b, int64_t e, uint64_t acc) {
           for (int64_t i = b; i < e; ++i) acc += digest_term(w[i], static_cast<uint64_t>(i));
           return acc;
         },
         [](uint64_t a, uint64_t b) { return a + b; });
+    out[k] = static_cast<int64_t>(static_cast<uint64_t>(out[k]) + sum);  // wrapping, as on the GPU
   }
-  const std::string d = digest_of(words, sums.data());
+}
+
+std::function<std::string()> queue_param_digest(const std::vector<torch::Tensor>& params) {
+  const size_t n = params.size();
+  const torch::Device device = n > 0 ? params[0].device() : torch::Device(torch::kCPU);
+  torch::Tensor sums = torch::zeros({static_cast<int64_t>(n)}, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  add_word_sums(params, sums, 0);
+  if (sums.is_cuda()) return queue_digest_of_sums(sums, digest_words(params));
+  const std::string d = digest_of(digest_words(params), reinterpret_cast<const uint64_t*>(sums.data_ptr<int64_t>()));
   return [d] { return d; };
 }
 

@@ -175,6 +175,10 @@ torch::Tensor spectral_norms_queued(const torch::Tensor& w, int iters = 30);
 // into pinned memory behind an event, the returned function waiting for that copy alone; on
 // the CPU computed now. rewind.record's digest (python/record_ext.cpp) is this one.
 std::function<std::string()> queue_param_digest(const std::vector<torch::Tensor>& params);
+// Adds each tensor's d2 word sum (common/hash.h: the wrapping sum of digest_term over its bytes
+// as 32-bit words; its size a whole number of words) into sums[offset + k], an int64 tensor on
+// the tensors' device: on a GPU queued (the digest kernel, nothing waited for), on the CPU now.
+void add_word_sums(const std::vector<torch::Tensor>& tensors, torch::Tensor& sums, int64_t offset);
 // The digest from per-parameter word sums on a GPU (int64, `words` 32-bit words each), queued.
 std::function<std::string()> queue_digest_of_sums(const torch::Tensor& sums, std::vector<int64_t> words);
 

@@ -10,11 +10,21 @@ import sys
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import _C
 from torch.utils._pytree import tree_flatten
 
 # Set by `rewind doctor --cmd` (cli/cmd_doctor.cpp): a JSON object with steps (how many loop
 # steps to hash) and report (the file this process writes its lines to).
 DOCTOR_ENV = "REWIND_DOCTOR"
+
+
+def _words(t):
+    """A tensor's bytes in C order as a flat uint8 tensor on its device, zero-padded to whole
+    32-bit words (what the digest's word sums read)."""
+    b = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    pad = -b.numel() % 4
+    return torch.cat([b, b.new_zeros(pad)]) if pad else b
 
 
 def tensor_hash(t):
@@ -59,6 +69,13 @@ class Doctor:
         self._index = 0        # ops hashed in this step
         self._step = 0
         self._mode = _HashOps(self)
+        # The step's op lines wait for their hashes: each op's output gets a digest word sum
+        # (rewind's "d2" terms) queued on its device into sums[device][i], and the lines are
+        # written at the step's end from one copy of the sums, so hashing never waits for the
+        # GPU nor copies an activation to the host (a host copy and hash of every op's output
+        # did not finish two gpt2-small steps twice in minutes).
+        self._pending = []  # (line, device, index, words)
+        self._sums = {}     # device -> [int64 tensor of sums, entries used]
         types = {}
         for name, m in model.named_modules():
             types[name or "(model)"] = type(m).__name__
@@ -88,10 +105,29 @@ class Doctor:
             self._modules.pop()
 
     def _parameters_hash(self):
-        h = hashlib.blake2b(digest_size=8)
-        for name, p in self.model.named_parameters():
-            h.update(name.encode() + tensor_hash(p).encode())
-        return h.hexdigest()
+        names = ",".join(name for name, _ in self.model.named_parameters())
+        digest = _C.param_digest_queued([p for _, p in self.model.named_parameters()])()
+        return hashlib.blake2b((names + digest).encode(), digest_size=8).hexdigest()
+
+    def _queue_hash(self, line, t):
+        b = _words(t)
+        entry = self._sums.get(b.device)
+        if entry is None or entry[1] == entry[0].numel():
+            grown = torch.zeros(max(1024, 2 * entry[0].numel()) if entry else 1024, dtype=torch.int64, device=b.device)
+            if entry:
+                grown[:entry[1]].copy_(entry[0][:entry[1]])
+            entry = self._sums[b.device] = [grown, entry[1] if entry else 0]
+        if b.numel():
+            _C.add_word_sums([b], entry[0], entry[1])
+        self._pending.append((line, b.device, entry[1], b.numel() // 4))
+        entry[1] += 1
+
+    def _write_pending(self):
+        host = {d: e[0][:e[1]].cpu().tolist() for d, e in self._sums.items()}
+        for line, device, i, words in self._pending:
+            line["hash"] = "%x.%016x" % (words, host[device][i] & 0xFFFFFFFFFFFFFFFF)
+            self._write(line)
+        self._pending, self._sums = [], {}
 
     def _write(self, obj):
         self._report.write(json.dumps(obj) + "\n")
@@ -103,9 +139,9 @@ class Doctor:
             phase = "forward"
         else:  # autograd runs the backward with grad mode off, as no_grad code (clipping) runs
             phase = "forward" if torch.is_grad_enabled() else "backward"
-        self._write({"step": self._step, "i": self._index, "what": "op", "name": name, "phase": phase,
-                     "module": self._modules[-1] if self._modules else "", "shape": list(t.shape),
-                     "dtype": str(t.dtype).replace("torch.", ""), "hash": tensor_hash(t)})
+        self._queue_hash({"step": self._step, "i": self._index, "what": "op", "name": name, "phase": phase,
+                          "module": self._modules[-1] if self._modules else "", "shape": list(t.shape),
+                          "dtype": str(t.dtype).replace("torch.", "")}, t)
         self._index += 1
 
     def begin_step(self, step, batch):
@@ -121,6 +157,7 @@ class Doctor:
     def end_step(self, step, loss):
         """At rec.step: the loss's bits and the parameters; ends the process after the last step."""
         self._mode.__exit__(None, None, None)
+        self._write_pending()
         self._write({"step": step, "what": "loss", "name": "the loss",
                      "hash": struct.pack("<f", loss).hex()})
         self._write({"step": step, "what": "parameters", "name": "the parameters after the step",
