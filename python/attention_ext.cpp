@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -94,22 +95,66 @@ bool op_fp32(const std::string& spec, const std::string& name) {
   throw std::invalid_argument(usage);
 }
 
-torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const std::string& plan_spec, int layer, bool causal) {
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
-              "rewind.attention: q, k, v must be (batch, heads, seq, head_dim)");
-  TORCH_CHECK(layer >= 0 && layer < kMaxLayers, "rewind.attention: layer must be in 0..", kMaxLayers - 1);
-  const int n_head = static_cast<int>(q.size(1));
-  const std::shared_ptr<const plan::Plan> held = parsed(plan_spec, n_head, "rewind.attention");
+// The kernels' options for `layer` of the plan `spec` on (B, H, T, D) operands.
+kernels::AttentionOptions options_for(const std::string& spec, int n_head, int64_t head_dim, int layer, bool causal) {
+  const std::shared_ptr<const plan::Plan> held = parsed(spec, n_head, "rewind.attention");
   const plan::Plan& plan = *held;
   const plan::LayerPlan& lp = plan.layers[layer];
   kernels::AttentionOptions opt;
-  opt.scale = 1.0f / std::sqrt(static_cast<float>(q.size(3)));
+  opt.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   opt.causal = causal;
   opt.naive = lp.naive;
   opt.block_q = plan.block_q;
   opt.block_k = plan.block_k;
   opt.flags = lp.heads;
+  return opt;
+}
+
+// rewind.attention on BF16 q, k, v (a model under autocast) where the plan promotes no op of
+// the layer's heads: the kernels' BF16 entry points (what rewind's trainer runs), one copy of
+// q, k, v into the kernels' (3, B, H, T, D) layout instead of the FP32 path's conversions of
+// q, k, v, O and their gradients. Same kernels, same bits as the FP32 path on the widened
+// values (tests/python/test_rewind.py).
+struct Bf16Attention : public torch::autograd::Function<Bf16Attention> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const std::string& spec, int64_t layer, bool causal) {
+    const kernels::AttentionOptions opt =
+        options_for(spec, static_cast<int>(q.size(1)), q.size(3), static_cast<int>(layer), causal);
+    std::shared_ptr<kernels::AttentionCapture> capture = monitor_capture(static_cast<int>(layer));
+    const torch::Tensor qkv = torch::stack({q, k, v});
+    torch::Tensor lse;
+    torch::Tensor o = kernels::attention_bf16_forward(qkv, opt, capture.get(), lse);
+    ctx->save_for_backward({qkv, o, lse});
+    ctx->saved_data["spec"] = spec;
+    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["causal"] = causal;
+    return o;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const torch::autograd::variable_list s = ctx->get_saved_variables();
+    const torch::Tensor &qkv = s[0], &o = s[1], &lse = s[2];
+    const kernels::AttentionOptions opt =
+        options_for(ctx->saved_data["spec"].toStringRef(), static_cast<int>(qkv.size(2)), qkv.size(4),
+                    static_cast<int>(ctx->saved_data["layer"].toInt()), ctx->saved_data["causal"].toBool());
+    const torch::Tensor d_o = grad_out[0].defined() ? grad_out[0].to(torch::kBFloat16).contiguous() : torch::zeros_like(o);
+    const torch::Tensor d = kernels::attention_bf16_backward(qkv, o, lse, d_o, opt).to(torch::kBFloat16);
+    return {d[0], d[1], d[2], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const std::string& plan_spec, int layer, bool causal) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+              "rewind.attention: q, k, v must be (batch, heads, seq, head_dim)");
+  TORCH_CHECK(layer >= 0 && layer < kMaxLayers, "rewind.attention: layer must be in 0..", kMaxLayers - 1);
+  const kernels::AttentionOptions opt = options_for(plan_spec, static_cast<int>(q.size(1)), q.size(3), layer, causal);
+  const bool bf16 = q.scalar_type() == torch::kBFloat16 && k.scalar_type() == torch::kBFloat16 &&
+                    v.scalar_type() == torch::kBFloat16 && q.sizes() == k.sizes() && q.sizes() == v.sizes() &&
+                    q.device() == k.device() && q.device() == v.device();
+  if (bf16 && kernels::bf16_attention_ok(opt.flags) && !std::getenv("REWIND_ATTENTION_FP32_PATH"))
+    return Bf16Attention::apply(q, k, v, plan_spec, layer, causal);
   // Like F.scaled_dot_product_attention under autocast: any float dtype in, the same out.
   const auto dtype = q.scalar_type();
   std::shared_ptr<kernels::AttentionCapture> capture = monitor_capture(layer);

@@ -64,6 +64,33 @@ class Attention(unittest.TestCase):
         for x, y in zip(a, b):
             self.assertTrue(torch.equal(x, y))
 
+    def test_bf16_inputs_take_the_bf16_kernels_with_the_bits_of_the_fp32_path(self):
+        # BF16 q, k, v (a model under autocast) go to the kernels' BF16 entry points unless a
+        # head of the layer promotes an op; REWIND_ATTENTION_FP32_PATH forces the FP32 path.
+        def run(plan, fp32_path, layer=1):
+            if fp32_path:
+                os.environ["REWIND_ATTENTION_FP32_PATH"] = "1"
+            try:
+                rewind._C.set_monitoring(True)
+                rewind._C.collect_monitors()
+                q, k, v = (x.bfloat16().requires_grad_() for x in (self.q, self.k, self.v))
+                o = rewind.attention(q, k, v, plan=plan, layer=layer)
+                fast = "Bf16Attention" in o.grad_fn.name()
+                self.assertEqual(fast, not fp32_path and "fp32" not in plan, plan)
+                o.backward(self.do.bfloat16())
+                stats = rewind._C.collect_monitors()  # [("L1.H0.max_logit", value), ...]
+                return [o.detach(), q.grad, k.grad, v.grad], stats
+            finally:
+                rewind._C.set_monitoring(False)
+                os.environ.pop("REWIND_ATTENTION_FP32_PATH", None)
+        for plan in ("", "L1.H*.softmax=stable(beta=2)", "L1.H2.pv=fault(strength=25600)", "L1.H0.pv=fp32"):
+            (fast, fast_stats), (slow, slow_stats) = run(plan, False), run(plan, True)
+            for x, y in zip(fast, slow):
+                self.assertEqual(x.dtype, torch.bfloat16)
+                self.assertTrue(torch.equal(x, y), plan)
+            self.assertEqual(fast_stats, slow_stats, plan)
+            self.assertTrue(fast_stats, plan)
+
     def test_dtype_and_errors(self):
         o = rewind.attention(self.q.bfloat16(), self.k.bfloat16(), self.v.bfloat16())
         self.assertEqual(o.dtype, torch.bfloat16)
