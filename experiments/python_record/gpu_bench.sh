@@ -4,7 +4,9 @@
 #  1. mean step time over STEPS-10 steps (10 warm-up steps left out) of the same loop as
 #     (a) SDPA, no recorder, (b) rewind.attention + deterministic algorithms, no recorder,
 #     (c) (b) + rewind.record with no checkpoint in the timed steps (the per-step cost),
-#     (d) (b) + rewind.record with a checkpoint every 25 steps; ratios c/a, c/b, d/b.
+#     (d) (b) + rewind.record with a checkpoint every 25 steps; ratios c/a, c/b, d/b;
+#     (b0) (b) with REWIND_ATTENTION_FP32_PATH=1, rewind.attention's FP32 path (the BF16 path's
+#     baseline); and the recorder's host time a step in (c) and (d) (checkpoints included).
 #  2. a bisect through `rewind bisect --cmd` of L5.H3.pv=fault planted from step 20 of a
 #     30-step recording (gpu_bisect.sh): its verdict, probes and wall time.
 #  3. `rewind doctor --cmd` on the SDPA and the rewind.attention variant (2 steps each, twice).
@@ -45,24 +47,29 @@ a=$(step_ms --attention sdpa --no-record)
 b=$(step_ms --attention rewind --no-record)
 c=$(step_ms --attention rewind --store "$OUT/bench_c.db" --checkpoint-every 100000)
 d=$(step_ms --attention rewind --store "$OUT/bench_d.db" --checkpoint-every 25)
-"$PY" - "$a" "$b" "$c" "$d" "$STEPS" <<'EOF' | tee "$OUT/step_time.txt"
+b0=$(REWIND_ATTENTION_FP32_PATH=1 step_ms --attention rewind --no-record)
+"$PY" - "$a" "$b" "$c" "$d" "$STEPS" "$b0" <<'EOF' | tee "$OUT/step_time.txt"
 import sys
 a, b, c, d = map(float, sys.argv[1:5])
+b0 = float(sys.argv[6])
 print(f"gpt2-small, batch 8 x 1024, BF16 autocast, mean of {int(sys.argv[5]) - 10} steps (ms):")
 print(f"  (a) SDPA, no recorder                                   {a:9.2f}")
 print(f"  (b) rewind.attention, deterministic, no recorder        {b:9.2f}")
 print(f"  (c) (b) + rewind.record, no checkpoint in timed steps   {c:9.2f}")
 print(f"  (d) (b) + rewind.record, a checkpoint every 25 steps    {d:9.2f}")
+print(f"  (b0) (b) through rewind.attention's FP32 path           {b0:9.2f}")
 print(f"ratio c/a (the issue's comparison) {c / a:.3f}; recorder per step c/b {c / b:.3f} "
-      f"(target <= 1.03); with checkpoints d/b {d / b:.3f}; attention + determinism b/a {b / a:.3f}")
+      f"(target <= 1.03); with checkpoints d/b {d / b:.3f}; attention + determinism b/a {b / a:.3f}; "
+      f"BF16 path / FP32 path b/b0 {b / b0:.3f}")
 EOF
 # The step times above differ by +-15% between processes of one variant (the loop is bound by
 # its host); the recorder's own host time a step (rec.batch + rec.step, timed inside run c) not.
 "$PY" - "$OUT/steps.jsonl" "$b" <<'EOF' | tee -a "$OUT/step_time.txt"
 import json, sys
-c = [json.loads(line) for line in open(sys.argv[1])][2]
+runs = [json.loads(line) for line in open(sys.argv[1])]
 b = float(sys.argv[2])
-print(f"(c) recorder host time a step: {c['recorder_host_ms']:.2f} ms = {100 * c['recorder_host_ms'] / b:.1f}% of (b)")
+for name, r in (("(c)", runs[2]), ("(d), checkpoints included", runs[3])):
+    print(f"{name} recorder host time a step: {r['recorder_host_ms']:.2f} ms = {100 * r['recorder_host_ms'] / b:.1f}% of (b)")
 EOF
 
 bash "$HERE/gpu_bisect.sh" "$BUILD" "$OUT"
@@ -71,8 +78,11 @@ bash "$HERE/gpu_bisect.sh" "$BUILD" "$OUT"
 #    off) and rewind.attention (deterministic); the first differing op, or none.
 for attn in sdpa rewind; do
   set +e
+  t0=$(date +%s.%N)
   "$BUILD/rewind" doctor --cmd "${TRAIN[*]} --attention $attn --store $OUT/doctor.db" > "$OUT/doctor_$attn.txt" 2>&1
-  echo "doctor ($attn) exit $? (0: no difference, 4: a difference)" >> "$OUT/doctor_$attn.txt"
+  rc=$?
+  t1=$(date +%s.%N)
+  echo "doctor ($attn) exit $rc (0: no difference, 4: a difference), wall $("$PY" -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.1f}")' "$t0" "$t1") s" >> "$OUT/doctor_$attn.txt"
   set -e
   cat "$OUT/doctor_$attn.txt"
 done
