@@ -13,6 +13,7 @@ import torch  # noqa: F401  (loads LibTorch before the extension)
 
 from . import _C
 from .ops import op
+from . import serve  # noqa: F401  (notes the directory the script started in)
 from .recording import Recorder, active_plan, record
 from .store import Run, Store, open
 

@@ -18,6 +18,7 @@ import traceback
 from . import recording
 
 SERVE_ENV = "REWIND_SERVE"
+_START_DIR = os.getcwd()  # where the script was started (`import rewind` comes before any chdir of its own)
 
 _serving = False
 _checkpoint = None  # (key, {name: tensor}): the checkpoint the last served probe restored
@@ -50,6 +51,7 @@ def _exit_code(e):
 
 
 def _run(script, argv):
+    os.chdir(_START_DIR)  # as a new process would start, whatever the last run changed to
     sys.argv = list(argv)
     try:
         runpy.run_path(script, run_name="__main__")
@@ -69,7 +71,7 @@ def serve_if_asked():
     if fds is None:
         return
     probes_fd, replies_fd = (int(x) for x in fds.split(","))
-    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
+    script = os.path.join(_START_DIR, sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
     if not os.path.isfile(script):  # python3 -c, stdin: nothing to run again
         os.close(probes_fd)
         os.close(replies_fd)
