@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from . import _C
+from . import _C, serve
 from .doctor import DOCTOR_ENV, Doctor
 
 # Set by `rewind replay|bisect --cmd` (cli/script_window.cpp): a JSON object with store, run,
@@ -214,8 +214,7 @@ class Recorder:
         if os.environ.get(DOCTOR_ENV) is not None:  # rewind doctor: hash the first steps, record nothing
             self._doctor = Doctor(json.loads(os.environ[DOCTOR_ENV]), model, optimizer)
         elif self.replaying:
-            from . import serve
-            serve.serve_if_asked()  # rewind bisect --cmd: returns if this process does not serve
+            serve.serve_if_asked(REPLAY_ENV, begin_probe)  # rewind bisect --cmd: returns unless serving
             self._begin_replay(json.loads(os.environ[REPLAY_ENV]))
         else:
             self._begin_recording(str(path), self._recorded_plan, config or {})
@@ -280,7 +279,6 @@ class Recorder:
         c = self._replay.nearest_checkpoint(self.run, self._from)
         if c is None:
             raise _C.RewindError(f"run {self.run} has no checkpoint at or before step {self._from}")
-        from . import serve
         state = serve.read_checkpoint(self._replay, spec["store"], self.run, c)
         skeleton = pickle.loads(state["skeleton"].numpy().tobytes())
         if serve.serving() and not any(p.is_cuda for p in self._params):

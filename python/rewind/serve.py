@@ -15,8 +15,6 @@ import runpy
 import sys
 import traceback
 
-from . import recording
-
 SERVE_ENV = "REWIND_SERVE"
 _START_DIR = os.getcwd()  # where the script was started (`import rewind` comes before any chdir of its own)
 
@@ -63,10 +61,11 @@ def _run(script, argv):
         return 1
 
 
-def serve_if_asked():
+def serve_if_asked(replay_env, begin_probe):
     """Called by a replaying rewind.record: serves the probes and exits if REWIND_SERVE asks
     and the script can run again here; returns otherwise (the process replays the one window
-    of REWIND_REPLAY, and rewind starts the script anew for each later probe)."""
+    of the environment's `replay_env`, and rewind starts the script anew for each later probe).
+    begin_probe() is called before each run of the script."""
     fds = os.environ.pop(SERVE_ENV, None)
     if fds is None:
         return
@@ -84,10 +83,10 @@ def serve_if_asked():
     probes = os.fdopen(probes_fd, "r")
     replies = os.fdopen(replies_fd, "w", buffering=1)
     replies.write("serving\n")
-    spec = os.environ[recording.REPLAY_ENV]
+    spec = os.environ[replay_env]
     while spec:
-        os.environ[recording.REPLAY_ENV] = spec
-        recording.begin_probe()
+        os.environ[replay_env] = spec
+        begin_probe()
         code = _run(script, argv)
         gc.collect()  # the probe's model, optimizer and batches: their memory goes back before the next
         sys.stdout.flush()
