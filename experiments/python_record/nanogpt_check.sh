@@ -8,7 +8,8 @@
 # bisect --cmd` localizes the fault (one process of train.py serving every probe), and `rewind
 # doctor --cmd` runs two iterations twice. Where torch has no SDPA (< 2.0) nanoGPT takes its
 # manual attention branch, so the check also sets its `self.flash` to True there.
-# Usage: bash experiments/python_record/nanogpt_check.sh NANOGPT_DIR BUILD OUT   (PYTHON)
+# Usage: bash experiments/python_record/nanogpt_check.sh NANOGPT_DIR BUILD OUT   (PYTHON; PER_PROBE=1
+#        also runs the bisect again with a train.py process a probe, --script-per-probe)
 set -euo pipefail
 [[ $# -eq 3 ]] || { echo "usage: $0 NANOGPT_DIR BUILD OUT" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -68,5 +69,10 @@ rm -f "$OUT/starts"
 run bisect "$BUILD/rewind" bisect --cmd "echo >> $OUT/starts; $CMD" --store out/run.db --window 20:29 --fail nan --quiet
 grep -E "^verdict|failing set|^probes" "$OUT/bisect.txt" | tee -a "$OUT/nanogpt_check.txt"
 echo "train.py processes the bisect started: $(wc -l < "$OUT/starts")" | tee -a "$OUT/nanogpt_check.txt"
+if [[ "${PER_PROBE:-0}" == 1 ]]; then  # the same bisect with a train.py process a probe (the baseline)
+  run bisect_per_probe "$BUILD/rewind" bisect --cmd "$CMD" --store out/run.db --window 20:29 --fail nan --quiet \
+    --fresh --script-per-probe
+  grep -E "^probes" "$OUT/bisect_per_probe.txt" | tee -a "$OUT/nanogpt_check.txt"
+fi
 run doctor "$BUILD/rewind" doctor --cmd "$CMD --out_dir=out_doctor"
 tail -2 "$OUT/doctor.txt" | tee -a "$OUT/nanogpt_check.txt"
