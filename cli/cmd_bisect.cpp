@@ -137,7 +137,9 @@ int finish(const bisect::BisectReport& rep, const cxxopts::ParseResult& r, doubl
 // schedule) and a runner that computes each probe's window by running the script with the
 // probe's plan at the window's first step and at each recorded plan change inside it: one
 // process of the script serves every probe (cli/script_server.h) unless `per_probe`.
-void use_script(bisect::BisectOptions& o, const std::string& cmd, bool per_probe) {
+using ScriptServers = std::vector<std::unique_ptr<ScriptServer>>;
+
+std::shared_ptr<ScriptServers> use_script(bisect::BisectOptions& o, const std::string& cmd, bool per_probe) {
   store::Store st = store::Store::open(o.store_path, store::Mode::kReadOnly);
   const store::RunInfo info = find_run(st, o.run);
   if (!is_script_run(st, info.id))
@@ -159,7 +161,7 @@ void use_script(bisect::BisectOptions& o, const std::string& cmd, bool per_probe
   o.pool.key_extra = "cmd " + cmd;
   const std::string store_path = o.store_path;
   // A server a slot (--jobs), each on its GPU of --gpus (round robin) where given.
-  auto servers = std::make_shared<std::vector<std::unique_ptr<ScriptServer>>>();
+  auto servers = std::make_shared<ScriptServers>();
   for (int slot = 0; slot < o.pool.jobs; ++slot) {
     std::vector<std::pair<std::string, std::string>> env;
     if (!o.pool.gpus.empty())
@@ -193,6 +195,7 @@ void use_script(bisect::BisectOptions& o, const std::string& cmd, bool per_probe
     if (w.stopped && !w.steps.empty() && w.steps.back().step < p.to) r.stopped_at = w.steps.back().step;
     return r;
   };
+  return servers;
 }
 
 }  // namespace
@@ -302,8 +305,24 @@ int run_bisect(int argc, char** argv) {
   if (r.count("cmd")) {
     if (r.count("nproc-per-node"))
       throw UsageError("bisect --cmd: a probe runs the script as one process (no --nproc-per-node)");
-    use_script(o, r["cmd"].as<std::string>(), r.count("script-per-probe") > 0);
+    const bool per_probe = r.count("script-per-probe") > 0;
+    const std::shared_ptr<ScriptServers> servers = use_script(o, r["cmd"].as<std::string>(), per_probe);
     bisect::BisectReport rep = bisect::run_bisect(o);
+    // What ran the probes: one serving process a job, or a process a probe (and why).
+    int started = 0;
+    bool fell_back = false;
+    for (const auto& s : *servers) {
+      started += s->started();
+      fell_back |= !per_probe && !s->serving();
+    }
+    if (rep.executed > 0) {
+      rep.verdict += "script: " + std::to_string(started) + " process" + (started == 1 ? "" : "es") + " of the command ran " +
+                     std::to_string(rep.executed) + " probe" + (rep.executed == 1 ? "" : "s") +
+                     (per_probe ? " (--script-per-probe: one a probe)\n"
+                      : fell_back ? " (it could not serve them from one process: no script file to run again, as with "
+                                    "python3 -c or a script on standard input, or an older rewind package)\n"
+                                  : " (one serving process a job)\n");
+    }
     return finish(rep, r, began_s);
   }
   train::RunSpec spec;

@@ -38,6 +38,7 @@ class ScriptServer {
   ScriptWindow run(const ScriptWindowRequest& r);
 
   int started() const { return started_; }  // script processes started so far
+  bool serving() const { return serve_; }   // false once a script could not serve (or never asked)
 
  private:
   // Starts the script with REWIND_REPLAY=spec (and, serving, REWIND_SERVE and the pipes).
