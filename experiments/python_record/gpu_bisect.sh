@@ -7,7 +7,8 @@
 # experiments/bisect_bench/gpt2_bisect_bench.sh does for rewind's own trainer). Prints the
 # verdict, the probes and the wall time; one script process serves the probes. PER_PROBE=1
 # then runs the same bisect again (--fresh) with --script-per-probe, a process each, and prints
-# the ratio of the walls (the baseline in the same call).
+# the ratio of the walls (the baseline in the same call); GPUS=0,1,.. runs it again (--fresh)
+# with --gpus, a serving process on each GPU, and prints that ratio too.
 # Usage: bash experiments/python_record/gpu_bisect.sh BUILD OUT   (PYTHON, PRESET, DEVICE, KEEP=1
 #        and HEAD (L5.H3; L1.H0 for a check on the CPU: PRESET=tiny DEVICE=cpu HEAD=L1.H0 PER_PROBE=1)
 #        as gpu_bench.sh, which runs this as its part 2; BUILD must have build/python)
@@ -50,6 +51,10 @@ bisect() {
 }
 bisect "one process serves the probes" --report "$OUT/bisect_report"
 served=$WALL
+if [[ -n "${GPUS:-}" ]]; then  # GPUS=0,1,2,3: the same bisect with a serving process on each GPU
+  bisect "a serving process on each of GPUs $GPUS" --fresh --gpus "$GPUS"
+  echo "GPUs $GPUS / one: $("$PY" -c 'import sys; print(f"{float(sys.argv[1]) / float(sys.argv[2]):.2f}x")' "$WALL" "$served")" >> "$OUT/bisect.txt"
+fi
 if [[ "${PER_PROBE:-0}" == 1 ]]; then
   bisect "a process each, --script-per-probe" --fresh --script-per-probe
   echo "served / a process each: $("$PY" -c 'import sys; print(f"{float(sys.argv[1]) / float(sys.argv[2]):.2f}x")' "$served" "$WALL")" >> "$OUT/bisect.txt"
