@@ -519,6 +519,9 @@ void add_word_sums(const std::vector<torch::Tensor>& tensors, torch::Tensor& sum
 std::function<std::string()> queue_param_digest(const std::vector<torch::Tensor>& params) {
   const size_t n = params.size();
   const torch::Device device = n > 0 ? params[0].device() : torch::Device(torch::kCPU);
+  // The sums' kernel, their copy and its event on the parameters' device's stream, whichever
+  // device is current.
+  const c10::DeviceGuard on_device(device);
   torch::Tensor sums = torch::zeros({static_cast<int64_t>(n)}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   add_word_sums(params, sums, 0);
   if (sums.is_cuda()) return queue_digest_of_sums(sums, digest_words(params));
