@@ -14,36 +14,13 @@
 #include "common/error.h"
 #include "common/fd_io.h"
 
-extern char** environ;
-
 namespace rwd::cli {
 
 namespace {
 
-// The descriptors a serving script reads its probes from and writes its replies to.
+// The descriptors a serving script reads its probes from and writes its replies to
+// (spawn_script moves the pipes' ends there).
 constexpr int kProbeFd = 3, kReplyFd = 4;
-
-// This process's environment with `set` replacing or adding variables, as NAME=VALUE strings.
-std::vector<std::string> environment(const std::vector<std::pair<std::string, std::string>>& set) {
-  std::vector<std::string> out;
-  for (char** e = environ; *e; ++e) {
-    const std::string kv = *e;
-    bool replaced = false;
-    for (const auto& [name, value] : set) replaced |= kv.compare(0, name.size() + 1, name + "=") == 0;
-    if (!replaced) out.push_back(kv);
-  }
-  for (const auto& [name, value] : set) out.push_back(name + "=" + value);
-  return out;
-}
-
-// Moves `fd` to `target` in a forked child, inheritable (dup2 of an fd onto itself would keep
-// its close-on-exec flag). Only async-signal-safe calls: other threads may hold locks.
-void move_fd(int fd, int target) {
-  if (fd == target)
-    fcntl(fd, F_SETFD, 0);
-  else
-    dup2(fd, target);
-}
 
 }  // namespace
 
@@ -59,12 +36,13 @@ void ScriptServer::stop() {
 }
 
 int ScriptServer::wait_ended() {
-  int status = 0;
-  while (waitpid(pid_, &status, 0) < 0)
-    if (errno != EINTR) return 1;
+  const pid_t pid = pid_;
   pid_ = -1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+  try {
+    return wait_script(pid, "bisect --cmd");
+  } catch (const Error&) {
+    return 1;
+  }
 }
 
 int ScriptServer::read_reply() {
@@ -86,37 +64,15 @@ int ScriptServer::read_reply() {
 }
 
 void ScriptServer::start(const ScriptWindowRequest& r, const std::string& spec, bool serving) {
-  // Everything the child needs is made here: after fork it only moves descriptors and execs.
   int probes[2] = {-1, -1}, replies[2] = {-1, -1};
   if (serving && (pipe2(probes, O_CLOEXEC) != 0 || pipe2(replies, O_CLOEXEC) != 0))
     throw Error(ExitCode::kInternal, r.what + ": pipe failed: " + std::string(std::strerror(errno)));
   std::vector<std::pair<std::string, std::string>> set = env_;
   set.emplace_back("REWIND_REPLAY", spec);
   if (serving) set.emplace_back("REWIND_SERVE", std::to_string(kProbeFd) + "," + std::to_string(kReplyFd));
-  const std::vector<std::string> env = environment(set);
-  std::vector<char*> envp;
-  for (const std::string& kv : env) envp.push_back(const_cast<char*>(kv.c_str()));
-  envp.push_back(nullptr);
-  const char* argv[] = {"sh", "-c", r.cmd.c_str(), nullptr};
-  const int null = r.quiet ? open("/dev/null", O_WRONLY | O_CLOEXEC) : -1;
   std::signal(SIGPIPE, SIG_IGN);  // a script that died: our write fails instead of killing us
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  if (pid < 0) throw Error(ExitCode::kInternal, r.what + ": fork failed: " + std::string(std::strerror(errno)));
-  if (pid == 0) {
-    if (serving) {
-      // The reply end first: the probe end's move onto 3 must not close it (pipe2 gave both
-      // ends numbers of their own, but one may be 3 or 4).
-      const int reply = replies[1] == kProbeFd ? dup(replies[1]) : replies[1];
-      move_fd(probes[0], kProbeFd);
-      move_fd(reply, kReplyFd);
-    }
-    if (null >= 0) dup2(null, STDOUT_FILENO);
-    execve("/bin/sh", const_cast<char* const*>(argv), envp.data());
-    _exit(127);
-  }
-  if (null >= 0) close(null);
+  const pid_t pid = spawn_script(r.cmd, set, r.quiet, r.what, serving ? std::make_pair(probes[0], replies[1])
+                                                                      : std::make_pair(-1, -1));
   pid_ = pid;
   serving_ = false;
   ++started_;

@@ -23,6 +23,8 @@
 #include "common/bf16.h"
 #include "common/error.h"
 
+extern char** environ;
+
 namespace rwd::cli {
 
 namespace {
@@ -67,26 +69,71 @@ ScriptStep parse_step(const json& j, const std::string& what) {
 float ScriptStep::loss() const { return bits_float(loss_bits); }
 float ScriptStep::grad_norm() const { return bits_float(grad_norm_bits); }
 
-int run_script(const std::string& cmd, const std::string& env_name, const std::string& spec,
-               const std::string& what, bool quiet) {
+namespace {
+
+// This process's environment with `set` replacing or adding variables, as NAME=VALUE strings.
+std::vector<std::string> environment(const std::vector<std::pair<std::string, std::string>>& set) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    bool replaced = false;
+    for (const auto& [name, value] : set) replaced |= kv.compare(0, name.size() + 1, name + "=") == 0;
+    if (!replaced) out.push_back(kv);
+  }
+  for (const auto& [name, value] : set) out.push_back(name + "=" + value);
+  return out;
+}
+
+// Moves `fd` to `target` in a forked child, inheritable (dup2 of an fd onto itself would keep
+// its close-on-exec flag). Only async-signal-safe calls: other threads may hold locks.
+void move_fd(int fd, int target) {
+  if (fd == target)
+    fcntl(fd, F_SETFD, 0);
+  else
+    dup2(fd, target);
+}
+
+}  // namespace
+
+pid_t spawn_script(const std::string& cmd, const std::vector<std::pair<std::string, std::string>>& set, bool quiet,
+                   const std::string& what, std::pair<int, int> fds) {
+  // Everything the child needs is made here: after fork it only moves descriptors and execs.
+  const std::vector<std::string> env = environment(set);
+  std::vector<char*> envp;
+  for (const std::string& kv : env) envp.push_back(const_cast<char*>(kv.c_str()));
+  envp.push_back(nullptr);
+  const char* argv[] = {"sh", "-c", cmd.c_str(), nullptr};
+  const int null = quiet ? open("/dev/null", O_WRONLY | O_CLOEXEC) : -1;
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t pid = fork();
   if (pid < 0) throw Error(ExitCode::kInternal, what + ": fork failed: " + std::string(std::strerror(errno)));
   if (pid == 0) {
-    setenv(env_name.c_str(), spec.c_str(), 1);
-    if (quiet) {
-      const int null = open("/dev/null", O_WRONLY);
-      if (null >= 0) dup2(null, STDOUT_FILENO);
+    if (fds.first >= 0) {
+      // The second first: moving the first onto 3 must not close it where it is 3.
+      const int second = fds.second == 3 ? dup(fds.second) : fds.second;
+      move_fd(fds.first, 3);
+      move_fd(second, 4);
     }
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    if (null >= 0) dup2(null, STDOUT_FILENO);
+    execve("/bin/sh", const_cast<char* const*>(argv), envp.data());
     _exit(127);
   }
+  if (null >= 0) close(null);
+  return pid;
+}
+
+int wait_script(pid_t pid, const std::string& what) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) throw Error(ExitCode::kInternal, what + ": waitpid failed");
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
+
+int run_script(const std::string& cmd, const std::string& env_name, const std::string& spec,
+               const std::string& what, bool quiet) {
+  return wait_script(spawn_script(cmd, {{env_name, spec}}, quiet, what), what);
 }
 
 ReportFile::ReportFile(const std::string& what) {

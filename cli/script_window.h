@@ -3,6 +3,8 @@
 // (which checks the steps against the recording) and `bisect --cmd` (whose probes it runs).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -57,6 +59,14 @@ std::string script_window_spec(const ScriptWindowRequest& r, const std::string& 
 // run_script_window.
 ScriptWindow read_script_window(const ScriptWindowRequest& r, const std::string& report_path, int rc);
 
+// Starts `cmd` under /bin/sh with the variables of `set` on top of this process's environment;
+// `quiet`: its standard output goes to /dev/null; `fds` (>= 0): moved to descriptors 3 and 4 of
+// the child, inheritable (the script server's pipes). Safe beside other threads: after fork the
+// child only moves descriptors and execs.
+pid_t spawn_script(const std::string& cmd, const std::vector<std::pair<std::string, std::string>>& set, bool quiet,
+                   const std::string& what, std::pair<int, int> fds = {-1, -1});
+// Waits for a spawned script; its exit code (128 + S for a signal S).
+int wait_script(pid_t pid, const std::string& what);
 // Runs `cmd` under /bin/sh with `env_name`=`spec` added to its environment and returns its
 // exit code (128 + S for a signal S). `quiet`: its standard output goes to /dev/null.
 int run_script(const std::string& cmd, const std::string& env_name, const std::string& spec,
