@@ -4,10 +4,14 @@
 #include "python/record_ext.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -24,6 +28,7 @@
 #include "store/store.h"
 #include "store/store_worker.h"
 #include "store/writer_lock.h"
+#include "train/checkpoint_schedule.h"
 #include "train/state_stager.h"
 #include "train/tensor_io.h"
 #include "train/trainer.h"
@@ -183,6 +188,16 @@ class ScriptRecording {
 
   int64_t run() const { return run_; }
 
+  // When checkpoints are taken (train::CheckpointSchedule, as rewind train's): at steps 0, K,
+  // 2K, ...; one due while the checkpoint writer is busy or the stager's second buffer set is
+  // still being allocated is taken at the first later step where neither is so, unless `wait`.
+  void schedule_checkpoints(int every, bool wait) { schedule_ = train::CheckpointSchedule(every, wait); }
+  bool checkpoint_due(int64_t step) { return schedule_.due(step, checkpoints_->has_room() && stager_.ready()); }
+  // (checkpoints taken late, due ones folded into a late one, the most steps one was late)
+  std::tuple<int, int, int64_t> checkpoint_lateness() const {
+    return {schedule_.late(), schedule_.folded(), schedule_.max_late()};
+  }
+
   // The parameters whose digest each step records (the model's, in order).
   void set_params(std::vector<torch::Tensor> params) { params_ = std::move(params); }
 
@@ -241,24 +256,34 @@ class ScriptRecording {
   // The state before step `step` runs, copied here (the loop goes on changing it) and written
   // by the checkpoint writer once the steps queued before it are committed
   // (train::write_checkpoint: all rows in one transaction). Waits while one checkpoint is
-  // being written and another waits behind it.
+  // being written and another waits behind it (which checkpoint_due avoids unless the schedule
+  // waits for the writer).
   void put_checkpoint(int64_t step, const std::vector<std::pair<std::string, torch::Tensor>>& state) {
     require_open();
+    schedule_.taken(step);
+    double room_s = 0;
     {
       py::gil_scoped_release nogil;
-      checkpoints_->wait_for_room();  // before staging: the stager's buffers of two checkpoints ago are free
+      checkpoints_->wait_for_room(&room_s);  // before staging: the stager's buffers of two checkpoints ago are free
     }
-    // As train::Recorder: host tensors cloned, device ones copied into reused pinned buffers on
-    // a side stream through a device snapshot; the loop's stream waits for that copy on the
-    // device only where no snapshot fits. The loop's thread does not wait for the bytes.
+    // As train::Recorder: host tensors cloned, device ones copied into a device snapshot that
+    // the writer copies to the host (or, where none fits, into reused pinned buffers on a side
+    // stream that the loop's stream waits for on the device). The loop's thread does not wait
+    // for the bytes.
+    const auto t0 = std::chrono::steady_clock::now();
     train::StateStager::Staged staged = stager_.stage(train::NamedTensors(state.begin(), state.end()));
+    if (std::getenv("REWIND_RECORD_TIMES") != nullptr) {  // where a checkpoint's time on the loop's thread goes
+      const double stage_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "rewind: checkpoint at step %lld: waited for the writer %.1f ms, staged in %.1f ms "
+                   "(buffers %.1f ms)\n", static_cast<long long>(step), 1e3 * room_s, 1e3 * stage_s,
+                   1e3 * staged.buffer_seconds);
+    }
     py::gil_scoped_release nogil;
     const uint64_t steps_before = steps_->pushed();
     store::StoreWorker* steps = steps_.get();
-    checkpoints_->push([steps, steps_before, run = run_, step, host = std::move(staged.host),
-                        wait_ready = std::move(staged.wait_ready)](store::Store& s) {
+    checkpoints_->push([steps, steps_before, run = run_, step, take = std::move(staged.take)](store::Store& s) {
       steps->wait_done(steps_before);
-      if (wait_ready) wait_ready();
+      const train::NamedTensors host = take();  // the host copies, once they hold the bytes
       s.check_in_place();
       train::write_checkpoint(s, run, step, host);
       s.checkpoint_wal();
@@ -290,6 +315,7 @@ class ScriptRecording {
 
   std::unique_ptr<store::WriterLock> lock_;
   int64_t run_ = 0;
+  train::CheckpointSchedule schedule_{1, true};
   train::StateStager stager_;  // before the writers: their queued checkpoints hold its buffers
   std::unique_ptr<store::StoreWorker> steps_;
   std::unique_ptr<store::StoreWorker> checkpoints_;
@@ -370,6 +396,9 @@ void bind_record(py::module_& m) {
       .def("set_params", &ScriptRecording::set_params, py::arg("params"))
       .def("queue_step", &ScriptRecording::queue_step, py::arg("step"), py::arg("lr"), py::arg("seconds"),
            py::arg("scalars"), py::arg("batch"), py::arg("rng"), py::arg("extra"), py::arg("ops"), py::arg("cuda"))
+      .def("schedule_checkpoints", &ScriptRecording::schedule_checkpoints, py::arg("every"), py::arg("wait"))
+      .def("checkpoint_due", &ScriptRecording::checkpoint_due, py::arg("step"))
+      .def("checkpoint_lateness", &ScriptRecording::checkpoint_lateness)
       .def("put_checkpoint", &ScriptRecording::put_checkpoint, py::arg("step"), py::arg("state"))
       .def("close", &ScriptRecording::close);
   py::class_<ScriptReplay>(m, "ScriptReplay")

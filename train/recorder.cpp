@@ -94,7 +94,7 @@ void Recorder::explain(const store::StoreError& e) {
 }
 
 bool Recorder::checkpoint_due(int64_t step, bool at_end) {
-  return schedule_.due(step, checkpoints_.has_room(), at_end);
+  return schedule_.due(step, checkpoints_.has_room() && stager_.ready(), at_end);
 }
 
 void Recorder::checkpoint(int64_t step, Trainer& trainer) {
@@ -107,17 +107,17 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   const auto t1 = Clock::now();
   StateStager::Staged staged =
       stager_.stage(trainer.state(), [&trainer](std::function<void()> f) { trainer.set_before_update(std::move(f)); });
-  NamedTensors host_state = std::move(staged.host);
-  std::function<void()> wait_ready = std::move(staged.wait_ready);  // blocks until the bytes are on the host
   // The generators' states: unused by training (no dropout) but recorded per DESIGN §6.
-  for (auto& g : trainer.rng_state()) host_state.push_back(std::move(g));
+  NamedTensors rng;
+  for (auto& g : trainer.rng_state()) rng.push_back(std::move(g));
   const uint64_t steps_before = steps_.pushed();
   const auto t2 = Clock::now();
   guard([&] {
-    checkpoints_.push([this, steps_before, step, run = run_, state = std::move(host_state),
-                       wait_ready = std::move(wait_ready)](store::Store& s) {
+    checkpoints_.push([this, steps_before, step, run = run_, take = std::move(staged.take),
+                       rng = std::move(rng)](store::Store& s) {
       steps_.wait_done(steps_before);
-      if (wait_ready) wait_ready();
+      NamedTensors state = take();  // the host copies, once they hold the bytes
+      state.insert(state.end(), rng.begin(), rng.end());
       try {
         s.check_in_place();
         write_checkpoint(s, run, step, state);

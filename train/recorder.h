@@ -55,7 +55,7 @@ class Recorder {
   void record_step(const StepResult& r, std::function<std::string()> digest, const TokenFile& data,
                    int block_size);
   // Whether to checkpoint before step `step` (CheckpointSchedule, asked with whether the
-  // checkpoint writer has room). `at_end`: after the last step.
+  // checkpoint writer has room and the stager its buffers). `at_end`: after the last step.
   bool checkpoint_due(int64_t step, bool at_end = false);
   // Snapshots the trainer's state and queues it for the checkpoint writer. Host tensors are
   // copied on this thread. Device tensors are copied into pinned host buffers on a side

@@ -1,7 +1,11 @@
-// StateStager: host copies of a training state through pinned buffers and a device snapshot.
+// StateStager: host copies of a training state through a device snapshot or pinned buffers.
 #include "train/state_stager.h"
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 
 #ifdef REWIND_CUDA
@@ -12,34 +16,74 @@
 
 namespace rwd::train {
 
+// The device copy of the state's device tensors (GPU runs) and the checkpoint writer's pinned
+// host buffers for it. `busy` from stage() until the writer's take() has the bytes on the host
+// (or its job is dropped): the next stage() waits for that, and ready() tells it beforehand.
+struct StateStager::Snapshot {
+  std::vector<torch::Tensor> bufs;    // device copies of the state's device tensors, in order
+  std::vector<torch::Tensor> host;    // the writer's pinned copies of bufs (its thread allocates them)
+  bool off = false;                   // too little free device memory, or a failed allocation: unused
+  std::mutex mu;
+  std::condition_variable cv;
+  bool busy = false;
+};
+
 namespace {
 
-// Page-locked host memory for a device tensor's copy.
-torch::Tensor pinned_empty(c10::IntArrayRef sizes, at::ScalarType dtype) {
-  return torch::empty(sizes, torch::TensorOptions().dtype(dtype).pinned_memory(true));
+using Shapes = std::vector<std::pair<std::vector<int64_t>, at::ScalarType>>;
+
+Shapes shapes_of(const std::vector<torch::Tensor>& ts) {
+  Shapes out;
+  for (const torch::Tensor& t : ts) out.emplace_back(t.sizes().vec(), t.scalar_type());
+  return out;
 }
 
-using Copies = std::vector<std::pair<torch::Tensor*, torch::Tensor>>;  // (pinned buffer, source)
+// Page-locked host tensors of `shapes`. On a CUDA build in one block (one cudaHostAlloc;
+// LibTorch's pinned allocator would round each tensor up to a power of two and take its own
+// lock, which the loop's own pin_memory() calls share, for the whole allocation).
+std::vector<torch::Tensor> pinned_set(const Shapes& shapes) {
+  std::vector<torch::Tensor> out;
+#ifdef REWIND_CUDA
+  constexpr size_t kAlign = 256;
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (const auto& [sizes, dtype] : shapes) {
+    offsets.push_back(total);
+    int64_t n = 1;
+    for (int64_t s : sizes) n *= s;
+    total += (static_cast<size_t>(n) * c10::elementSize(dtype) + kAlign - 1) / kAlign * kAlign;
+  }
+  void* base = nullptr;
+  if (total > 0 && cudaHostAlloc(&base, total, cudaHostAllocDefault) == cudaSuccess) {
+    std::shared_ptr<void> block(base, [](void* p) { cudaFreeHost(p); });
+    for (size_t i = 0; i < shapes.size(); ++i)
+      out.push_back(torch::from_blob(static_cast<char*>(base) + offsets[i], shapes[i].first, [block](void*) {},
+                                     torch::TensorOptions().dtype(shapes[i].second)));
+    return out;
+  }
+  (void)cudaGetLastError();  // no block of that size: LibTorch's allocator, a tensor at a time
+#endif
+  for (const auto& [sizes, dtype] : shapes)
+    out.push_back(torch::empty(sizes, torch::TensorOptions().dtype(dtype).pinned_memory(true)));
+  return out;
+}
 
 #ifdef REWIND_CUDA
-// Whether `snap` can hold the device tensors of `copies`, allocating it on first use (or when
-// a shape changed) where the device has the room: the state's size, a quarter more, and 1 GiB
-// to spare for the training that goes on.
-bool device_snapshot_ready(DeviceSnapshot& snap, const Copies& copies) {
+// Whether `snap` can hold `dev`, allocating it on first use (or when the state's tensors
+// changed) where the device has the room: the state's size, a quarter more, and 1 GiB to
+// spare for the training that goes on.
+bool snapshot_fits(StateStager::Snapshot& snap, const std::vector<torch::Tensor>& dev) {
   if (snap.off) return false;
-  bool same = snap.bufs.size() == copies.size();
-  for (size_t i = 0; same && i < copies.size(); ++i)
-    same = snap.bufs[i].sizes() == copies[i].second.sizes() && snap.bufs[i].dtype() == copies[i].second.dtype();
-  if (same) return true;
+  if (shapes_of(snap.bufs) == shapes_of(dev)) return true;
   snap.bufs.clear();
   size_t bytes = 0, free = 0, total = 0;
-  for (const auto& c : copies) bytes += c.second.nbytes();
+  for (const torch::Tensor& t : dev) bytes += t.nbytes();
   if (cudaMemGetInfo(&free, &total) != cudaSuccess || free < bytes + bytes / 4 + (size_t{1} << 30)) {
     snap.off = true;
     return false;
   }
   try {
-    for (const auto& c : copies) snap.bufs.push_back(torch::empty_like(c.second, at::MemoryFormat::Contiguous));
+    for (const torch::Tensor& t : dev) snap.bufs.push_back(torch::empty_like(t, at::MemoryFormat::Contiguous));
   } catch (const c10::Error&) {
     snap.bufs.clear();
     snap.off = true;
@@ -48,91 +92,140 @@ bool device_snapshot_ready(DeviceSnapshot& snap, const Copies& copies) {
 }
 #endif
 
-// Copies device tensors into their pinned host buffers on a side stream, after the work
-// queued so far on the current stream (the last step's update). Through the device snapshot
-// where there is one (the training stream copies the state there first, and training goes
-// on); else the state's next update waits for the copy on the device (set_before_update, or
-// at once). Returns what blocks until the copy is done.
-std::function<void()> copy_from_device(const Copies& copies, DeviceSnapshot& snap,
-                                       const std::function<void(std::function<void()>)>& set_before_update) {
+// Copies `dev` into `pinned` on a side stream, after the work queued so far on the current
+// stream (the last step's update); the state's next update waits for the copy on the device
+// (through set_before_update, or at once). Returns what blocks until the copy is done.
+std::function<void()> copy_to_pinned(const std::vector<torch::Tensor>& dev, std::vector<torch::Tensor>& pinned,
+                                     const std::function<void(std::function<void()>)>& set_before_update) {
 #ifdef REWIND_CUDA
-  const c10::DeviceIndex dev = copies.front().second.device().index();
-  at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream(dev);
-  at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, dev);
-  const bool via_snapshot = device_snapshot_ready(snap, copies);
-  if (via_snapshot) {
-    // The previous checkpoint's host copy has read the snapshot before it is overwritten.
-    if (snap.last_copy) static_cast<at::cuda::CUDAEvent*>(snap.last_copy.get())->block(main);
-    for (size_t i = 0; i < copies.size(); ++i) snap.bufs[i].copy_(copies[i].second, /*non_blocking=*/true);
-  }
+  const c10::DeviceIndex index = dev.front().device().index();
+  at::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream(index);
+  at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, index);
   at::cuda::CUDAEvent state_ready;
   state_ready.record(main);
   state_ready.block(side);
   auto copied = std::make_shared<at::cuda::CUDAEvent>();
   {
     c10::cuda::CUDAStreamGuard on_side(side);
-    for (size_t i = 0; i < copies.size(); ++i) {
-      const torch::Tensor& src = via_snapshot ? snap.bufs[i] : copies[i].second;
-      if (!via_snapshot) src.record_stream(side);  // not reused by the allocator before the copy
-      copies[i].first->copy_(src, /*non_blocking=*/true);
+    for (size_t i = 0; i < dev.size(); ++i) {
+      dev[i].record_stream(side);  // not reused by the allocator before the copy
+      pinned[i].copy_(dev[i], /*non_blocking=*/true);
     }
   }
   copied->record(side);
-  if (via_snapshot) {
-    snap.last_copy = copied;
-    if (set_before_update) set_before_update({});
-  } else if (set_before_update) {
+  if (set_before_update) {
     // Waiting again on a finished copy costs nothing, so the hook stays until the next one.
-    set_before_update([copied, dev] { copied->block(at::cuda::getCurrentCUDAStream(dev)); });
+    set_before_update([copied, index] { copied->block(at::cuda::getCurrentCUDAStream(index)); });
   } else {
     copied->block(main);
   }
   return [copied] { copied->synchronize(); };
 #else
-  (void)snap, (void)set_before_update;
-  for (const auto& [buf, src] : copies) buf->copy_(src);
+  (void)set_before_update;
+  for (size_t i = 0; i < dev.size(); ++i) pinned[i].copy_(dev[i]);
   return {};
 #endif
 }
 
 }  // namespace
 
+bool StateStager::ready() const {
+  if (snap_ && !snap_->off) {
+    std::lock_guard<std::mutex> lock(snap_->mu);
+    return !snap_->busy;
+  }
+  return !(pinned_next_ == 1 && pinned_spare_.valid() &&
+           pinned_spare_.wait_for(std::chrono::seconds(0)) != std::future_status::ready);
+}
+
 StateStager::Staged StateStager::stage(const NamedTensors& state,
                                        const std::function<void(std::function<void()>)>& set_before_update) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  // The host tensors cloned here; the device ones' host copies fill their places in take().
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> host;
+  std::vector<size_t> dev_at;
+  std::vector<torch::Tensor> dev;
+  for (const auto& [name, t] : state) {
+    names.push_back(name);
+    torch::Tensor d = t.detach();
+    host.push_back(d.is_cpu() ? d.clone() : torch::Tensor());
+    if (!d.is_cpu()) {
+      dev_at.push_back(host.size() - 1);
+      dev.push_back(d);
+    }
+  }
+  auto assemble = [names = std::move(names), host = std::move(host), dev_at](const std::vector<torch::Tensor>& copies) {
+    NamedTensors out;
+    for (size_t i = 0, j = 0; i < names.size(); ++i)
+      out.emplace_back(names[i], j < dev_at.size() && dev_at[j] == i ? copies[j++] : host[i]);
+    return out;
+  };
   Staged out;
+  if (dev.empty()) {
+    out.take = [assemble] { return assemble({}); };
+    return out;
+  }
+#ifdef REWIND_CUDA
+  if (!snap_) snap_ = std::make_shared<Snapshot>();
+  {
+    std::unique_lock<std::mutex> lock(snap_->mu);  // waits only where stage() came without ready()
+    snap_->cv.wait(lock, [this] { return !snap_->busy; });
+  }
+  if (snapshot_fits(*snap_, dev)) {
+    const c10::DeviceIndex index = dev.front().device().index();
+    for (size_t i = 0; i < dev.size(); ++i) snap_->bufs[i].copy_(dev[i], /*non_blocking=*/true);
+    auto copied_in = std::make_shared<at::cuda::CUDAEvent>();
+    copied_in->record(at::cuda::getCurrentCUDAStream(index));
+    {
+      std::lock_guard<std::mutex> lock(snap_->mu);
+      snap_->busy = true;
+    }
+    // Frees the snapshot once take() has the bytes, or when the writer drops the job.
+    std::shared_ptr<int> release(new int(0), [snap = snap_](int* p) {
+      delete p;
+      {
+        std::lock_guard<std::mutex> lock(snap->mu);
+        snap->busy = false;
+      }
+      snap->cv.notify_all();
+    });
+    if (set_before_update) set_before_update({});
+    out.buffer_seconds = seconds();
+    out.take = [snap = snap_, copied_in, release, assemble = std::move(assemble), index]() mutable {
+      c10::cuda::CUDAGuard on_device(index);
+      at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, index);
+      if (shapes_of(snap->host) != shapes_of(snap->bufs)) snap->host = pinned_set(shapes_of(snap->bufs));
+      copied_in->block(side);
+      {
+        c10::cuda::CUDAStreamGuard on_side(side);
+        for (size_t i = 0; i < snap->bufs.size(); ++i) snap->host[i].copy_(snap->bufs[i], /*non_blocking=*/true);
+      }
+      at::cuda::CUDAEvent copied;
+      copied.record(side);
+      copied.synchronize();
+      release.reset();  // the snapshot may take the next checkpoint's state
+      return assemble(snap->host);
+    };
+    return out;
+  }
+#endif
+  // No snapshot: pinned sets in turn, allocated on this thread (the second on a helper thread
+  // while training runs on from the first checkpoint).
   if (pinned_next_ == 1 && pinned_spare_.valid()) pinned_[1] = pinned_spare_.get();
   std::vector<torch::Tensor>& pinned = pinned_[pinned_next_];
   pinned_next_ ^= 1;
-  pinned.resize(state.size());
-  Copies device_copies;
-  for (size_t i = 0; i < state.size(); ++i) {
-    const auto& [name, t] = state[i];
-    torch::Tensor d = t.detach();
-    if (d.is_cpu()) {
-      out.host.emplace_back(name, d.clone());
-      continue;
-    }
-    torch::Tensor& buf = pinned[i];  // allocated once, again only if a tensor changed shape
-    if (!buf.defined() || buf.sizes() != d.sizes() || buf.scalar_type() != d.scalar_type())
-      buf = pinned_empty(d.sizes(), d.scalar_type());
-    device_copies.emplace_back(&buf, d);
-    out.host.emplace_back(name, buf);
-  }
-  if (!device_copies.empty() && pinned_[1].empty() && !pinned_spare_.valid()) {
-    // The second set, shaped like the first (undefined where a tensor lives on the host).
-    std::vector<std::optional<std::pair<std::vector<int64_t>, at::ScalarType>>> shapes;
-    for (const torch::Tensor& b : pinned) {
-      shapes.emplace_back();
-      if (b.defined()) shapes.back().emplace(b.sizes().vec(), b.scalar_type());
-    }
-    pinned_spare_ = std::async(std::launch::async, [shapes = std::move(shapes)] {
-      std::vector<torch::Tensor> set(shapes.size());
-      for (size_t i = 0; i < shapes.size(); ++i)
-        if (shapes[i]) set[i] = pinned_empty(shapes[i]->first, shapes[i]->second);
-      return set;
-    });
-  }
-  if (!device_copies.empty()) out.wait_ready = copy_from_device(device_copies, snapshot_, set_before_update);
+  const Shapes shapes = shapes_of(dev);
+  if (shapes_of(pinned) != shapes) pinned = pinned_set(shapes);
+  if (pinned_[1].empty() && !pinned_spare_.valid())
+    pinned_spare_ = std::async(std::launch::async, [shapes] { return pinned_set(shapes); });
+  out.buffer_seconds = seconds();
+  std::function<void()> wait = copy_to_pinned(dev, pinned, set_before_update);
+  out.take = [wait = std::move(wait), assemble = std::move(assemble), copies = pinned] {
+    if (wait) wait();
+    return assemble(copies);
+  };
   return out;
 }
 

@@ -12,47 +12,48 @@
 
 namespace rwd::train {
 
-// A device copy of the state (GPU runs, where free memory allows). A checkpoint copies the
-// state there on the training stream (1.5 GB: about a millisecond on an H200) and the pinned
-// copy reads the snapshot on a side stream, so the next optimizer update no longer waits for
-// the state to cross PCIe (30-60 ms). last_copy: the previous device-to-host copy's event
-// (an at::cuda::CUDAEvent), which the next snapshot waits for before overwriting. off: too
-// little free memory or a failed allocation: the state is copied to the host directly and
-// the next update waits for that copy.
-struct DeviceSnapshot {
-  std::vector<torch::Tensor> bufs;
-  std::shared_ptr<void> last_copy;
-  bool off = false;
-};
-
 class StateStager {
  public:
   struct Staged {
-    NamedTensors host;                // the state's names, each with its host copy
-    std::function<void()> wait_ready;  // blocks until the host copies hold the bytes (empty: they do)
+    // Run on the checkpoint writer's thread: the state's names, in order, each with its host
+    // copy, once the copies hold the bytes.
+    std::function<NamedTensors()> take;
+    double buffer_seconds = 0;  // the calling thread's time allocating or awaiting buffers
   };
-  // Host tensors of `state` are cloned on this thread. Device tensors are copied into pinned
-  // host buffers on a side stream, after the work queued so far on the current stream and
-  // overlapping what is queued after it, through the device snapshot where there is one.
-  // Without a snapshot the state's next in-place update must wait for the copy on the device:
-  // `set_before_update` receives what makes the current stream wait (and an empty function
-  // where the snapshot makes that needless); without `set_before_update` the current stream
-  // is made to wait at once (the host never waits).
+  // Host tensors of `state` are cloned on this thread. Device tensors go one of two ways:
   //
-  // Two sets of pinned buffers are used in turn (a device-to-host copy into reused pinned
-  // memory runs at PCIe speed, while a fresh pageable copy of gpt2-small's 1.5 GB state took
-  // 0.4-1.1 s of the training thread: allocation and first touch). Set k % 2 is reused by
-  // the stage call k + 2: the caller must have finished with the staged copies of call k by
-  // then (its checkpoint writer holds at most one job behind the one it runs, and waits for
-  // room before staging). The second set is allocated on a helper thread while training runs
-  // on from the first checkpoint (1.5 GB of pinned memory takes ~1 s to allocate).
+  // - Through a device snapshot (GPU runs, where free memory allows): the state is copied
+  //   there on the current stream (1.5 GB: about a millisecond on an H200) and training goes
+  //   on; take() copies the snapshot into pinned host buffers of the writer's own (one block,
+  //   allocated on the writer's thread when the state's tensors change) on a side stream and
+  //   frees the snapshot for the next checkpoint. The calling thread allocates no host memory:
+  //   2-6 ms a gpt2-small checkpoint on an H200, where buffers allocated on the loop's thread
+  //   took 0.7-1.0 s at each change of the state's tensors (AdamW makes its moments at the
+  //   first step). The allocation still stalls the loop once, on the writer's thread (0.67 s
+  //   on an H200 host); a pageable copy instead stalled it at every checkpoint (1.0 s).
+  // - Without one: copied into pinned buffers on a side stream, and the state's next in-place
+  //   update must wait for the copy on the device: `set_before_update` receives what makes the
+  //   current stream wait; without it the current stream is made to wait at once. Two buffer
+  //   sets are used in turn; set k % 2 is reused by call k + 2, so the caller must have
+  //   finished with call k's copies by then (its writer holds at most one job behind the one it
+  //   runs, and waits for room before staging).
+  //
+  // The host never waits for the device here; it waits only where the snapshot still holds
+  // the last checkpoint, which ready() tells beforehand.
   Staged stage(const NamedTensors& state, const std::function<void(std::function<void()>)>& set_before_update = {});
 
+  // Whether stage() would not wait: false while the snapshot holds a state whose host copy
+  // has not been taken, or the second pinned set is still being allocated (a checkpoint due
+  // then is better deferred than waited for).
+  bool ready() const;
+
+  struct Snapshot;  // shared with the writer's take(): the device copy, the writer's pinned set
+
  private:
-  std::vector<torch::Tensor> pinned_[2];
+  std::shared_ptr<Snapshot> snap_;
+  std::vector<torch::Tensor> pinned_[2];  // without a snapshot: the sets used in turn
   int pinned_next_ = 0;
   std::future<std::vector<torch::Tensor>> pinned_spare_;
-  DeviceSnapshot snapshot_;
 };
 
 }  // namespace rwd::train

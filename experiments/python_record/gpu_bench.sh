@@ -14,7 +14,9 @@
 #   BUILD: a CUDA build (scripts/gpu_build.sh) with the rewind binary and build/python (the
 #          rewind_python target is built here when missing); OUT: where results go.
 #   STEPS (60), PYTHON (python3), KEEP=1 keeps the stores (gpt2-small checkpoints: 1.5 GB each),
-#   PRESET (gpt2-small; tiny for a smoke run), DEVICE (cuda).
+#   PRESET (gpt2-small; tiny for a smoke run), DEVICE (cuda), ROUNDS (1: more rounds of (a), (b),
+#   (b0)), SKIP_DOCTOR=1 (parts 1 and 2 only). (d) runs with REWIND_RECORD_TIMES=1: each
+#   checkpoint's time on the loop's thread, in record_times.txt.
 set -euo pipefail
 [[ $# -eq 2 ]] || { echo "usage: $0 BUILD OUT" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -42,17 +44,28 @@ step_ms() {  # mean_step_ms of one run, its JSON line kept in OUT/steps.jsonl
   echo "$line" >> "$OUT/steps.jsonl"
   "$PY" -c 'import json,sys; print(json.loads(sys.argv[1])["mean_step_ms"])' "$line"
 }
-rm -f "$OUT/steps.jsonl" "$OUT"/bench*.db*
+rm -f "$OUT/steps.jsonl" "$OUT"/bench*.db* "$OUT/record_times.txt"
 a=$(step_ms --attention sdpa --no-record)
 b=$(step_ms --attention rewind --no-record)
 c=$(step_ms --attention rewind --store "$OUT/bench_c.db" --checkpoint-every 100000)
-d=$(step_ms --attention rewind --store "$OUT/bench_d.db" --checkpoint-every 25)
+d=$(REWIND_RECORD_TIMES=1 step_ms --attention rewind --store "$OUT/bench_d.db" --checkpoint-every 25 2>> "$OUT/record_times.txt")
 b0=$(REWIND_ATTENTION_FP32_PATH=1 step_ms --attention rewind --no-record)
+# ROUNDS=R: R-1 more rounds of (a), (b), (b0), one process each (processes of one variant differ
+# by up to 15%); the ratios below use each variant's mean over the rounds.
+mean() { "$PY" -c 'import sys; v = [float(x) for x in sys.argv[1:]]; print(f"{sum(v) / len(v):.2f}")' "$@"; }
+as=("$a") bs=("$b") b0s=("$b0")
+for ((r = 1; r < ${ROUNDS:-1}; ++r)); do
+  as+=("$(step_ms --attention sdpa --no-record)")
+  bs+=("$(step_ms --attention rewind --no-record)")
+  b0s+=("$(REWIND_ATTENTION_FP32_PATH=1 step_ms --attention rewind --no-record)")
+done
+echo "rounds: (a) ${as[*]}; (b) ${bs[*]}; (b0) ${b0s[*]}" > "$OUT/rounds.txt"
+a=$(mean "${as[@]}") b=$(mean "${bs[@]}") b0=$(mean "${b0s[@]}")
 "$PY" - "$a" "$b" "$c" "$d" "$STEPS" "$b0" <<'EOF' | tee "$OUT/step_time.txt"
 import sys
 a, b, c, d = map(float, sys.argv[1:5])
 b0 = float(sys.argv[6])
-print(f"gpt2-small, batch 8 x 1024, BF16 autocast, mean of {int(sys.argv[5]) - 10} steps (ms):")
+print(f"gpt2-small, batch 8 x 1024, BF16 autocast, mean of {int(sys.argv[5]) - 10} steps (ms; (a), (b), (b0): means over rounds.txt's processes):")
 print(f"  (a) SDPA, no recorder                                   {a:9.2f}")
 print(f"  (b) rewind.attention, deterministic, no recorder        {b:9.2f}")
 print(f"  (c) (b) + rewind.record, no checkpoint in timed steps   {c:9.2f}")
@@ -69,11 +82,14 @@ import json, sys
 runs = [json.loads(line) for line in open(sys.argv[1])]
 b = float(sys.argv[2])
 for name, r in (("(c)", runs[2]), ("(d), checkpoints included", runs[3])):
-    print(f"{name} recorder host time a step: {r['recorder_host_ms']:.2f} ms = {100 * r['recorder_host_ms'] / b:.1f}% of (b)")
+    print(f"{name} recorder host time a step: {r['recorder_host_ms']:.2f} ms = {100 * r['recorder_host_ms'] / b:.1f}% of (b); "
+          f"slowest steps (ms): {r.get('slowest_steps_ms')}")
 EOF
+cat "$OUT/rounds.txt" "$OUT/record_times.txt" | tee -a "$OUT/step_time.txt"
 
 bash "$HERE/gpu_bisect.sh" "$BUILD" "$OUT"
 
+[[ -n "${SKIP_DOCTOR:-}" ]] && { [[ "${KEEP:-0}" == 1 ]] || rm -f "$OUT"/bench*.db*; exit 0; }
 # 3. rewind doctor on the same script: SDPA (backward with atomics, deterministic algorithms
 #    off) and rewind.attention (deterministic); the first differing op, or none.
 for attn in sdpa rewind; do

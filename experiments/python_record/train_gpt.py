@@ -169,13 +169,17 @@ def main():
             rewind._C.take_monitor_stats()
         return loss
 
+    step_s = {}  # each timed iteration's wall on the host (no sync: where the loop's thread stalled)
     for it in range(start, a.steps):
         if it == start + a.warmup:
             if cuda:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             host = {"recorder": 0.0, "get_batch": 0.0}
+        t_it = time.perf_counter()
         loss = train_step()
+        if t0 is not None:
+            step_s[it] = time.perf_counter() - t_it
     if cuda:
         torch.cuda.synchronize()
     end = time.perf_counter()
@@ -195,7 +199,9 @@ def main():
                           # the host time of rec.batch and rec.step a step: in a loop whose host
                           # is the bottleneck, what the recorder adds to it
                           "recorder_host_ms": 1e3 * recorder_s / timed,
-                          "last_loss": loss.item()}))
+                          "last_loss": loss.item(),
+                          "slowest_steps_ms": {k: round(1e3 * v, 1) for k, v in
+                                               sorted(step_s.items(), key=lambda kv: -kv[1])[:3]}}))
     if rec:
         rec.close()  # rewind
 

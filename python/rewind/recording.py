@@ -36,11 +36,16 @@ _replaying = False  # a replayed process has made its recorder
 _op_names = set()   # the names rewind.op has been called with (ops.py), stored with the run
 
 
+_probe_t0 = time.perf_counter()  # when this process's probe began: `import rewind`, or serve's next run
+_TIMES = {k: os.environ.get(k) is not None for k in ("REWIND_PROBE_TIMES", "REWIND_RECORD_TIMES")}
+
+
 def begin_probe():
     """A served probe (serve.py) starts: the script runs again in this process, and its
     rewind.record makes this process's recorder anew."""
-    global _active_plan, _replaying
+    global _active_plan, _replaying, _probe_t0
     _active_plan, _replaying = "", False
+    _probe_t0 = time.perf_counter()
 
 
 def active_plan():
@@ -192,7 +197,7 @@ class Recorder:
     --cmd`, replays a window of a recording). Use rec.start as the loop's first iteration."""
 
     def __init__(self, path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None,
-                 plan_from=None):
+                 plan_from=None, checkpoint_wait=False):
         if checkpoint_every < 1:
             raise ValueError("rewind.record: checkpoint_every must be at least 1")
         self.model, self.optimizer = model, optimizer
@@ -202,6 +207,7 @@ class Recorder:
             if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):
                 raise TypeError(f"rewind.record: state[{name!r}] has no state_dict/load_state_dict")
         self.checkpoint_every = int(checkpoint_every)
+        self.checkpoint_wait = bool(checkpoint_wait)
         self.step_index = 0       # the step the loop runs next
         self._pending = None      # (tensors, desc, rng, t0) between batch and step
         self._ops_stored = 0      # how many rewind.op names the run's kv "ops" holds
@@ -232,12 +238,14 @@ class Recorder:
         meta["device"] = str(params[0].device) if params else "cpu"
         self._rec = _C.ScriptRecording(path, json.dumps(config, default=str), plan, json.dumps(meta))
         self._rec.set_params(self._params)
+        self._rec.schedule_checkpoints(self.checkpoint_every, self.checkpoint_wait)
         self.run = self._rec.run
         atexit.register(self.close)  # commits what is queued if the script never calls close
         _C.set_monitoring(True)
         _active_plan = plan_at(plan, 0)
 
     def _checkpoint(self):
+        t0 = time.perf_counter()
         tensors = []
         skeleton = {"model": _flatten("model", self.model.state_dict(), tensors),
                     "optimizer": _flatten("optimizer", self.optimizer.state_dict(), tensors),
@@ -246,7 +254,11 @@ class Recorder:
         tensors.append(("skeleton", _bytes_tensor(pickle.dumps(skeleton, protocol=4))))
         tensors.append(("rng/cpu", torch.get_rng_state()))
         tensors.append(("rng/state", _bytes_tensor(_rng_state())))
+        t1 = time.perf_counter()
         self._rec.put_checkpoint(self.step_index, tensors)
+        if _TIMES["REWIND_RECORD_TIMES"]:
+            print(f"rewind: checkpoint at step {self.step_index}: state gathered in {1e3 * (t1 - t0):.1f} ms, "
+                  f"handed to the writer in {1e3 * (time.perf_counter() - t1):.1f} ms", file=sys.stderr, flush=True)
 
     # --- replay ------------------------------------------------------------------------------
     def _begin_replay(self, spec):
@@ -254,6 +266,7 @@ class Recorder:
         if _replaying:
             raise _C.RewindError("rewind.record: a replay drives one recorder per process; this script made a second")
         _replaying = True
+        self._times = [time.perf_counter()]  # rewind.record called; restored; each step's end
         self._report = open(spec["report"], "w", buffering=1)
         self._to, self._from = int(spec["to"]), int(spec["from"])
         self._plans = [(int(s), p) for s, p in spec.get("plans", [])]
@@ -262,6 +275,7 @@ class Recorder:
             self._restore(spec)
         except (_C.RewindError, RuntimeError, ValueError, KeyError) as e:
             self._fail(_one_line(e))
+        self._times.append(time.perf_counter())
         self._write({"start": self.step_index, "run": self.run})
 
     def _restore(self, spec):
@@ -346,7 +360,7 @@ class Recorder:
             _C.collect_monitors()  # drops what ran outside a step (e.g. an evaluation)
             self._pending = (None, None, None, t0)
             return out
-        if self.step_index % self.checkpoint_every == 0:
+        if self._rec.checkpoint_due(self.step_index):
             self._checkpoint()  # written after the steps queued before it
         _C.take_monitor_stats()  # drops what ran outside a step (e.g. an evaluation)
         out = get_batch(*args, **kwargs)
@@ -398,7 +412,13 @@ class Recorder:
         stop = self._stop_nonfinite and s >= self._from and not math.isfinite(loss_v)
         if stop:  # a bisect probe: NaN/Inf stays so, the rest of the window cannot change it
             self._write({"stopped": s})
+        self._times.append(time.perf_counter())
         if s >= self._to or stop:
+            if _TIMES["REWIND_PROBE_TIMES"]:  # where a probe's wall goes (served: from serve's start of the run)
+                t = self._times
+                print(f"rewind: probe times: script to rewind.record {t[0] - _probe_t0:.3f} s, restore "
+                      f"{t[1] - t[0]:.3f} s, {len(t) - 2} steps {t[-1] - t[1]:.3f} s (first "
+                      f"{t[2] - t[1]:.3f} s)", file=sys.stderr, flush=True)
             self._write({"done": s})
             self._report.close()
             sys.exit(0)
@@ -450,13 +470,17 @@ def _schedule(plan, plan_from):
     return json.dumps({"base": plan, "changes": changes})
 
 
-def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None, plan_from=None):
+def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None, plan_from=None,
+           checkpoint_wait=False):
     """Records the training loop of `model` and `optimizer` into a new store at `path` (never
     overwritten: an existing non-empty file is a rewind.RewindError), or, when `rewind replay
     --cmd` started this script, replays the asked window from that store instead.
 
     checkpoint_every: model and optimizer state_dicts and the generators' states every that
-    many steps. plan: the precision plan rewind.attention applies (recorded with the run).
+    many steps. A checkpoint that falls due while the one before is still being compressed and
+    written is taken at the first later step where the writer has room (the loop does not wait;
+    `rewind train` does the same); checkpoint_wait=True waits instead, for checkpoints at exactly
+    0, K, 2K, ... plan: the precision plan rewind.attention applies (recorded with the run).
     config: a JSON-able dict stored as the run's config (e.g. nanoGPT's config dict).
     state: more objects whose state_dict() the checkpoints keep and a replay restores, by name,
     e.g. {"scaler": scaler, "sched": lr_scheduler}.
@@ -465,4 +489,4 @@ def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, st
 
         rec = rewind.record("run.db", model, optimizer, checkpoint_every=5)
     """
-    return Recorder(path, model, optimizer, checkpoint_every, plan, config, state, plan_from)
+    return Recorder(path, model, optimizer, checkpoint_every, plan, config, state, plan_from, checkpoint_wait)

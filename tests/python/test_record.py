@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import rewind
-from script_run import RecordedRun, needs_rewind, script, sha
+from script_run import REWIND, RecordedRun, needs_rewind, script, sha
 
 
 @needs_rewind
@@ -235,7 +235,7 @@ class InProcess(unittest.TestCase):
     def test_dict_batches_replay_without_calling_get_batch(self):
         store, report = os.path.join(self.dir, "run.db"), os.path.join(self.dir, "report.jsonl")
         model, opt = self.make()
-        rec = rewind.record(store, model, opt, checkpoint_every=3)
+        rec = rewind.record(store, model, opt, checkpoint_every=3, checkpoint_wait=True)
         recorded, replayed = {}, {}
         self.loop(rec, lambda: {"x": torch.randn(2, 4), "y": torch.randint(3, (2,))}, 5, recorded)
         rec.close()
@@ -271,6 +271,38 @@ class InProcess(unittest.TestCase):
             run.batch(6)
         with self.assertRaises(rewind.RewindError):  # one recorder per replaying process
             rewind.record("ignored.db", model, opt)
+
+    def test_a_busy_writer_defers_a_checkpoint_instead_of_stopping_the_loop(self):
+        # A checkpoint every step of a loop whose steps are far shorter than a checkpoint's
+        # write: the ones due while the writer is busy are taken at a later step, each holding
+        # the state before the step it is stored at.
+        store = os.path.join(self.dir, "run.db")
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 3))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        rec = rewind.record(store, model, opt, checkpoint_every=1)
+        before = {}
+        for it in range(40):
+            before[it] = model[0].weight.detach().clone()
+            b = rec.batch(lambda: {"x": torch.randn(2, 256), "y": torch.randint(3, (2,))})
+            loss = torch.nn.functional.cross_entropy(model(b["x"]), b["y"])
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            rec.step(loss=loss)
+        late, folded, max_late = rec._rec.checkpoint_lateness()
+        rec.close()
+        run = rewind.open(store).run()
+        steps = run.checkpoint_steps()
+        self.assertEqual(steps[0], 0)
+        self.assertLess(len(steps), 40)  # 3 MB of state a step: the writer cannot keep up
+        self.assertGreater(late, 0)
+        self.assertLessEqual(len(steps) + folded, 40)  # each due step taken or folded into a late one
+        self.assertTrue(all(a < b for a, b in zip(steps, steps[1:])) and steps[-1] < 40 and max_late >= 1)
+        for c in steps:
+            self.assertTrue(torch.equal(run.checkpoint(c)["model/0.weight"], before[c]), c)
+        if os.path.exists(REWIND):
+            self.assertEqual(subprocess.run([REWIND, "store", "verify", store], capture_output=True).returncode, 0)
 
 
 if __name__ == "__main__":
