@@ -307,11 +307,23 @@ class Recorder:
                                  f"{sorted(extra)} in the recording")
         for k, v in self.state.items():
             v.load_state_dict(_unflatten(extra[k], state))
+        if serve.serving():  # what torch.nn.init left as zeros must all have been restored
+            serve.end_skipped_init(self._state_tensors())
         _set_rng_state(state["rng/state"].numpy().tobytes())
         self.step_index = int(skeleton["step"])
         self._recorded_plan = run["plan"]
         _active_plan = self._plan_of(self.step_index)
         _C.set_monitoring(True)  # the per-head monitors go back with each step (a bisect's predicate)
+
+    def _state_tensors(self):
+        """Every tensor a checkpoint restores: the model's state_dict, the optimizer's state and
+        the state= objects' tensors."""
+        out = list(self.model.state_dict(keep_vars=True).values()) + list(self._params)
+        for group in self.optimizer.state.values():
+            out += [v for v in group.values() if torch.is_tensor(v)]
+        for obj in self.state.values():
+            out += [v for v in obj.state_dict().values() if torch.is_tensor(v)]
+        return [t for t in out if torch.is_tensor(t)]
 
     def _fail(self, message):
         self._write({"error": message})

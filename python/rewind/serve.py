@@ -4,9 +4,9 @@ read end, the reply pipe's write end). Its first rewind.record call does not ret
 "serving" and runs the script again, as `python3 script.py args` would (runpy, __name__ ==
 "__main__", the same sys.argv), once per probe, the first from REWIND_REPLAY and each next one
 from a line of the probe pipe, writing "exit N" (the script's exit code) after each. A probe
-then costs its model, its restore and its steps; Python, LibTorch, the CUDA context, the
-kernels' first-use setup and the checkpoint's read are paid once. At the end of the probes the
-process exits.
+then costs its model (built without torch.nn.init's writes: the restore overwrites them), its
+restore and its steps; Python, LibTorch, the CUDA context, the kernels' first-use setup and the
+checkpoint's read are paid once. At the end of the probes the process exits.
 
 The first process's own model and optimizer stay in memory, unused, while it serves."""
 import gc
@@ -14,6 +14,9 @@ import os
 import runpy
 import sys
 import traceback
+import weakref
+
+import torch
 
 SERVE_ENV = "REWIND_SERVE"
 _START_DIR = os.getcwd()  # where the script was started (`import rewind` comes before any chdir of its own)
@@ -42,6 +45,54 @@ def read_checkpoint(replay, store, run, step):
     return dict(state)
 
 
+# torch.nn.init's in-place initializers. During a served probe's run of the script, until its
+# rewind.record restores the checkpoint (which overwrites every parameter and buffer of the
+# model's state_dict), they leave the tensor as torch.empty made it: drawing gpt2-small's
+# weights took 6.7-7.0 s on the dev VM's 2 cores, zero-filling them 4.4-5.6 s (the first touch
+# of 500 MB), leaving them 0.1 s. A served probe on an H200 host spent 1.2 of its 2.5 s between
+# its start and rewind.record. REWIND_KEEP_INIT=1 keeps the initializers.
+_INITS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
+          "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")
+_real_inits = {}
+_skipped = []  # weak references to the tensors the zero-filling initializers got
+
+
+def _skip_init():
+    if os.environ.get("REWIND_KEEP_INIT") or _real_inits:
+        return
+    for name in _INITS:
+        real = getattr(torch.nn.init, name, None)
+        if real is None:
+            continue
+        _real_inits[name] = real
+
+        def skip(tensor, *args, **kwargs):
+            _skipped.append(weakref.ref(tensor))
+            return tensor
+        setattr(torch.nn.init, name, skip)
+
+
+def _restore_inits():
+    for name, real in _real_inits.items():
+        setattr(torch.nn.init, name, real)
+    _real_inits.clear()
+
+
+def end_skipped_init(state_tensors):
+    """The initializers are torch's own again. Raises RuntimeError (a message for the user)
+    if a tensor one of them filled is still in use and is none of `state_tensors` (what the
+    restore overwrote): the script initializes something its checkpoint does not hold."""
+    _restore_inits()
+    alive = [t for t in (r() for r in _skipped) if t is not None]
+    _skipped.clear()
+    restored = {(t.device, t.data_ptr()) for t in state_tensors}
+    for t in alive:
+        if (t.device, t.data_ptr()) not in restored:
+            raise RuntimeError(f"rewind: served probes skip torch.nn.init, and this script initializes a "
+                               f"{tuple(t.shape)} tensor that its checkpoint does not restore; set "
+                               f"REWIND_KEEP_INIT=1 or use bisect --script-per-probe")
+
+
 def _exit_code(e):
     if e.code is None:
         return 0
@@ -51,6 +102,7 @@ def _exit_code(e):
 def _run(script, argv):
     os.chdir(_START_DIR)  # as a new process would start, whatever the last run changed to
     sys.argv = list(argv)
+    _skip_init()
     try:
         runpy.run_path(script, run_name="__main__")
         return 0
@@ -59,6 +111,9 @@ def _run(script, argv):
     except BaseException:  # as an uncaught error in a script of its own: printed, status 1
         traceback.print_exc()
         return 1
+    finally:
+        _restore_inits()  # where the script never restored: torch's own initializers again
+        _skipped.clear()
 
 
 def serve_if_asked(replay_env, begin_probe):

@@ -2,7 +2,7 @@
 one head's pv from step 20 (rewind.record's plan_from) is localized exactly (layer, head, op),
 each probe running the script once over the window under the probe's plan, every probe inside
 one process of the script (python/rewind/serve.py; --jobs G: G processes) with the bits of a
-process each."""
+process each, its model built without torch.nn.init's writes."""
 import json
 import os
 import shlex
@@ -114,6 +114,29 @@ class BisectCmd(RecordedRun):
         for args, text in cases:
             self.assert_one_line(self.rewind_cli(*args), 2, text)
         self.assertEqual(sha(self.store), before)
+
+
+class ServedInit(unittest.TestCase):
+    """A served probe builds the script's model without torch.nn.init's writes (the restore
+    overwrites them); a tensor so left that the restore does not reach is one clear error."""
+
+    def test_skipped_initializers_come_back_and_unrestored_tensors_are_named(self):
+        import torch
+        from rewind import serve
+        real = torch.nn.init.normal_
+        serve._skip_init()
+        self.assertIsNot(torch.nn.init.normal_, real)
+        lin = torch.nn.Linear(4, 4)  # kaiming_uniform_ and uniform_: left as torch.empty made them
+        serve.end_skipped_init(list(lin.state_dict(keep_vars=True).values()))  # all restored: fine
+        self.assertIs(torch.nn.init.normal_, real)
+        self.assertNotEqual(float(torch.nn.init.normal_(torch.zeros(1000)).abs().sum()), 0.0)
+        serve._skip_init()
+        lin = torch.nn.Linear(4, 4)
+        outside = torch.nn.init.normal_(torch.zeros(3))  # e.g. a random projection kept outside the state
+        with self.assertRaisesRegex(RuntimeError, r"initializes a \(3,\) tensor that its checkpoint does not restore"):
+            serve.end_skipped_init(list(lin.state_dict(keep_vars=True).values()))
+        self.assertIs(torch.nn.init.normal_, real)
+        del outside
 
 
 if __name__ == "__main__":
