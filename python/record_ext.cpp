@@ -348,12 +348,15 @@ class ScriptReplay {
 
   py::list checkpoint(int64_t run, int64_t step) { return named_list(train::read_checkpoint(store_, run, step)); }
 
-  // A recorded step: {"batch": bytes, "rng": bytes, "extra": str, "batch_hash": str}, or None.
+  // A recorded step: {"batch": bytes, "rng": bytes, "extra": str, "batch_hash": str,
+  // "loss_bits": int, "digest": str ("" where none was recorded)}, or None.
   py::object step(int64_t run, int64_t step) {
     const std::optional<store::StepRecord> rec = store_.get_step(run, step);
     if (!rec) return py::none();
     py::dict d;
     d["batch_hash"] = rec->batch_hash;
+    d["loss_bits"] = rec->loss_bits;
+    d["digest"] = rec->param_digest.value_or("");
     d["extra"] = rec->extra.value_or("");
     d["batch"] = blob(rec->batch_ref);
     d["rng"] = blob(rec->rng_ref);

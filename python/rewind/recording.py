@@ -210,6 +210,7 @@ class Recorder:
         self.checkpoint_wait = bool(checkpoint_wait)
         self.step_index = 0       # the step the loop runs next
         self._pending = None      # (tensors, desc, rng, t0) between batch and step
+        self._recorded_step = None  # a replay: the recorded step rec.batch returned the batch of
         self._ops_stored = 0      # how many rewind.op names the run's kv "ops" holds
         self._report = None
         self._plans = []          # a replay's asked plans: [(step, spec)]
@@ -315,6 +316,24 @@ class Recorder:
         _active_plan = self._plan_of(self.step_index)
         _C.set_monitoring(True)  # the per-head monitors go back with each step (a bisect's predicate)
 
+    def _check_served(self, s, loss_v, digest):
+        """A served probe's step under the recorded plan has the recorded bits, or the probe
+        ends in one line: another command line, or a script that does not run again in this
+        process as it ran on its own (state kept by a module between runs, or random draws of
+        torch.nn.init, which served probes skip, that the script goes on to use)."""
+        rec = self._recorded_step
+        what = []
+        if _f32_bits(loss_v) != rec["loss_bits"]:
+            what.append("loss")
+        if rec["digest"] and digest != rec["digest"]:
+            what.append("parameter digest")
+        if what:
+            self._fail(f"step {s} of this served probe runs the recorded plan but its {' and '.join(what)} "
+                       f"{'differ' if len(what) > 1 else 'differs'} from the recording's: the probe does not "
+                       f"replay the recording (a command line other than the recorded one, or a script that "
+                       f"does not run again in one process as on its own: bisect --script-per-probe, or "
+                       f"REWIND_KEEP_INIT=1)")
+
     def _state_tensors(self):
         """Every tensor a checkpoint restores: the model's state_dict, the optimizer's state and
         the state= objects' tensors."""
@@ -350,6 +369,7 @@ class Recorder:
             self._fail(f"run {self.run} has no recorded step {s}")
         batch = decode_batch(rec)
         _set_rng_state(rec["rng"])
+        self._recorded_step = rec
         return batch
 
     # --- the loop's two calls -----------------------------------------------------------------
@@ -417,6 +437,8 @@ class Recorder:
         self.step_index += 1
         scalars = [(k, _scalar(v, k)) for k, v in metrics.items()] + _C.collect_monitors()
         seconds = time.perf_counter() - t0
+        if serve.serving() and self._plan_of(s) == plan_at(self._recorded_plan, s):
+            self._check_served(s, loss_v, digest)
         # A replay (recording and doctor returned above): report the step to rewind.
         self._write({"step": s, "loss": loss_v, "loss_bits": _f32_bits(loss_v), "grad_norm": norm_v,
                      "grad_norm_bits": _f32_bits(norm_v), "lr": lr_v, "digest": digest,

@@ -93,7 +93,7 @@ class BisectCmd(RecordedRun):
         before = sha(self.store)
         # Each fails at the first probe (a later one would leave the probes before it cached):
         # the window of the early exit lies before the fault, where the recorded plan runs on.
-        early = script(self.store, "--steps", "15", "--checkpoint-every", "10")
+        early = script(self.store, *self.RECORD_ARGS, "--exit-after", "14")
         other_shape = script(self.store, "--steps", "40", "--checkpoint-every", "10", "--n-embd", "48")
         cases = [
             (("bisect", "--store", self.store, "--window", "20:29", "--fail", "nan"),
@@ -114,6 +114,22 @@ class BisectCmd(RecordedRun):
         for args, text in cases:
             self.assert_one_line(self.rewind_cli(*args), 2, text)
         self.assertEqual(sha(self.store), before)
+
+
+@needs_rewind
+class ServedDrift(RecordedRun):
+    """A script whose second run in one process differs from its own (here: a draw from torch's
+    generator after the model's init, which a served probe skips) is caught at the first step
+    under the recorded plan (here 15, from the checkpoint before the window), in one line;
+    --script-per-probe bisects it."""
+    RECORD_ARGS = ("--steps", "40", "--checkpoint-every", "15", "--plan-from", FAULT, "--draw-after-init")
+
+    def test_a_drifting_served_probe_is_one_line_and_a_process_each_bisects(self):
+        bisect = ("bisect", "--cmd", self.cmd, "--store", self.store, "--window", "20:29", "--fail", "nan", "--quiet")
+        self.assert_one_line(self.rewind_cli(*bisect), 2, "from the recording's: the probe does not replay the recording")
+        r = self.rewind_cli(*bisect, "--script-per-probe", "--fresh")
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertIn("{L1.H0.pv}", r.stdout)
 
 
 class ServedInit(unittest.TestCase):

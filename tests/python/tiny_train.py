@@ -104,6 +104,10 @@ def main():
                     help="a run-dependent op in the forward (for rewind doctor)")
     ap.add_argument("--unseeded", action="store_true", help="no torch.manual_seed (for rewind doctor)")
     ap.add_argument("--perturb", type=int, default=-1, help="nudge a weight after this step's update")
+    ap.add_argument("--exit-after", type=int, default=-1, help="leave the loop after this step (an early exit)")
+    ap.add_argument("--draw-after-init", action="store_true",
+                    help="a loss scale drawn from torch's generator after the model's init, before rewind.record: "
+                         "what a served probe (no init draws) cannot repeat")
     a = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     if hasattr(torch.utils, "deterministic"):  # torch >= 2.1: no NaN fill of every new tensor (README)
@@ -131,6 +135,7 @@ def main():
               "dropout": 0.1, "out_dir": "out"}  # as nanoGPT's config dict: keys rewind train lacks
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: 0.9 ** it) if a.scheduler else None
     plan_from = {int(x.split(":", 1)[0]): x.split(":", 1)[1] for x in a.plan_from}
+    scale = 1 + 1e-3 * float(torch.rand(())) if a.draw_after_init else 1.0
     rec = rewind.record(a.store, model, opt, checkpoint_every=a.checkpoint_every, plan=a.plan,
                         plan_from=plan_from, config=None if a.no_config else config,
                         state={"sched": sched} if sched else None,
@@ -142,7 +147,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = rec.batch(get_batch)  # rewind: was x, y = get_batch()
-        loss = model(x, y)
+        loss = model(x, y) * scale
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -154,6 +159,8 @@ def main():
                 model.wte.weight[0, 0] += 1e-3
         rec.step(loss=loss, grad_norm=norm, lr=lr)  # rewind
         print(f"iter {it}: loss {loss.item():.4f} grad norm {norm.item():.4f}")
+        if it == a.exit_after:
+            break
     rec.close()  # rewind
 
 
