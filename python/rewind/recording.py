@@ -211,6 +211,7 @@ class Recorder:
         self.step_index = 0       # the step the loop runs next
         self._pending = None      # (tensors, desc, rng, t0) between batch and step
         self._recorded_step = None  # a replay: the recorded step rec.batch returned the batch of
+        self._closed = False
         self._ops_stored = 0      # how many rewind.op names the run's kv "ops" holds
         self._report = None
         self._plans = []          # a replay's asked plans: [(step, spec)]
@@ -461,9 +462,15 @@ class Recorder:
         """Ends the recording: waits until every step and checkpoint is committed (the store's
         background writers; a failed write is raised here or at the next rec.step) and lets go
         of the store's writer lock. Called at exit if the script does not."""
-        if not self.replaying and not self._doctor:
+        if not self.replaying and not self._doctor and not self._closed:
+            self._closed = True
             _C.set_monitoring(False)
+            late, folded, max_late = self._rec.checkpoint_lateness()
             self._rec.close()
+            if late:  # as rewind train says it
+                print(f"rewind.record: {late} checkpoint(s) taken late, by up to {max_late} step(s), because the "
+                      f"writer was busy ({folded} more due ones folded into them); checkpoint_wait=True keeps "
+                      f"them exactly {self.checkpoint_every} apart instead", file=sys.stderr)
 
     def __enter__(self):
         return self

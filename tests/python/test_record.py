@@ -3,6 +3,8 @@ it writes is a rewind store (rewind.open, `rewind store verify`), `rewind replay
 --verify` replays a window bitwise from the recorded batches and generator states, a step
 perturbed on replay is named, and a script that cannot replay the window gets one line and a
 non-zero exit with the store untouched."""
+import contextlib
+import io
 import json
 import os
 import pickle
@@ -291,7 +293,12 @@ class InProcess(unittest.TestCase):
             opt.zero_grad()
             rec.step(loss=loss)
         late, folded, max_late = rec._rec.checkpoint_lateness()
-        rec.close()
+        said = io.StringIO()
+        with contextlib.redirect_stderr(said):
+            rec.close()
+            rec.close()  # once
+        self.assertEqual(said.getvalue().count("\n"), 1)
+        self.assertIn(f"rewind.record: {late} checkpoint(s) taken late, by up to {max_late} step(s)", said.getvalue())
         run = rewind.open(store).run()
         steps = run.checkpoint_steps()
         self.assertEqual(steps[0], 0)
