@@ -54,7 +54,7 @@ def read_checkpoint(replay, store, run, step):
 _INITS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
           "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")
 _real_inits = {}
-_skipped = []  # weak references to the tensors the zero-filling initializers got
+_skipped = []  # weak references to the tensors the skipping initializers were given
 
 
 def _skip_init():
@@ -80,7 +80,7 @@ def _restore_inits():
 
 def end_skipped_init(state_tensors):
     """The initializers are torch's own again. Raises RuntimeError (a message for the user)
-    if a tensor one of them filled is still in use and is none of `state_tensors` (what the
+    if a tensor one of them was given is still in use and is none of `state_tensors` (what the
     restore overwrote): the script initializes something its checkpoint does not hold."""
     _restore_inits()
     alive = [t for t in (r() for r in _skipped) if t is not None]
