@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -114,17 +113,33 @@ void precheck_store_file(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0) throw data_error("store " + path + ": no such file");
   if (S_ISDIR(st.st_mode)) throw data_error("store " + path + ": is a directory, not a store");
   if (!S_ISREG(st.st_mode)) throw data_error("store " + path + ": not a regular file");
-  // The SQLite header: 16 magic bytes, then the page size (big-endian; 1 means 65536).
+}
+
+void check_store_header(Db& db) {
+  const std::string& path = db.path();
+  // Read through the connection's own file handle, never a descriptor of our own: closing any
+  // descriptor of the file drops every POSIX lock this process holds on it, the SHARED lock of
+  // its other connections included. A process that then closed its last connection to the
+  // store would take the EXCLUSIVE lock, checkpoint and delete the WAL that a recording in
+  // this process goes on appending to, and the store would end up malformed.
+  sqlite3_file* file = nullptr;
+  if (sqlite3_file_control(db.get(), "main", SQLITE_FCNTL_FILE_POINTER, &file) != SQLITE_OK ||
+      file == nullptr || file->pMethods == nullptr) {
+    throw data_error("store " + path + ": cannot read the file");
+  }
+  // The SQLite header: 16 magic bytes, then the page size (big-endian; 1 means 65536). A file
+  // shorter than the header reads as zeros past its end (SQLITE_IOERR_SHORT_READ).
   unsigned char header[100] = {};
-  size_t got = 0;
-  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
-    got = std::fread(header, 1, sizeof header, f);
-    std::fclose(f);
-  } else {
+  const int rc = file->pMethods->xRead(file, header, sizeof header, 0);
+  if (rc != SQLITE_OK && rc != SQLITE_IOERR_SHORT_READ) {
+    throw data_error("store " + path + ": cannot read the file");
+  }
+  sqlite3_int64 size = 0;
+  if (file->pMethods->xFileSize(file, &size) != SQLITE_OK) {
     throw data_error("store " + path + ": cannot read the file");
   }
   static const char kMagic[] = "SQLite format 3";  // 15 chars + NUL = 16 bytes
-  if (got < sizeof header || std::memcmp(header, kMagic, 16) != 0) {
+  if (rc != SQLITE_OK || std::memcmp(header, kMagic, 16) != 0) {
     throw data_error("store " + path + ": not a rewind store (not an SQLite database)");
   }
   long page = (header[16] << 8) | header[17];
@@ -141,16 +156,15 @@ void precheck_store_file(const std::string& path) {
   struct stat wal;
   const bool has_wal = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
   const uint32_t pages = be32(28);
-  if (!has_wal && pages != 0 && be32(24) == be32(92) &&
-      static_cast<int64_t>(pages) * page > static_cast<int64_t>(st.st_size)) {
-    throw data_error("store " + path + ": truncated (" + std::to_string(st.st_size) +
-                     " bytes, its header says " + std::to_string(int64_t(pages) * page) + ")");
+  if (!has_wal && pages != 0 && be32(24) == be32(92) && static_cast<int64_t>(pages) * page > size) {
+    throw data_error("store " + path + ": truncated (" + std::to_string(size) + " bytes, its header says " +
+                     std::to_string(int64_t(pages) * page) + ")");
   }
   // A part page at the end beside a WAL is what a WAL checkpoint cut short (the disk filled
   // while it extended the file, e.g. as the recorder's last connection closed): the WAL still
   // holds every page it was copying, so the store reads whole.
-  if (!has_wal && st.st_size % page != 0) {
-    throw data_error("store " + path + ": truncated or corrupt (" + std::to_string(st.st_size) +
+  if (!has_wal && size % page != 0) {
+    throw data_error("store " + path + ": truncated or corrupt (" + std::to_string(size) +
                      " bytes is not a whole number of " + std::to_string(page) + "-byte pages)");
   }
 }

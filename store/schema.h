@@ -11,9 +11,14 @@ namespace rwd::store {
 struct StoreOptions;
 enum class Mode;
 
-// Cheap checks before SQLite sees the file, so that junk gets a clear one-line error and is
-// never opened for writing: exists, regular file, SQLite header, whole pages.
+// Cheap checks before SQLite opens the file: it exists and is a regular file.
 void precheck_store_file(const std::string& path);
+
+// Checks on a connection just opened, before it reads or writes a page, so that junk gets a
+// clear one-line error: an SQLite header, a sane page size, whole pages. Reads through SQLite's
+// own file handle: a descriptor of our own, once closed, would drop the locks of every
+// connection this process has to the store (see schema.cpp).
+void check_store_header(Db& db);
 
 // Per-connection settings: foreign keys, busy timeout, and for writers synchronous=NORMAL (in
 // WAL mode a commit then survives a process crash; only power loss may drop the last ones) and

@@ -88,6 +88,7 @@ Store Store::create(const std::string& path, const StoreOptions& options) {
 Store Store::open(const std::string& path, Mode mode, const StoreOptions& options) {
   precheck_store_file(path);
   Db db(path, mode == Mode::kReadOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE);
+  check_store_header(db);
   if (mode == Mode::kReadWrite && sqlite3_db_readonly(db.get(), "main") == 1) {
     throw data_error("store " + path + ": is read-only (file permissions or file system); "
                      "cannot write to it", SQLITE_READONLY);

@@ -1,6 +1,9 @@
 // WAL concurrency: a second connection reads committed steps while a writer's step
 // transaction is open, and sees the step once it commits.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "store/store.h"
 #include "tests/store/store_test_util.h"
@@ -50,6 +53,45 @@ TEST(ReaderWriter, ReaderSeesCommittedStepsWhileWriterIsMidStep) {
   EXPECT_EQ(reader.steps(run, 0, 100).size(), 6u);
   EXPECT_EQ(reader.get_blob(h), b);
   EXPECT_EQ(reader.metrics(run, 5, 5).size(), 1u);
+}
+
+// Whether another process sees a lock on SQLite's lock bytes of `path` (PENDING_BYTE 0x40000000,
+// then RESERVED and the 510 SHARED bytes): F_GETLK does not report a process's own locks, so a
+// child asks. In WAL mode every open connection holds a SHARED lock there for its lifetime.
+bool another_process_sees_a_lock(const std::string& path) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(path.c_str(), O_RDWR);
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 0x40000000;
+    fl.l_len = 512;
+    const bool locked = fd >= 0 && ::fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+    ::_exit(locked ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// Opening the store a second time in a process (as the recorder does to read its checkpoints
+// back) must leave the first connection's SHARED lock in place: a check of the file that
+// opened and closed a descriptor of its own dropped it, and another process closing the store
+// then checkpointed and deleted the WAL under a running recording (a malformed store).
+TEST(ReaderWriter, OpeningTheStoreAgainKeepsTheOtherConnectionsLocks) {
+  test::TempDir dir;
+  const std::string path = dir.file("locks.db");
+  Store writer = Store::create(path);
+  const int64_t run = writer.add_run("{}", "", "{}");
+  Transaction txn = writer.begin_step();
+  writer.put_step(step_row(run, 0, writer.put_blob("abc", 3)));
+  txn.commit();
+  ASSERT_TRUE(another_process_sees_a_lock(path));
+  for (Mode mode : {Mode::kReadOnly, Mode::kReadWrite}) {
+    { Store again = Store::open(path, mode); }
+    EXPECT_TRUE(another_process_sees_a_lock(path)) << (mode == Mode::kReadOnly ? "read-only" : "read-write");
+  }
 }
 
 // Two connections to one new store file; the second gives up on a lock after 50 ms.
