@@ -103,7 +103,7 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   so.before_batch = [&](const std::string& phase) { ctx.phase = phase; };
   // Races (issue 32) where probes run on several workers at once: a failing probe's early
   // verdict ends the round, the recorded plan's included (the first round waits for it).
-  const bool races = o.pool.jobs >= 2 && !o.pool.comm && !o.pool.runner && o.pool.ranks == 1;
+  const bool races = o.pool.jobs >= 2 && !o.pool.comm && (!o.pool.runner || o.pool.runner_stops) && o.pool.ranks == 1;
   // The engine's candidates as window probes; verdicts 1 fails, 0 passes, -1 cut short.
   auto run_candidates = [&](const std::vector<Candidate>& cands, int stop_after_fails) {
     std::vector<ProbeSpec> batch;

@@ -355,6 +355,42 @@ ProbeOutcome judge_probe(store::Store& s, const ProbeSpec& p, const train::RunSp
   return out;
 }
 
+EarlyVerdict::EarlyVerdict(store::Store& s, const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred)
+    : start_(window_start(s, p, run, pred)),
+      pred_(pred),
+      from_(p.from),
+      whole_(p.baseline_whole && p.candidate && p.candidate->mode == Mode::kPromote &&
+             p.candidate->elements.empty()) {
+  for (const auto& st : s.steps(run.run_id, p.from, p.to)) recorded_loss_.push_back(st.loss());
+}
+
+Series EarlyVerdict::series(const ExternalRun& r) const {
+  Series series = start_;
+  series.values = r.values;
+  const auto it = r.values.find("loss");
+  const size_t ran = it == r.values.end() ? 0 : it->second.size();
+  series.values["recorded_loss"].assign(recorded_loss_.begin(),
+                                        recorded_loss_.begin() + static_cast<long>(std::min(ran, recorded_loss_.size())));
+  return series;
+}
+
+bool EarlyVerdict::fails(const ExternalRun& r) const {
+  try {
+    return pred_.eval(series(r));
+  } catch (const UsageError&) {
+    return false;  // judge_probe raises it again, where the bisect reports it
+  }
+}
+
+bool EarlyVerdict::stop(const ExternalRun& r) {
+  if (held_at_ >= 0 || !pred_.monotone()) return held_at_ >= 0 && !whole_;
+  const auto it = r.values.find("loss");
+  if (it == r.values.end() || it->second.empty()) return false;
+  if (!fails(r)) return false;
+  held_at_ = from_ + static_cast<int64_t>(it->second.size()) - 1;
+  return !whole_;
+}
+
 store::ProbeRecord to_record(const ProbeSpec& p, const ProbeOutcome& o) {
   store::ProbeRecord r;
   r.key = o.key;

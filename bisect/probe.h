@@ -129,8 +129,41 @@ struct ExternalRun {
   // "loss", "grad_norm", "lr" and any monitors ("L1.H0.max_logit"), one value per step run.
   std::map<std::string, std::vector<double>> values;
   std::vector<double> step_s;  // each step's time
-  int64_t stopped_at = -1;     // ended before the window's end at a non-finite loss; -1: whole
+  // Ended before the window's end: at a non-finite loss, or at the step where its watch said
+  // kStop (an early verdict); -1: whole.
+  int64_t stopped_at = -1;
+  bool cut = false;            // its watch said kCut: no verdict
   std::string device = "cpu";
+};
+
+// What a runner does after a step of the window it has reported (ExternalRun's values then end
+// with that step): go on, stop (the verdict is decided: the steps after it are not part of the
+// probe, whether they ran or not), or stop with no verdict (a race was decided elsewhere).
+enum class Watch { kGoOn, kStop, kCut };
+using StepWatch = std::function<Watch(const ExternalRun&)>;
+
+// An external probe's early verdict (issue 32), judged on any thread while the probe runs: the
+// recorded history and losses it needs are read from the store when it is made. A monotone
+// predicate that holds on the steps so far holds on the whole window, so the probe may stop.
+class EarlyVerdict {
+ public:
+  EarlyVerdict(store::Store& s, const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred);
+  // Whether the predicate holds on `r`'s steps (those of the window, from `from`), for a
+  // monotone predicate; records the first step where it did (held_at). The recorded plan's
+  // probe that runs whole (ProbeSpec::baseline_whole) is judged too, and never told to stop.
+  bool stop(const ExternalRun& r);
+  // The verdict on `r` as judge_probe gives it (false where the predicate cannot be judged yet).
+  bool fails(const ExternalRun& r) const;
+  int64_t held_at() const { return held_at_; }
+
+ private:
+  Series series(const ExternalRun& r) const;
+  Series start_;
+  std::vector<double> recorded_loss_;  // the window's recorded losses
+  const Predicate& pred_;
+  int64_t from_;
+  bool whole_;
+  int64_t held_at_ = -1;
 };
 
 // The outcome of an external run, judged as execute_probe judges its own: the recorded history

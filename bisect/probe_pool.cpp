@@ -133,7 +133,10 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch, in
   };
   std::vector<ProbeOutcome> fresh;
   if (options_.runner && options_.jobs > 1) {
-    fresh = run_external(todo);
+    if (settled())
+      for (const auto& p : todo) fresh.push_back(skip(p));
+    else
+      fresh = run_external(todo, stop_after_fails > 0 ? stop_after_fails - failed : 0);
   } else if (options_.jobs == 1 && options_.ranks == 1) {
     for (const auto& p : todo) {
       if (settled()) {
@@ -149,9 +152,13 @@ std::vector<ProbeOutcome> ProbePool::run(const std::vector<ProbeSpec>& batch, in
       const double sent = since_began();
       if (options_.runner) {
         const auto t0 = std::chrono::steady_clock::now();
-        const ExternalRun r = options_.runner(p, run_, 0);
+        EarlyVerdict early(store_, p, run_, pred_);
+        const ExternalRun r = options_.runner(p, run_, 0, [&early](const ExternalRun& so_far) {
+          return early.stop(so_far) ? Watch::kStop : Watch::kGoOn;
+        });
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         o = judge_probe(store_, p, run_, pred_, key(p), r, wall);
+        o.held_at = early.held_at();
       } else {
         o = execute_probe(store_, p, run_, pred_, options_.comm);
       }

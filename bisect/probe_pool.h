@@ -28,8 +28,12 @@ struct PoolOptions {
   // Runs a probe's window elsewhere (bisect --cmd: the user's script) instead of this
   // process's trainer; its report is judged by judge_probe. With jobs G > 1 the probes of a
   // batch run on G threads at once, `slot` (0..G-1) naming the thread: the runner of a slot is
-  // called by one thread at a time. No races (a probe of a script is not cut short).
-  std::function<ExternalRun(const ProbeSpec&, const train::RunSpec&, int slot)> runner;
+  // called by one thread at a time. The runner asks `watch` after each step of the window it
+  // has seen, in order, until it says kStop (an early verdict) or kCut (a race decided).
+  std::function<ExternalRun(const ProbeSpec&, const train::RunSpec&, int slot, const StepWatch& watch)> runner;
+  // The runner ends a probe where its watch says so (a served script); false: it runs each
+  // window whole and only drops the steps after the verdict, so races would save nothing.
+  bool runner_stops = false;
   // Part of every probe's cache key when not empty (bisect --cmd: the command, so that another
   // script's probes are other probes).
   std::string key_extra;
@@ -69,7 +73,8 @@ class ProbePool {
  private:
   std::vector<ProbeOutcome> run_workers(const std::vector<ProbeSpec>& todo, int stop_after_fails);
   // The runner's probes of a batch on `jobs` threads; outcomes judged and stored in order.
-  std::vector<ProbeOutcome> run_external(const std::vector<ProbeSpec>& todo);
+  // With stop_after_fails > 0, a race: once that many have failed the rest are cut short.
+  std::vector<ProbeOutcome> run_external(const std::vector<ProbeSpec>& todo, int stop_after_fails);
   struct Worker {
     pid_t pid = -1;
     int to = -1, from = -1;   // its probe input (our write end), its replies (our read end)

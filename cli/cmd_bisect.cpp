@@ -168,7 +168,11 @@ std::shared_ptr<ScriptServers> use_script(bisect::BisectOptions& o, const std::s
       env.emplace_back("CUDA_VISIBLE_DEVICES", o.pool.gpus[static_cast<size_t>(slot) % o.pool.gpus.size()]);
     servers->push_back(std::make_unique<ScriptServer>(!per_probe, env));
   }
-  o.pool.runner = [cmd, store_path, servers](const bisect::ProbeSpec& p, const train::RunSpec& run, int slot) {
+  // A served script ends a probe at its verdict (or a cut); REWIND_SCRIPT_STOP=0 runs it whole.
+  const char* stop_env = std::getenv("REWIND_SCRIPT_STOP");
+  o.pool.runner_stops = !per_probe && !(stop_env && std::string(stop_env) == "0");
+  o.pool.runner = [cmd, store_path, servers](const bisect::ProbeSpec& p, const train::RunSpec& run, int slot,
+                                             const bisect::StepWatch& watch) {
     ScriptWindowRequest req;
     req.what = "bisect --cmd";
     req.cmd = cmd;
@@ -182,17 +186,27 @@ std::shared_ptr<ScriptServers> use_script(bisect::BisectOptions& o, const std::s
     for (const auto& change : run.plan.changes)
       if (change.first > p.from && change.first <= p.to)
         req.plans.emplace_back(change.first, bisect::probe_plan(p, run, change.first).canonical());
-    const ScriptWindow w = (*servers)[static_cast<size_t>(slot)]->run(req);
+    // The window's steps as the script reports them, each judged as it comes: the probe ends at
+    // the step where its verdict is decided (whatever the script ran after it is dropped, so the
+    // outcome does not depend on how soon the script heard of it).
     bisect::ExternalRun r;
-    for (const ScriptStep& s : w.steps) {
-      if (s.step < p.from) continue;  // from the checkpoint to the window, under the recorded plan
+    bool decided = false;
+    const auto on_step = [&](const ScriptStep& s) {
+      if (s.step < p.from) return false;  // from the checkpoint to the window, under the recorded plan
       r.values["loss"].push_back(s.loss());
       r.values["grad_norm"].push_back(s.grad_norm());
       r.values["lr"].push_back(s.lr);
       for (const auto& [k, v] : s.metrics) r.values[k].push_back(v);
       r.step_s.push_back(s.seconds);
-    }
-    if (w.stopped && !w.steps.empty() && w.steps.back().step < p.to) r.stopped_at = w.steps.back().step;
+      const bisect::Watch w = watch(r);
+      if (w == bisect::Watch::kGoOn) return false;
+      decided = true;
+      if (w == bisect::Watch::kCut) r.cut = true;
+      else if (s.step < p.to) r.stopped_at = s.step;
+      return true;
+    };
+    const ScriptWindow w = (*servers)[static_cast<size_t>(slot)]->run(req, on_step);
+    if (!decided && w.stopped && !w.steps.empty() && w.steps.back().step < p.to) r.stopped_at = w.steps.back().step;
     return r;
   };
   return servers;

@@ -2,6 +2,7 @@
 #include "cli/script_server.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "common/error.h"
 #include "common/fd_io.h"
@@ -21,6 +23,35 @@ namespace {
 // The descriptors a serving script reads its probes from and writes its replies to
 // (spawn_script moves the pipes' ends there).
 constexpr int kProbeFd = 3, kReplyFd = 4;
+
+// How often the report of a probe is read while it runs (its steps judged as they come).
+constexpr int kPumpMs = 2;
+
+// The steps a script has written to its report so far, read as the file grows: whole lines only.
+class ReportTail {
+ public:
+  explicit ReportTail(const std::string& path) : fd_(open(path.c_str(), O_RDONLY | O_CLOEXEC)) {}
+  ~ReportTail() {
+    if (fd_ >= 0) close(fd_);
+  }
+  ReportTail(const ReportTail&) = delete;
+  ReportTail& operator=(const ReportTail&) = delete;
+  // Calls `f` with each step reported since the last call.
+  template <class F>
+  void read_new(F&& f) {
+    char buf[65536];
+    ssize_t n;
+    while (fd_ >= 0 && (n = read(fd_, buf, sizeof buf)) > 0) bytes_.append(buf, static_cast<size_t>(n));
+    size_t begin = 0;
+    for (size_t nl; (nl = bytes_.find('\n', begin)) != std::string::npos; begin = nl + 1)
+      if (const std::optional<ScriptStep> s = report_step(bytes_.substr(begin, nl - begin))) f(*s);
+    bytes_.erase(0, begin);
+  }
+
+ private:
+  int fd_;
+  std::string bytes_;  // read, not yet a whole line
+};
 
 }  // namespace
 
@@ -45,7 +76,7 @@ int ScriptServer::wait_ended() {
   }
 }
 
-int ScriptServer::read_reply() {
+int ScriptServer::read_reply(const std::function<void()>& pump) {
   for (;;) {
     const size_t nl = replies_.find('\n');
     if (nl != std::string::npos) {
@@ -54,6 +85,13 @@ int ScriptServer::read_reply() {
       if (line.rfind("exit ", 0) == 0) return std::atoi(line.c_str() + 5);
       serving_ |= line == "serving";
       continue;  // or a line of a newer rewind package
+    }
+    if (pump) {
+      pollfd fd = {from_, POLLIN, 0};
+      const int ready = poll(&fd, 1, kPumpMs);
+      if (ready < 0 && errno != EINTR) return -1;
+      pump();
+      if (ready <= 0) continue;
     }
     char buf[256];
     const ssize_t n = read(from_, buf, sizeof buf);
@@ -84,27 +122,48 @@ void ScriptServer::start(const ScriptWindowRequest& r, const std::string& spec, 
   }
 }
 
-ScriptWindow ScriptServer::run(const ScriptWindowRequest& r) {
+ScriptWindow ScriptServer::run(const ScriptWindowRequest& r, const StepSink& on_step) {
   ReportFile report(r.what);
   const std::string spec = script_window_spec(r, report.path);
+  size_t told = 0;        // steps given to on_step
+  bool enough = !on_step;  // on_step said so (or there is none)
+  const auto tell = [&](const ScriptStep& s) {
+    if (enough) return;
+    ++told;
+    if (!on_step(s)) return;
+    enough = true;
+    // A script that has ended: its reply says so. REWIND_SCRIPT_STOP=0: the script runs the
+    // window whole all the same (an A/B switch for the time a stop saves; same outcome).
+    static const bool tell_stop = [] {
+      const char* v = std::getenv("REWIND_SCRIPT_STOP");
+      return !(v && std::string(v) == "0");
+    }();
+    if (to_ >= 0 && tell_stop) write_all(to_, "stop\n");
+  };
+  // The steps read_script_window found that on_step was not told while the script ran.
+  const auto tell_rest = [&](const ScriptWindow& w) {
+    for (size_t i = told; i < w.steps.size() && !enough; ++i) tell(w.steps[i]);
+    return w;
+  };
   if (!serve_) {
     start(r, spec, false);
     const int rc = wait_ended();
-    return read_script_window(r, report.path, rc);
+    return tell_rest(read_script_window(r, report.path, rc));
   }
+  ReportTail tail(report.path);
   if (pid_ < 0) {
     start(r, spec, true);
   } else if (!write_all(to_, spec + "\n")) {
     stop();  // ended after its last probe: start it again for this one
     start(r, spec, true);
   }
-  int rc = read_reply();
+  int rc = read_reply(on_step ? std::function<void()>([&] { tail.read_new(tell); }) : std::function<void()>());
   if (rc < 0) {  // it ended inside the probe (killed, os._exit), or it cannot serve (it ran one probe)
     serve_ = serving_;  // one that never served will not: start the script for each probe
     rc = wait_ended();
     stop();
   }
-  return read_script_window(r, report.path, rc);
+  return tell_rest(read_script_window(r, report.path, rc));
 }
 
 }  // namespace rwd::cli

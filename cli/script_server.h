@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,9 +34,16 @@ class ScriptServer {
   ScriptServer(const ScriptServer&) = delete;
   ScriptServer& operator=(const ScriptServer&) = delete;
 
+  // Told each step of the window as the script reports it, in order; true: no more steps are
+  // needed (the script is asked to end the window there, and this is not called again).
+  using StepSink = std::function<bool(const ScriptStep&)>;
+
   // The window of `r` as run_script_window computes it (the same errors), run by the serving
-  // script; starts it on the first call (and again after a probe that ended it).
-  ScriptWindow run(const ScriptWindowRequest& r);
+  // script; starts it on the first call (and again after a probe that ended it). `on_step`: see
+  // StepSink; a serving script hears "stop" on its probe pipe and ends the window at its next
+  // rec.batch or rec.step (python/rewind/serve.py); one started for this probe alone runs it
+  // whole, and its steps are told when it has ended.
+  ScriptWindow run(const ScriptWindowRequest& r, const StepSink& on_step = {});
 
   int started() const { return started_; }  // script processes started so far
   bool serving() const { return serve_; }   // false once a script could not serve (or never asked)
@@ -43,8 +51,9 @@ class ScriptServer {
  private:
   // Starts the script with REWIND_REPLAY=spec (and, serving, REWIND_SERVE and the pipes).
   void start(const ScriptWindowRequest& r, const std::string& spec, bool serving);
-  // The script's reply to the probe it runs: its exit code, or -1 if it ended instead.
-  int read_reply();
+  // The script's reply to the probe it runs: its exit code, or -1 if it ended instead. While it
+  // waits, `pump` (when set) is called every few milliseconds.
+  int read_reply(const std::function<void()>& pump = {});
   void stop();
   int wait_ended();  // the ended script's exit code (128 + S for a signal S)
 

@@ -155,6 +155,16 @@ std::string script_window_spec(const ScriptWindowRequest& r, const std::string& 
       .dump();
 }
 
+std::optional<ScriptStep> report_step(const std::string& line) {
+  const json j = json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("step")) return std::nullopt;
+  try {
+    return parse_step(j, "");
+  } catch (const UsageError&) {
+    return std::nullopt;
+  }
+}
+
 ScriptWindow run_script_window(const ScriptWindowRequest& r) {
   ReportFile report(r.what);
   const int rc = run_script(r.cmd, "REWIND_REPLAY", script_window_spec(r, report.path), r.what, r.quiet);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,6 +53,10 @@ struct ScriptWindow {
 // script that does not replay the window (never calls rewind.record, exits early, fails to
 // restore, reports steps out of order) is a one-line UsageError naming `what`.
 ScriptWindow run_script_window(const ScriptWindowRequest& r);
+
+// The step of one line of a script's report; nullopt for its other lines (start, done, errors)
+// and for a line this rewind cannot read (read_script_window says why).
+std::optional<ScriptStep> report_step(const std::string& line);
 
 // The REWIND_REPLAY value of a request whose script writes its report to `report_path`.
 std::string script_window_spec(const ScriptWindowRequest& r, const std::string& report_path);

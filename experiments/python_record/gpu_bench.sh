@@ -18,12 +18,7 @@
 #   (b0)), SKIP_DOCTOR=1 (parts 1 and 2 only). (d) runs with REWIND_RECORD_TIMES=1: each
 #   checkpoint's time on the loop's thread, in record_times.txt.
 set -euo pipefail
-[[ $# -eq 2 ]] || { echo "usage: $0 BUILD OUT" >&2; exit 2; }
-HERE=$(cd "$(dirname "$0")" && pwd)
-BUILD=$(cd "$1" && pwd)
-mkdir -p "$2"
-OUT=$(cd "$2" && pwd)
-PY=${PYTHON:-python3}
+source "$(dirname "$0")/args.sh"
 STEPS=${STEPS:-60}
 if ! ls "$BUILD"/python/rewind/_C*.so > /dev/null 2>&1; then
   if ! cmake --build "$BUILD" --target rewind_python > "$OUT/build_python.log" 2>&1; then

@@ -17,12 +17,7 @@
 #        HEAD (L5.H3; L1.H0 for a check on the CPU: PRESET=tiny DEVICE=cpu HEAD=L1.H0 PER_PROBE=1), FAULT
 #        as gpu_bench.sh, which runs this as its part 2; BUILD must have build/python)
 set -euo pipefail
-[[ $# -eq 2 ]] || { echo "usage: $0 BUILD OUT" >&2; exit 2; }
-HERE=$(cd "$(dirname "$0")" && pwd)
-BUILD=$(cd "$1" && pwd)
-mkdir -p "$2"
-OUT=$(cd "$2" && pwd)
-PY=${PYTHON:-python3}
+source "$(dirname "$0")/args.sh"
 export PYTHONPATH=$BUILD/python
 export CUBLAS_WORKSPACE_CONFIG=:4096:8  # deterministic cuBLAS (rewind runs), before CUDA starts
 TRAIN=("$PY" "$HERE/train_gpt.py" --preset "${PRESET:-gpt2-small}" --device "${DEVICE:-cuda}" --attention rewind

@@ -389,6 +389,8 @@ class Recorder:
             self._pending = (None, None, None, t0)
             return out
         if self.replaying:
+            if self.step_index > self._from and serve.stop_asked():
+                self._end_window(self.step_index - 1)  # told to stop while it ran its last step
             out = self._replay_batch()
             _C.collect_monitors()  # drops what ran outside a step (e.g. an evaluation)
             self._pending = (None, None, None, t0)
@@ -448,15 +450,20 @@ class Recorder:
         if stop:  # a bisect probe: NaN/Inf stays so, the rest of the window cannot change it
             self._write({"stopped": s})
         self._times.append(time.perf_counter())
-        if s >= self._to or stop:
-            if _TIMES["REWIND_PROBE_TIMES"]:  # where a probe's wall goes (served: from serve's start of the run)
-                t = self._times
-                print(f"rewind: probe times: script to rewind.record {t[0] - _probe_t0:.3f} s, restore "
-                      f"{t[1] - t[0]:.3f} s, {len(t) - 2} steps {t[-1] - t[1]:.3f} s (first "
-                      f"{t[2] - t[1]:.3f} s)", file=sys.stderr, flush=True)
-            self._write({"done": s})
-            self._report.close()
-            sys.exit(0)
+        # A served bisect probe whose verdict rewind has decided on the steps so far ends here.
+        if s >= self._to or stop or (s >= self._from and serve.stop_asked()):
+            self._end_window(s)
+
+    def _end_window(self, last):
+        """A replay's end after step `last`: reported, and the script ends (sys.exit(0))."""
+        if _TIMES["REWIND_PROBE_TIMES"]:  # where a probe's wall goes (served: from serve's start of the run)
+            t = self._times
+            print(f"rewind: probe times: script to rewind.record {t[0] - _probe_t0:.3f} s, restore "
+                  f"{t[1] - t[0]:.3f} s, {len(t) - 2} steps {t[-1] - t[1]:.3f} s (first "
+                  f"{t[min(2, len(t) - 1)] - t[1]:.3f} s)", file=sys.stderr, flush=True)
+        self._write({"done": last})
+        self._report.close()
+        sys.exit(0)
 
     def close(self):
         """Ends the recording: waits until every step and checkpoint is committed (the store's

@@ -3,7 +3,9 @@ is started once, with the first probe in REWIND_REPLAY and REWIND_SERVE="R,W" (t
 read end, the reply pipe's write end). Its first rewind.record call does not return: it writes
 "serving" and runs the script again, as `python3 script.py args` would (runpy, __name__ ==
 "__main__", the same sys.argv), once per probe, the first from REWIND_REPLAY and each next one
-from a line of the probe pipe, writing "exit N" (the script's exit code) after each. A probe
+from a line of the probe pipe, writing "exit N" (the script's exit code) after each. A "stop"
+line on the probe pipe while a probe runs (its verdict is decided: stop_asked) ends that run of
+the script at its next rec.batch or rec.step, as the end of its window would. A probe
 then costs its model (built without torch.nn.init's writes: the restore overwrites them), its
 restore and its steps; Python, LibTorch, the CUDA context, the kernels' first-use setup and the
 checkpoint's read are paid once. At the end of the probes the process exits.
@@ -12,6 +14,7 @@ The first process's own model and optimizer stay in memory, unused, while it ser
 import gc
 import os
 import runpy
+import select
 import sys
 import traceback
 import weakref
@@ -22,12 +25,55 @@ SERVE_ENV = "REWIND_SERVE"
 _START_DIR = os.getcwd()  # where the script was started (`import rewind` comes before any chdir of its own)
 
 _serving = False
+_probes_fd = -1    # the probe pipe's read end, while serving
+_probe_bytes = b""  # read from it, not yet a whole line
+_stop = False       # "stop" came for the probe being run
 _checkpoint = None  # (key, {name: tensor}): the checkpoint the last served probe restored
 
 
 def serving():
     """Whether this process serves a bisect's probes (each a run of the script in it)."""
     return _serving
+
+
+def _read_probe_pipe(block):
+    """Reads what the probe pipe holds (waits for something if `block`); False at its end."""
+    global _probe_bytes
+    if not block and not select.select([_probes_fd], [], [], 0)[0]:
+        return True
+    data = os.read(_probes_fd, 65536)
+    _probe_bytes += data
+    return bool(data)
+
+
+def _next_probe():
+    """The next probe's spec from the probe pipe ("" at its end), past any "stop" left from a
+    probe that had ended before the stop came."""
+    global _probe_bytes
+    while True:
+        while b"\n" not in _probe_bytes:
+            if not _read_probe_pipe(block=True):
+                return ""
+        line, _probe_bytes = _probe_bytes.split(b"\n", 1)
+        line = line.decode().strip()
+        if line and line != "stop":
+            return line
+
+
+def stop_asked():
+    """Whether rewind asked the probe being served to end: its verdict is decided on the steps
+    reported so far (or a race with other probes is). One select() with no wait a call."""
+    global _stop, _probe_bytes
+    if not _serving or _stop:
+        return _stop
+    if not _read_probe_pipe(block=False):
+        _stop = True  # rewind has gone: nothing reads this probe's steps
+    lines = _probe_bytes.split(b"\n")
+    if any(line.strip() == b"stop" for line in lines[:-1]):
+        _stop = True
+        kept = [line for line in lines[:-1] if line.strip() != b"stop"]  # (a probe comes only after "exit")
+        _probe_bytes = b"".join(line + b"\n" for line in kept) + lines[-1]
+    return _stop
 
 
 def read_checkpoint(replay, store, run, step):
@@ -132,20 +178,21 @@ def serve_if_asked(replay_env, begin_probe):
         return
     for fd in (probes_fd, replies_fd):  # not for the script's own child processes
         os.set_inheritable(fd, False)
-    global _serving
+    global _serving, _probes_fd, _stop
     _serving = True
+    _probes_fd = probes_fd
     argv = list(sys.argv)
-    probes = os.fdopen(probes_fd, "r")
     replies = os.fdopen(replies_fd, "w", buffering=1)
     replies.write("serving\n")
     spec = os.environ[replay_env]
     while spec:
         os.environ[replay_env] = spec
+        _stop = False
         begin_probe()
         code = _run(script, argv)
         gc.collect()  # the probe's model, optimizer and batches: their memory goes back before the next
         sys.stdout.flush()
         sys.stderr.flush()
         replies.write(f"exit {code}\n")
-        spec = probes.readline().strip()
+        spec = _next_probe()
     os._exit(0)  # the first process's frames hold its model: nothing of it is to run

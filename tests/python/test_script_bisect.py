@@ -5,12 +5,14 @@ one process of the script (python/rewind/serve.py; --jobs G: G processes) with t
 process each, its model built without torch.nn.init's writes."""
 import json
 import os
+import re
 import shlex
 import shutil
+import subprocess
 import sys
 import unittest
 
-from script_run import SCRIPT, RecordedRun, needs_rewind, script, sha
+from script_run import REWIND, SCRIPT, RecordedRun, needs_rewind, script, sha
 
 import rewind
 
@@ -130,6 +132,55 @@ class ServedDrift(RecordedRun):
         r = self.rewind_cli(*bisect, "--script-per-probe", "--fresh")
         self.assertEqual(r.returncode, 4, r.stderr)
         self.assertIn("{L1.H0.pv}", r.stdout)
+
+
+@needs_rewind
+class EarlyVerdicts(RecordedRun):
+    """A finite failure: a fault that scales one head's logits from step 20 (its max_logit
+    monitor goes from ~1.6 to ~150 there, the loss stays finite), and a predicate on that
+    monitor. A served probe is judged on each step as the script reports it: a failing one ends
+    at its verdict (the script hears "stop" and ends its window), and its outcome has the bits
+    of the same probe run whole by a process of its own; with --jobs 2, races cut probes short."""
+    RECORD_ARGS = ("--steps", "40", "--checkpoint-every", "10", "--plan-from", "20:L1.H0.qk=fault(strength=25600)")
+
+    def test_served_probes_end_at_their_verdict_with_the_bits_of_whole_windows(self):
+        runs = {}
+        for name, extra in (("served", ()), ("whole", ("--script-per-probe",)), ("two", ("--jobs", "2"))):
+            store = os.path.join(self.dir, f"early_{name}.db")
+            shutil.copyfile(self.store, store)
+            r = subprocess.run([REWIND, "bisect", "--cmd", self.cmd, "--store", store, "--window", "20:29",
+                                "--fail", "max(L1.H0.max_logit) > 50", "--quiet", *extra],
+                               env={**os.environ, "REWIND_PROBE_TIMES": "1"}, capture_output=True, text=True)
+            self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+            self.assertIn("failing set (kept low, everything else FP32, still fails): {L1.H0.qk}", r.stdout)
+            ran = [int(n) for n in re.findall(r"rewind: probe times: .*?, (\d+) steps", r.stderr)]
+            probes = {}
+            for p in rewind.open(store).probes():
+                m = {k: v for k, v in p["metrics"].items() if not k.endswith("_s")}  # times differ
+                probes[(p["plan"], p["window"])] = (p["verdict"], m)
+            runs[name] = (ran, probes)
+        ran, served = runs["served"]
+        # The recorded plan's probe runs whole one at a time (its steps time the recorded step),
+        # judged all the same: where it would have stopped is its held_at.
+        baseline = [k for k, (verdict, m) in served.items() if "stopped_at" not in m and verdict == "fail"]
+        self.assertEqual(len(baseline), 1)
+        self.assertEqual((served[baseline[0]][1]["held_at"], served[baseline[0]][1]["steps"]), (20, 10))
+        fails = [m for k, (verdict, m) in served.items() if verdict == "fail" and k not in baseline]
+        self.assertGreater(len(fails), 2)
+        for m in fails:  # judged at step 20: the probe's steps end there
+            self.assertEqual((m["stopped_at"], m["held_at"], m["steps"]), (20, 20, 1))
+        # The script ran each failing probe's window only until it heard the verdict (a step or
+        # two, the window's 10 on none of them); the passing ones whole.
+        self.assertEqual(len(ran), len(served))
+        self.assertEqual(sum(n < 10 for n in ran), len(fails))
+        self.assertEqual(sum(n == 10 for n in ran), len(served) - len(fails))
+        whole_ran, whole = runs["whole"]
+        self.assertEqual(whole_ran, [10] * len(whole))  # a process each: every window whole
+        self.assertEqual(served, whole)  # every probe: verdict, loss and grad-norm bits, steps
+        _, two = runs["two"]  # races: the recorded plan's probe ends at its verdict too
+        common = (set(served) & set(two)) - set(baseline)
+        self.assertGreater(len(common), 5)
+        self.assertEqual({k: served[k] for k in common}, {k: two[k] for k in common})
 
 
 class ServedInit(unittest.TestCase):
