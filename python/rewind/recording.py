@@ -200,6 +200,15 @@ class Recorder:
                  plan_from=None, checkpoint_wait=False):
         if checkpoint_every < 1:
             raise ValueError("rewind.record: checkpoint_every must be at least 1")
+        dist = getattr(torch, "distributed", None)
+        if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            # Each rank would record its own batches and only one may write the store: a
+            # recording of rank 0 alone would replay none of the run's steps bit for bit.
+            raise _C.RewindError(
+                f"rewind.record: this script runs data-parallel (torch.distributed, world size "
+                f"{dist.get_world_size()}); rewind.record records one process: run it as one process with "
+                f"gradient_accumulation_steps x {dist.get_world_size()} (the same global batch), or record "
+                f"rewind's own trainer on the ranks (rewind train --nproc-per-node N)")
         self.model, self.optimizer = model, optimizer
         self._params = list(model.parameters())  # digested every step: listed once
         self.state = dict(state or {})
