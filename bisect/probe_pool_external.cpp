@@ -41,7 +41,7 @@ std::vector<ProbeOutcome> ProbePool::run_external(const std::vector<ProbeSpec>& 
       try {
         r.run = options_.runner(todo[i], run_, slot, [&](const ExternalRun& so_far) {
           if (verdict.stop(so_far)) {
-            if (!counted && !settled()) failed += 1;
+            if (!counted) failed += 1;
             counted = true;
             return Watch::kStop;
           }

@@ -160,17 +160,17 @@ std::shared_ptr<ScriptServers> use_script(bisect::BisectOptions& o, const std::s
         o.reference += m == "head" ? ";head=low" : ";L*." + m + "=low";
   o.pool.key_extra = "cmd " + cmd;
   const std::string store_path = o.store_path;
+  // A served script ends a probe at its verdict (or a cut); REWIND_SCRIPT_STOP=0 runs it whole.
+  const char* stop_env = std::getenv("REWIND_SCRIPT_STOP");
+  o.pool.runner_stops = !per_probe && !(stop_env && std::string(stop_env) == "0");
   // A server a slot (--jobs), each on its GPU of --gpus (round robin) where given.
   auto servers = std::make_shared<ScriptServers>();
   for (int slot = 0; slot < o.pool.jobs; ++slot) {
     std::vector<std::pair<std::string, std::string>> env;
     if (!o.pool.gpus.empty())
       env.emplace_back("CUDA_VISIBLE_DEVICES", o.pool.gpus[static_cast<size_t>(slot) % o.pool.gpus.size()]);
-    servers->push_back(std::make_unique<ScriptServer>(!per_probe, env));
+    servers->push_back(std::make_unique<ScriptServer>(!per_probe, env, o.pool.runner_stops));
   }
-  // A served script ends a probe at its verdict (or a cut); REWIND_SCRIPT_STOP=0 runs it whole.
-  const char* stop_env = std::getenv("REWIND_SCRIPT_STOP");
-  o.pool.runner_stops = !per_probe && !(stop_env && std::string(stop_env) == "0");
   o.pool.runner = [cmd, store_path, servers](const bisect::ProbeSpec& p, const train::RunSpec& run, int slot,
                                              const bisect::StepWatch& watch) {
     ScriptWindowRequest req;

@@ -132,13 +132,7 @@ ScriptWindow ScriptServer::run(const ScriptWindowRequest& r, const StepSink& on_
     ++told;
     if (!on_step(s)) return;
     enough = true;
-    // A script that has ended: its reply says so. REWIND_SCRIPT_STOP=0: the script runs the
-    // window whole all the same (an A/B switch for the time a stop saves; same outcome).
-    static const bool tell_stop = [] {
-      const char* v = std::getenv("REWIND_SCRIPT_STOP");
-      return !(v && std::string(v) == "0");
-    }();
-    if (to_ >= 0 && tell_stop) write_all(to_, "stop\n");
+    if (to_ >= 0 && stops_) write_all(to_, "stop\n");  // a script that has ended: its reply says so
   };
   // The steps read_script_window found that on_step was not told while the script ran.
   const auto tell_rest = [&](const ScriptWindow& w) {

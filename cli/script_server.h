@@ -26,9 +26,10 @@ namespace rwd::cli {
 class ScriptServer {
  public:
   // `serve` false: every probe starts the script (bisect --script-per-probe). `env`: variables
-  // set for the script on top of this process's environment.
-  explicit ScriptServer(bool serve, std::vector<std::pair<std::string, std::string>> env = {})
-      : serve_(serve), env_(std::move(env)) {}
+  // set for the script on top of this process's environment. `stops` false: a serving script is
+  // never told to stop, it runs each window whole (REWIND_SCRIPT_STOP=0, an A/B switch).
+  explicit ScriptServer(bool serve, std::vector<std::pair<std::string, std::string>> env = {}, bool stops = true)
+      : serve_(serve), stops_(stops), env_(std::move(env)) {}
   // Closes the probe pipe, which ends the script; does not wait for it.
   ~ScriptServer();
   ScriptServer(const ScriptServer&) = delete;
@@ -58,6 +59,7 @@ class ScriptServer {
   int wait_ended();  // the ended script's exit code (128 + S for a signal S)
 
   bool serve_;
+  bool stops_;
   std::vector<std::pair<std::string, std::string>> env_;
   pid_t pid_ = -1;
   int to_ = -1, from_ = -1;  // our ends: the probe pipe's write end, the reply pipe's read end
