@@ -333,8 +333,9 @@ int run_bisect(int argc, char** argv) {
       rep.verdict += "script: " + std::to_string(started) + " process" + (started == 1 ? "" : "es") + " of the command ran " +
                      std::to_string(rep.executed) + " probe" + (rep.executed == 1 ? "" : "s") +
                      (per_probe ? " (--script-per-probe: one a probe)\n"
-                      : fell_back ? " (it could not serve them from one process: no script file to run again, as with "
-                                    "python3 -c or a script on standard input, or an older rewind package)\n"
+                      : fell_back ? " (it could not serve them from one process: a data-parallel script's ranks "
+                                    "(torchrun), no script file to run again (python3 -c, a script on standard "
+                                    "input), or an older rewind package)\n"
                                   : " (one serving process a job)\n");
     }
     return finish(rep, r, began_s);

@@ -209,9 +209,11 @@ class ScriptRecording {
   // kernels, on the CPU the sum itself). Nothing here waits for the device: the step writer
   // waits for the copies (`cuda`: an event on the current stream) and reads them. `ops`, when
   // not empty, is stored as the run's kv "ops" (the rewind.op names the script ran).
+  // `rng`: the generators' states as bytes, or as a uint8 tensor that the device fills behind
+  // the work queued so far (a data-parallel recording's gathered states: python/rewind/ranks.py).
   void queue_step(int64_t step, double lr, double seconds, std::vector<std::pair<std::string, Scalar>> scalars,
-                  std::vector<torch::Tensor> batch, const py::bytes& rng, const std::string& extra,
-                  const std::string& ops, bool cuda) {
+                  std::vector<torch::Tensor> batch, const std::variant<py::bytes, torch::Tensor>& rng,
+                  const std::string& extra, const std::string& ops, bool cuda) {
     require_open();
     if (scalars.size() < 2) throw Error(ExitCode::kInternal, "queue_step: loss and grad_norm come first");
     for (auto& [name, v] : scalars)
@@ -221,12 +223,21 @@ class ScriptRecording {
       for (torch::Tensor& r : raw) r = to_host(r);
     std::function<std::string()> digest = train::queue_param_digest(params_);
     std::function<void()> fence = queue_fence(cuda);
-    std::string rng_state = rng;
+    std::string rng_state;
+    std::vector<torch::Tensor> rng_tensor;  // empty, or the one tensor to read after the fence
+    if (const auto* b = std::get_if<py::bytes>(&rng))
+      rng_state = *b;
+    else
+      rng_tensor.push_back(to_host(std::get<torch::Tensor>(rng).to(torch::kUInt8)));
     py::gil_scoped_release nogil;
     steps_->push([run = run_, step, lr, seconds, scalars = std::move(scalars), batch = std::move(batch),
-                  rng_state = std::move(rng_state), extra, ops, stats = std::move(stats),
-                  digest = std::move(digest), fence = std::move(fence)](store::Store& s) {
+                  rng_state = std::move(rng_state), rng_tensor = std::move(rng_tensor), extra, ops,
+                  stats = std::move(stats), digest = std::move(digest), fence = std::move(fence)](store::Store& s) mutable {
       fence();
+      if (!rng_tensor.empty()) {
+        const std::vector<uint8_t> bytes = batch_bytes(rng_tensor);
+        rng_state.assign(bytes.begin(), bytes.end());
+      }
       store::StepRecord rec;
       rec.run = run;
       rec.step = step;

@@ -10,6 +10,8 @@
 # manual attention branch, so the check also sets its `self.flash` to True there.
 # Usage: bash experiments/python_record/nanogpt_check.sh NANOGPT_DIR BUILD OUT   (PYTHON; PER_PROBE=1
 #        also runs the bisect again with a train.py process a probe, --script-per-probe)
+#   Data-parallel, as nanoGPT runs on several GPUs (DDP, NCCL; doctor runs one process):
+#   LAUNCH="torchrun --standalone --nproc_per_node 2" DEVICE=cuda DTYPE=bfloat16 bash ...
 set -euo pipefail
 [[ $# -eq 3 ]] || { echo "usage: $0 NANOGPT_DIR BUILD OUT" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +28,9 @@ rm -rf "$W"
 mkdir -p "$W/data/synth"
 "$PY" "$HERE/nanogpt_diff.py" "$ROOT/README.md" "$NANOGPT" "$W" | tee "$OUT/nanogpt_check.txt"
 cp "$NANOGPT/configurator.py" "$W/"
-(cd "$NANOGPT" && git log -1 --format='nanoGPT %h %s' 2>/dev/null || true) | tee -a "$OUT/nanogpt_check.txt"
+if [[ -e "$NANOGPT/.git" ]]; then  # (a copy of its files alone: no commit to name)
+  git -C "$NANOGPT" log -1 --format='nanoGPT %h %s' | tee -a "$OUT/nanogpt_check.txt"
+fi
 "$PY" - "$W/train.py" "$W/model.py" <<'PY'
 import sys
 import torch
@@ -44,10 +48,10 @@ PY
 "$BUILD/rewind" data synth -o "$W/data/synth/train.bin" --tokens 200000 --vocab 64 > /dev/null
 "$BUILD/rewind" data synth -o "$W/data/synth/val.bin" --tokens 20000 --vocab 64 --seed 2 > /dev/null
 "$PY" -c 'import pickle, sys; pickle.dump({"vocab_size": 64}, open(sys.argv[1], "wb"))' "$W/data/synth/meta.pkl"
-ARGS="--dataset=synth --device=cpu --compile=False --dtype=float32 --n_layer=2 --n_head=2 --n_embd=64 \
+ARGS="--dataset=synth --device=${DEVICE:-cpu} --compile=False --dtype=${DTYPE:-float32} --n_layer=2 --n_head=2 --n_embd=64 \
 --block_size=64 --batch_size=4 --gradient_accumulation_steps=2 --max_iters=29 --eval_interval=1000 --eval_iters=2 \
 --log_interval=1 --bias=False --dropout=0.0 --warmup_iters=5 --lr_decay_iters=100 --out_dir=out"
-CMD="$PY train.py $ARGS"
+CMD="${LAUNCH:-$PY} train.py $ARGS"
 cd "$W"
 run() {  # run NAME CMD...: its output into OUT/NAME.txt, its exit code and wall time appended
   local name=$1 t0 t1 rc
@@ -74,5 +78,5 @@ if [[ "${PER_PROBE:-0}" == 1 ]]; then  # the same bisect with a train.py process
     --fresh --script-per-probe
   grep -E "^probes" "$OUT/bisect_per_probe.txt" | tee -a "$OUT/nanogpt_check.txt"
 fi
-run doctor "$BUILD/rewind" doctor --cmd "$CMD --out_dir=out_doctor"
+run doctor "$BUILD/rewind" doctor --cmd "$PY train.py $ARGS --out_dir=out_doctor"
 tail -2 "$OUT/doctor.txt" | tee -a "$OUT/nanogpt_check.txt"

@@ -7,10 +7,12 @@ probes) can run them in FP32.
 
     python3 train_gpt.py --preset gpt2-small --device cuda --attention sdpa --no-record --steps 60
     python3 train_gpt.py --preset gpt2-small --device cuda --store run.db --steps 60
+    torchrun --standalone --nproc_per_node 2 train_gpt.py --store run.db   # DDP, as nanoGPT's train.py
 """
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -115,12 +117,20 @@ def main():
     a = ap.parse_args()
     n_layer, n_head, n_embd, block, vocab, batch = PRESETS[a.preset]
     cuda = a.device.startswith("cuda")
+    ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1  # under torchrun, as nanoGPT's train.py
+    rank = 0
+    if ddp:
+        torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
+        rank = torch.distributed.get_rank()
+        if cuda:
+            a.device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+            torch.cuda.set_device(a.device)
     if a.attention == "rewind":  # replay needs bits that repeat; SDPA's backward does not
         torch.use_deterministic_algorithms(True)  # (CUBLAS_WORKSPACE_CONFIG: set by gpu_bench.sh)
         if hasattr(torch.utils, "deterministic") and not a.fill_uninitialized:
             torch.utils.deterministic.fill_uninitialized_memory = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    torch.manual_seed(1337)
+    torch.manual_seed(1337 + rank)  # each rank draws its own batches (nanoGPT: seed_offset)
     data = torch.randint(vocab, (1 << 22,), generator=torch.Generator().manual_seed(0))
 
     def get_batch():
@@ -131,13 +141,17 @@ def main():
             return x.pin_memory().to(a.device, non_blocking=True), y.pin_memory().to(a.device, non_blocking=True)
         return x, y
 
-    model = GPT(n_layer, n_head, n_embd, block, vocab, a.attention).to(a.device)
+    raw_model = GPT(n_layer, n_head, n_embd, block, vocab, a.attention).to(a.device)
+    if ddp:  # the same initial weights on every rank: rank 0's, broadcast by DDP
+        model = torch.nn.parallel.DistributedDataParallel(raw_model, device_ids=[a.device] if cuda else None)
+    else:
+        model = raw_model
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
     config = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=block, vocab_size=vocab, batch_size=batch)
     rec = None
     if not a.no_record:
         plan_from = {int(x.split(":", 1)[0]): x.split(":", 1)[1] for x in a.plan_from}
-        rec = rewind.record(a.store, model, opt, checkpoint_every=a.checkpoint_every, config=config,
+        rec = rewind.record(a.store, raw_model, opt, checkpoint_every=a.checkpoint_every, config=config,
                             plan_from=plan_from)  # rewind
     start = rec.start if rec else 0  # rewind: rec.start
     if a.monitors and not rec:
@@ -194,8 +208,9 @@ def main():
         for key in ("self_cpu_time_total", "self_cuda_time_total"):
             print(prof.key_averages().table(sort_by=key, row_limit=20, max_name_column_width=60), file=sys.stderr)
     timed = a.steps - start - a.warmup
-    if t0 is not None and timed > 0:
+    if t0 is not None and timed > 0 and rank == 0:
         print(json.dumps({"attention": a.attention, "record": rec is not None, "preset": a.preset,
+                          "ranks": torch.distributed.get_world_size() if ddp else 1,
                           "steps_timed": timed, "mean_step_ms": 1e3 * (end - t0) / timed,
                           # the host time of rec.batch and rec.step a step: in a loop whose host
                           # is the bottleneck, what the recorder adds to it

@@ -22,7 +22,8 @@ import time
 
 import torch
 
-from . import _C, serve
+from . import _C, ranks, serve
+from .batches import decode_batch, describe_batch, shapes_text, to_host
 from .doctor import DOCTOR_ENV, Doctor
 
 # Set by `rewind replay|bisect --cmd` (cli/script_window.cpp): a JSON object with store, run,
@@ -92,17 +93,6 @@ def _queued_scalar(x, name):
     return float("nan") if x is None else float(x)
 
 
-def _to_host(t):
-    """A copy of tensor t on the host, queued: from a GPU into pinned memory without waiting
-    (the copy runs when the device gets there; the step writer reads it after the step's work)."""
-    t = t.detach()
-    if not t.is_cuda:
-        return t.clone()
-    h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    h.copy_(t, non_blocking=True)
-    return h
-
-
 def _rng_state():
     """Every generator a loop may draw from: Python's, NumPy's (when imported), torch's CPU and
     CUDA ones, pickled."""
@@ -151,43 +141,6 @@ def _bytes_tensor(b):
     return torch.frombuffer(bytearray(b), dtype=torch.uint8) if b else torch.zeros(0, dtype=torch.uint8)
 
 
-def _batch_tensors(out):
-    """The tensors of what get_batch returned and how to rebuild it (_rebuild_batch): a tensor,
-    a tuple or list of tensors, or a dict of them with string keys (as a Hugging Face collator)."""
-    if torch.is_tensor(out):
-        return [out], {"kind": "tensor"}
-    if isinstance(out, (tuple, list)) and out and all(torch.is_tensor(t) for t in out):
-        return list(out), {"kind": type(out).__name__}
-    if isinstance(out, dict) and out and all(isinstance(k, str) and torch.is_tensor(v) for k, v in out.items()):
-        return list(out.values()), {"kind": "dict", "keys": list(out)}
-    raise TypeError("rec.batch: get_batch must return a tensor, a tuple/list of tensors or a dict of "
-                    f"them, not {type(out).__name__}")
-
-
-def _rebuild_batch(tensors, desc):
-    kind = desc["kind"]
-    if kind == "tensor":
-        return tensors[0]
-    if kind == "dict":
-        return dict(zip(desc["keys"], tensors))
-    return tuple(tensors) if kind == "tuple" else tensors
-
-
-def decode_batch(rec, device=None):
-    """A recorded step's batch (ScriptReplay.step's dict) as get_batch returned it, on the
-    recorded device (or `device`)."""
-    desc = json.loads(rec["extra"])["batch"]
-    raw, tensors, at = rec["batch"], [], 0
-    for d in desc["tensors"]:
-        t = torch.empty(d["shape"], dtype=getattr(torch, d["dtype"]))
-        n = t.numel() * t.element_size()
-        if n:
-            t.view(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(raw[at:at + n]), dtype=torch.uint8))
-        at += n
-        tensors.append(t.to(device or d["device"]))
-    return _rebuild_batch(tensors, desc)
-
-
 def _parameters(model):
     return [[n, list(p.shape), str(p.dtype).replace("torch.", "")] for n, p in model.named_parameters()]
 
@@ -200,15 +153,8 @@ class Recorder:
                  plan_from=None, checkpoint_wait=False):
         if checkpoint_every < 1:
             raise ValueError("rewind.record: checkpoint_every must be at least 1")
-        dist = getattr(torch, "distributed", None)
-        if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            # Each rank would record its own batches and only one may write the store: a
-            # recording of rank 0 alone would replay none of the run's steps bit for bit.
-            raise _C.RewindError(
-                f"rewind.record: this script runs data-parallel (torch.distributed, world size "
-                f"{dist.get_world_size()}); rewind.record records one process: run it as one process with "
-                f"gradient_accumulation_steps x {dist.get_world_size()} (the same global batch), or record "
-                f"rewind's own trainer on the ranks (rewind train --nproc-per-node N)")
+        self._ranks = ranks.world()  # None, or a data-parallel script's ranks (rank 0 writes the store)
+        self._rank = self._ranks.rank if self._ranks else 0
         self.model, self.optimizer = model, optimizer
         self._params = list(model.parameters())  # digested every step: listed once
         self.state = dict(state or {})
@@ -228,10 +174,16 @@ class Recorder:
         self._recorded_plan = _schedule(plan, plan_from)  # a replay's: the recording's
         spec = os.environ.get(REPLAY_ENV)
         self.replaying = spec is not None
+        if os.environ.get(DOCTOR_ENV) is not None and self._ranks:
+            raise _C.RewindError("rewind doctor runs the script as one process: start it without torchrun "
+                                 "(one rank, the same per-rank batch)")
         if os.environ.get(DOCTOR_ENV) is not None:  # rewind doctor: hash the first steps, record nothing
             self._doctor = Doctor(json.loads(os.environ[DOCTOR_ENV]), model, optimizer)
         elif self.replaying:
-            serve.serve_if_asked(REPLAY_ENV, begin_probe)  # rewind bisect --cmd: returns unless serving
+            if self._ranks:  # a torchrun's ranks start anew for each probe (torchrun closes the pipes anyway)
+                serve.decline()
+            else:
+                serve.serve_if_asked(REPLAY_ENV, begin_probe)  # rewind bisect --cmd: returns unless serving
             self._begin_replay(json.loads(os.environ[REPLAY_ENV]))
         else:
             self._begin_recording(str(path), self._recorded_plan, config or {})
@@ -247,15 +199,33 @@ class Recorder:
                 "checkpoint_every": self.checkpoint_every}
         params = list(self.model.parameters())
         meta["device"] = str(params[0].device) if params else "cpu"
-        self._rec = _C.ScriptRecording(path, json.dumps(config, default=str), plan, json.dumps(meta))
-        self._rec.set_params(self._params)
-        self._rec.schedule_checkpoints(self.checkpoint_every, self.checkpoint_wait)
-        self.run = self._rec.run
-        atexit.register(self.close)  # commits what is queued if the script never calls close
-        _C.set_monitoring(True)
+        r = self._ranks
+        if r:
+            meta["world_size"] = r.size
+            meta["device"] = params[0].device.type if params else "cpu"  # each rank's own
+        self._rec, error = None, None
+        if not r or r.root():
+            try:
+                self._rec = _C.ScriptRecording(path, json.dumps(config, default=str), plan, json.dumps(meta))
+            except _C.RewindError as e:
+                error = str(e)
+        if self._rec:
+            self._rec.set_params(self._params)
+            self._rec.schedule_checkpoints(self.checkpoint_every, self.checkpoint_wait)
+            self.run = self._rec.run
+            atexit.register(self.close)  # commits what is queued if the script never calls close
+        if r:  # rank 0's store (or its error) and which of the first LAG steps take a checkpoint, on every rank
+            first = [self._rec.checkpoint_due(s) for s in range(ranks.LAG)] if self._rec else []
+            error, self.run, self._first_checkpoints = r.all_objects((error, self._rec.run if self._rec else None, first))[0]
+            self._desc = None  # the batches' description, the same on every rank and step
+        if error:
+            raise _C.RewindError(error)
+        _C.set_monitoring(self._rec is not None)  # rank 0's monitors are recorded (its own heads)
         _active_plan = plan_at(plan, 0)
 
-    def _checkpoint(self):
+    def _checkpoint(self, rng=None):
+        """A checkpoint of the state before step_index; `rng`: every rank's generator states
+        (Ranks.states), for a data-parallel recording."""
         t0 = time.perf_counter()
         tensors = []
         skeleton = {"model": _flatten("model", self.model.state_dict(), tensors),
@@ -264,7 +234,7 @@ class Recorder:
                     "step": self.step_index}
         tensors.append(("skeleton", _bytes_tensor(pickle.dumps(skeleton, protocol=4))))
         tensors.append(("rng/cpu", torch.get_rng_state()))
-        tensors.append(("rng/state", _bytes_tensor(_rng_state())))
+        tensors.append(("rng/state", rng if torch.is_tensor(rng) else _bytes_tensor(_rng_state())))
         t1 = time.perf_counter()
         self._rec.put_checkpoint(self.step_index, tensors)
         if _TIMES["REWIND_RECORD_TIMES"]:
@@ -278,7 +248,7 @@ class Recorder:
             raise _C.RewindError("rewind.record: a replay drives one recorder per process; this script made a second")
         _replaying = True
         self._times = [time.perf_counter()]  # rewind.record called; restored; each step's end
-        self._report = open(spec["report"], "w", buffering=1)
+        self._report = open(spec["report"], "a", buffering=1)  # made by rewind; every rank may write an error
         self._to, self._from = int(spec["to"]), int(spec["from"])
         self._plans = [(int(s), p) for s, p in spec.get("plans", [])]
         self._stop_nonfinite = bool(spec.get("stop_nonfinite", False))
@@ -297,6 +267,11 @@ class Recorder:
         meta = json.loads(run["meta"])
         if meta.get("kind") != "python":
             raise _C.RewindError(f"run {self.run} was recorded by rewind train, not by rewind.record")
+        ranks_here, ranks_then = self._ranks.size if self._ranks else 1, int(meta.get("world_size", 1))
+        if ranks_here != ranks_then:
+            raise _C.RewindError(f"run {self.run} was recorded on {ranks_then} rank(s) and this replay runs "
+                                 f"{ranks_here}: start the script as it was recorded"
+                                 + (f" (torchrun --nproc_per_node {ranks_then})" if ranks_then > 1 else " (one process)"))
         recorded = meta.get("parameters", [])
         here = _parameters(self.model)
         if recorded != here:
@@ -320,11 +295,11 @@ class Recorder:
             v.load_state_dict(_unflatten(extra[k], state))
         if serve.serving():  # what torch.nn.init left as zeros must all have been restored
             serve.end_skipped_init(self._state_tensors())
-        _set_rng_state(state["rng/state"].numpy().tobytes())
+        _set_rng_state(ranks.own_state(state["rng/state"].numpy().tobytes(), self._rank))
         self.step_index = int(skeleton["step"])
         self._recorded_plan = run["plan"]
         _active_plan = self._plan_of(self.step_index)
-        _C.set_monitoring(True)  # the per-head monitors go back with each step (a bisect's predicate)
+        _C.set_monitoring(self._rank == 0)  # the per-head monitors go back with each step (a bisect's predicate)
 
     def _check_served(self, s, loss_v, digest):
         """A served probe's step under the recorded plan has the recorded bits, or the probe
@@ -359,6 +334,9 @@ class Recorder:
         raise _C.RewindError(message) from None
 
     def _write(self, obj):
+        """A line of the replay's report: rank 0 reports the steps, any rank an error."""
+        if self._rank != 0 and "error" not in obj:
+            return
         # NaN and Inf are no JSON: null (the loss and grad norm travel as their bits too).
         def finite(v):
             if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
@@ -377,8 +355,8 @@ class Recorder:
         rec = self._replay.step(self.run, s)
         if rec is None:
             self._fail(f"run {self.run} has no recorded step {s}")
-        batch = decode_batch(rec)
-        _set_rng_state(rec["rng"])
+        batch = decode_batch(rec, rank=self._rank)
+        _set_rng_state(ranks.own_state(rec["rng"], self._rank))
         self._recorded_step = rec
         return batch
 
@@ -404,14 +382,47 @@ class Recorder:
             _C.collect_monitors()  # drops what ran outside a step (e.g. an evaluation)
             self._pending = (None, None, None, t0)
             return out
+        if self._ranks:
+            return self._batch_of_ranks(get_batch, args, kwargs, t0)
         if self._rec.checkpoint_due(self.step_index):
             self._checkpoint()  # written after the steps queued before it
         _C.take_monitor_stats()  # drops what ran outside a step (e.g. an evaluation)
         out = get_batch(*args, **kwargs)
-        tensors, layout = _batch_tensors(out)
-        desc = {**layout, "tensors": [{"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
-                                           "device": str(t.device)} for t in tensors]}
-        self._pending = ([_to_host(t) for t in tensors], desc, _rng_state(), t0)
+        tensors, desc = describe_batch(out, str)
+        self._pending = ([to_host(t) for t in tensors], desc, _rng_state(), t0)
+        return out
+
+    def _batch_of_ranks(self, get_batch, args, kwargs, t0):
+        """rec.batch of a data-parallel recording (ranks.py): every rank's batch and generators
+        go to rank 0, which records them as the step's; no rank's host waits for another's."""
+        r, s = self._ranks, self.step_index
+        device = self._params[0].device if self._params else torch.device("cpu")
+        due = self._first_checkpoints[s] if s < ranks.LAG else r.decision(s)
+        if due:  # rank 0's decision, LAG steps ago
+            before = r.states(_rng_state(), device)  # every rank's generators before the step
+            if r.root():
+                self._checkpoint(before)
+        _C.take_monitor_stats()
+        out = get_batch(*args, **kwargs)
+        tensors, desc = describe_batch(out, lambda d: d.type)  # cuda:1 on rank 1 is its cuda
+        if self._desc is None:  # the first step: every rank's description, once (a host exchange)
+            for i, d in enumerate(r.all_objects(desc)):
+                if d != desc:
+                    raise _C.RewindError(f"rec.batch: step {s}'s batch is {shapes_text(d)} on rank {i} and "
+                                         f"{shapes_text(desc)} on rank {r.rank}; a data-parallel recording "
+                                         f"needs batches of one shape on every rank")
+            self._desc = desc
+        elif desc != self._desc:
+            raise _C.RewindError(f"rec.batch: step {s}'s batch is {shapes_text(desc)} on rank {r.rank}, "
+                                 f"{shapes_text(self._desc)} before; a data-parallel recording needs "
+                                 f"batches of one shape on every rank and step")
+        rng = r.states(_rng_state(), device, r.root() and self._rec.checkpoint_due(s + ranks.LAG))
+        r.keep_decision(rng, s + ranks.LAG)
+        stacks = r.stack(tensors)  # (world size, ...) each
+        if r.root():  # the step writer reads the stacks once the device has them
+            self._pending = ([to_host(t) for t in stacks], {**desc, "ranks": r.size}, rng, t0)
+        else:
+            self._pending = (None, None, None, t0)
         return out
 
     def step(self, loss, grad_norm=None, lr=None, **metrics):
@@ -425,6 +436,9 @@ class Recorder:
             raise _C.RewindError(f"rec.step: step {self.step_index} has no batch; call rec.batch first")
         tensors, desc, rng, t0 = self._pending
         self._pending = None
+        if not self.replaying and not self._doctor and not self._rec:  # another rank than 0 of a recording
+            self.step_index += 1
+            return
         if not self.replaying and not self._doctor:
             seconds = time.perf_counter() - t0
             lr_v = float(self.optimizer.param_groups[0]["lr"] if lr is None else lr)
@@ -444,7 +458,7 @@ class Recorder:
             self.step_index += 1
             return
         lr_v = float(self.optimizer.param_groups[0]["lr"] if lr is None else lr)
-        digest = _C.param_digest_queued(self._params)()  # as recorded
+        digest = _C.param_digest_queued(self._params)() if self._rank == 0 else ""  # as recorded
         s = self.step_index
         self.step_index += 1
         scalars = [(k, _scalar(v, k)) for k, v in metrics.items()] + _C.collect_monitors()
@@ -456,6 +470,8 @@ class Recorder:
                      "grad_norm_bits": _f32_bits(norm_v), "lr": lr_v, "digest": digest,
                      "seconds": seconds, "metrics": dict(scalars)})
         stop = self._stop_nonfinite and s >= self._from and not math.isfinite(loss_v)
+        if self._ranks:  # the ranks end together, where rank 0's loss says so
+            stop = self._ranks.flag(stop)
         if stop:  # a bisect probe: NaN/Inf stays so, the rest of the window cannot change it
             self._write({"stopped": s})
         self._times.append(time.perf_counter())
@@ -478,7 +494,7 @@ class Recorder:
         """Ends the recording: waits until every step and checkpoint is committed (the store's
         background writers; a failed write is raised here or at the next rec.step) and lets go
         of the store's writer lock. Called at exit if the script does not."""
-        if not self.replaying and not self._doctor and not self._closed:
+        if not self.replaying and not self._doctor and not self._closed and self._rec:
             self._closed = True
             _C.set_monitoring(False)
             late, folded, max_late = self._rec.checkpoint_lateness()

@@ -162,6 +162,14 @@ def _run(script, argv):
         _skipped.clear()
 
 
+def decline():
+    """A replay that will not serve (a data-parallel script's ranks: each probe starts the
+    torchrun anew). Its descriptors are left alone: torchrun does not pass them to its ranks,
+    whose own files and sockets may have those numbers now. rewind sees the command end
+    without "serving" and starts it for each probe."""
+    os.environ.pop(SERVE_ENV, None)
+
+
 def serve_if_asked(replay_env, begin_probe):
     """Called by a replaying rewind.record: serves the probes and exits if REWIND_SERVE asks
     and the script can run again here; returns otherwise (the process replays the one window

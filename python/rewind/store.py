@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from . import _C
-from .recording import decode_batch
+from .batches import decode_batch
 
 
 def _frame(columns, as_frame):
@@ -63,16 +63,17 @@ class Run:
                 "offsets": [_offsets(e) for e in raw["extra"]]}
         return _frame(cols, as_frame)
 
-    def batch(self, step, data=None):
+    def batch(self, step, data=None, rank=0):
         """The batch a recorded step trained on, as nanoGPT's get_batch makes it: (x, y) int64
         torch tensors of shape (micro-batches, batch_size, block_size), y = x shifted by one
         token. `data`: the token file (default: the recorded path; uint16 like train.bin).
-        A run recorded by rewind.record: what its get_batch returned, on the CPU."""
+        A run recorded by rewind.record: what its get_batch returned, on the CPU (of a
+        data-parallel script's recording, rank `rank`'s)."""
         if self.meta.get("kind") == "python":
             rec = _C.ScriptReplay(self.path).step(self.id, step)
             if rec is None:
                 raise KeyError(f"run {self.id} of {self.path} has no recorded step {step}")
-            return decode_batch(rec, device="cpu")
+            return decode_batch(rec, device="cpu", rank=rank)
         s = self.steps()
         where = np.flatnonzero(s["step"] == step)
         if len(where) == 0 or s["offsets"][where[0]] is None:

@@ -33,10 +33,15 @@ class RecordedRun(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="rewind_script_")
         cls.store = os.path.join(cls.dir, "run.db")
-        cls.cmd = script(cls.store, *cls.RECORD_ARGS)
+        cls.cmd = cls.command(cls.store)
         r = subprocess.run(cls.cmd, shell=True, capture_output=True, text=True)
         if r.returncode != 0:
             raise AssertionError("recording failed: " + r.stderr[-2000:])
+
+    @classmethod
+    def command(cls, store):
+        """The command that records `store` (and replays it, given a window)."""
+        return script(store, *cls.RECORD_ARGS)
 
     @classmethod
     def tearDownClass(cls):

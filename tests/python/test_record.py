@@ -206,37 +206,6 @@ class Digest(unittest.TestCase):
             rewind._C.param_digest([torch.zeros(3, dtype=torch.bfloat16)])
 
 
-class DataParallel(unittest.TestCase):
-    """A script that runs data-parallel (two gloo ranks of torch.distributed on the CPU) is
-    refused by rewind.record on every rank in one line, and no store is made."""
-
-    DDP_SCRIPT = """
-import os, sys, torch, torch.distributed as dist
-import rewind
-dist.init_process_group("gloo")
-model = torch.nn.Linear(4, 4)
-try:
-    rewind.record(sys.argv[1], model, torch.optim.SGD(model.parameters(), lr=0.1))
-except rewind.RewindError as e:
-    print(e)
-    sys.exit(3)
-"""
-
-    def test_a_data_parallel_script_is_refused_on_every_rank(self):
-        with tempfile.TemporaryDirectory(prefix="rewind_ddp_") as d:
-            store = os.path.join(d, "run.db")
-            env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 1000),
-                   "WORLD_SIZE": "2"}
-            ranks = [subprocess.Popen([sys.executable, "-c", self.DDP_SCRIPT, store], env={**env, "RANK": str(r)},
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
-            for p in ranks:
-                out, err = p.communicate(timeout=120)
-                self.assertEqual(p.returncode, 3, out + err)
-                self.assertEqual(len(out.strip().splitlines()), 1, out)
-                self.assertIn("runs data-parallel (torch.distributed, world size 2)", out)
-            self.assertFalse(os.path.exists(store))
-
-
 class InProcess(unittest.TestCase):
     """The REWIND_REPLAY protocol without the CLI: a loop whose get_batch returns a dict, recorded
     and then replayed in this process from the checkpoint at step 3."""

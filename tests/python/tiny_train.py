@@ -5,6 +5,9 @@ learning rate by iteration.
 
     python3 tiny_train.py --store run.db --steps 20
     rewind replay --cmd "python3 tiny_train.py --store run.db" --store run.db --from 7 --to 14 --verify
+
+Under torchrun (WORLD_SIZE > 1; the tests use launch_ranks.py) it runs data-parallel as nanoGPT's
+train.py does: gloo, DDP, each rank's generators seeded apart.
 """
 import argparse
 import math
@@ -113,10 +116,14 @@ def main():
     if hasattr(torch.utils, "deterministic"):  # torch >= 2.1: no NaN fill of every new tensor (README)
         torch.utils.deterministic.fill_uninitialized_memory = False
     torch.set_num_threads(1)
+    rank = 0
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        torch.distributed.init_process_group("gloo")
+        rank = torch.distributed.get_rank()
     if not a.unseeded:
-        torch.manual_seed(1337)
-    random.seed(1337)
-    np.random.seed(1337)
+        torch.manual_seed(1337 + rank)
+    random.seed(1337 + rank)
+    np.random.seed(1337 + rank)
     vocab, block, batch = 64, 16, 4
     data = torch.from_numpy(np.random.RandomState(a.data_seed).randint(0, vocab, 4096)).long()
     if a.learnable:  # each token a function of the two before it: attention pays off
@@ -130,13 +137,16 @@ def main():
         return x, y
 
     model = GPT(vocab, block, n_layer=2, n_embd=a.n_embd, n_head=2, dropout=0.1, nondeterministic=a.nondeterministic)
+    raw_model = model
+    if torch.distributed.is_available() and torch.distributed.is_initialized():  # rank 0's weights, broadcast by DDP
+        model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     config = {"n_layer": 2, "n_head": 2, "n_embd": a.n_embd, "block_size": block, "vocab_size": vocab,
               "dropout": 0.1, "out_dir": "out"}  # as nanoGPT's config dict: keys rewind train lacks
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: 0.9 ** it) if a.scheduler else None
     plan_from = {int(x.split(":", 1)[0]): x.split(":", 1)[1] for x in a.plan_from}
     scale = 1 + 1e-3 * float(torch.rand(())) if a.draw_after_init else 1.0
-    rec = rewind.record(a.store, model, opt, checkpoint_every=a.checkpoint_every, plan=a.plan,
+    rec = rewind.record(a.store, raw_model, opt, checkpoint_every=a.checkpoint_every, plan=a.plan,
                         plan_from=plan_from, config=None if a.no_config else config,
                         state={"sched": sched} if sched else None,
                         checkpoint_wait=not a.no_checkpoint_wait)  # rewind
@@ -156,7 +166,7 @@ def main():
             sched.step()
         if it == a.perturb:
             with torch.no_grad():
-                model.wte.weight[0, 0] += 1e-3
+                raw_model.wte.weight[0, 0] += 1e-3
         rec.step(loss=loss, grad_norm=norm, lr=lr)  # rewind
         print(f"iter {it}: loss {loss.item():.4f} grad norm {norm.item():.4f}")
         if it == a.exit_after:

@@ -1,0 +1,104 @@
+"""rewind.record in a data-parallel script: tiny_train.py on two gloo ranks with DDP on the CPU
+(launch_ranks.py in torchrun's place). Rank 0 records every rank's batches and generators; a
+replay under the same number of ranks is bitwise (--verify), on another number it is refused in
+one line; a fault planted in one head is localized by bisect --cmd starting the ranks for each
+probe; rewind doctor refuses the ranks."""
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+import rewind
+from script_run import SCRIPT, RecordedRun, needs_rewind
+
+LAUNCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_ranks.py")
+
+
+def ranks_cmd(n, store, *args):
+    """The shell command that runs tiny_train.py on `n` ranks (n = 1: one plain process)."""
+    return " ".join(shlex.quote(a) for a in [sys.executable, LAUNCH, str(n), sys.executable, SCRIPT,
+                                             "--store", store, *args])
+
+
+@needs_rewind
+@unittest.skipUnless(torch.distributed.is_available(), "needs torch.distributed")
+class DataParallel(RecordedRun):
+    RECORD_ARGS = ("--steps", "30", "--checkpoint-every", "10", "--plan-from", "20:L1.H0.pv=fault(strength=1e30)")
+
+    @classmethod
+    def command(cls, store):
+        return ranks_cmd(2, store, *cls.RECORD_ARGS)
+
+    def test_rank_0_records_every_ranks_batches(self):
+        run = rewind.open(self.store).run()
+        self.assertEqual(run.meta["world_size"], 2)
+        self.assertEqual(run.steps()["step"].tolist(), list(range(30)))
+        x0, y0 = run.batch(5, rank=0)
+        x1, y1 = run.batch(5, rank=1)
+        self.assertEqual(tuple(x0.shape), (4, 16))
+        self.assertFalse(torch.equal(x0, x1))  # each rank drew its own (seeds 1337 + rank)
+        self.assertTrue(torch.equal(x1[:, 1:], y1[:, :-1]))
+        with self.assertRaises(ValueError):
+            run.batch(5, rank=2)
+
+    def test_replay_on_the_recorded_ranks_is_bitwise(self):
+        r = self.rewind_cli("replay", "--cmd", self.cmd, "--store", self.store,
+                            "--from", "12", "--to", "17", "--verify")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("verified: every step from 10 to 17 is bitwise identical", r.stdout)
+
+    def test_replay_on_another_number_of_ranks_is_refused_in_one_line(self):
+        r = self.rewind_cli("replay", "--cmd", ranks_cmd(1, self.store, *self.RECORD_ARGS), "--store", self.store,
+                            "--from", "12", "--to", "17", "--verify")
+        self.assert_one_line(r, 2, "run 1 was recorded on 2 rank(s) and this replay runs 1")
+
+    def test_a_planted_fault_is_localized_with_the_ranks_started_for_each_probe(self):
+        r = self.rewind_cli("bisect", "--cmd", self.cmd, "--store", self.store,
+                            "--window", "20:25", "--fail", "nan", "--quiet")
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn("failing set (kept low, everything else FP32, still fails): {L1.H0.pv}", r.stdout)
+        self.assertIn("fixing set (promoted to FP32, the rest as recorded, passes): {L1.H0.pv}", r.stdout)
+        self.assertIn("a data-parallel script's ranks", r.stdout)  # one torchrun a probe
+
+    def test_doctor_refuses_the_ranks(self):
+        r = self.rewind_cli("doctor", "--cmd", ranks_cmd(2, self.store + ".doctor"))
+        self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("rewind doctor runs the script as one process", r.stdout + r.stderr)
+
+
+@unittest.skipUnless(torch.distributed.is_available(), "needs torch.distributed")
+class UnevenBatches(unittest.TestCase):
+    """Ranks whose batches differ in shape are refused in one line (each rank sees every rank's
+    shapes), and the job ends with its status."""
+
+    SCRIPT = """
+import sys, torch, torch.distributed as dist
+import rewind
+dist.init_process_group("gloo")
+model = torch.nn.Linear(4, 4)
+rec = rewind.record(sys.argv[1], model, torch.optim.SGD(model.parameters(), lr=0.1))
+try:
+    rec.batch(lambda: torch.zeros(3 + dist.get_rank(), 4))
+except rewind.RewindError as e:
+    print(e)
+    sys.exit(3)
+"""
+
+    def test_batches_of_other_shapes_are_refused_on_every_rank(self):
+        with tempfile.TemporaryDirectory(prefix="rewind_ddp_") as d:
+            r = subprocess.run([sys.executable, LAUNCH, "2", sys.executable, "-c", self.SCRIPT, os.path.join(d, "run.db")],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+            # (the launcher, as torchrun, stops the other rank when the first one ends)
+            lines = [line for line in r.stdout.splitlines() if line.startswith("rec.batch")]
+            self.assertGreaterEqual(len(lines), 1, r.stdout)
+            self.assertIn("a data-parallel recording needs batches of one shape on every rank", lines[0])
+            self.assertIn("float32 (4, 4) on rank 1", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
