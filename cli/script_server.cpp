@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,8 +61,9 @@ ScriptServer::~ScriptServer() { stop(); }
 
 void ScriptServer::stop() {
   if (to_ >= 0) close(to_);  // the script reads the end of its probes and exits
-  if (from_ >= 0) close(from_);
+  if (from_ >= 0 && from_ != to_) close(from_);
   to_ = from_ = -1;
+  close_socket();
   if (pid_ > 0) waitpid(pid_, nullptr, WNOHANG);  // collected now if it has ended, else by init
   pid_ = -1;
   replies_.clear();
@@ -76,14 +79,44 @@ int ScriptServer::wait_ended() {
   }
 }
 
+void ScriptServer::close_socket() {
+  if (listen_ >= 0) close(listen_);
+  listen_ = -1;
+  if (!socket_dir_.empty()) {
+    unlink((socket_dir_ + "/s").c_str());
+    rmdir(socket_dir_.c_str());
+    socket_dir_.clear();
+  }
+}
+
+void ScriptServer::take_connection() {
+  const int c = accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (c < 0) return;
+  close_socket();
+  if (to_ >= 0) close(to_);  // the launcher holds the pipes' other ends: they stay unused
+  if (from_ >= 0) close(from_);
+  to_ = from_ = c;
+}
+
 int ScriptServer::read_reply(const std::function<void()>& pump) {
   for (;;) {
+    if (listen_ >= 0) {  // the pipe's end (the launcher ended) or rank 0's connection, whichever comes
+      pollfd fds[2] = {{from_, POLLIN, 0}, {listen_, POLLIN, 0}};
+      const int ready = poll(fds, 2, pump ? kPumpMs : -1);
+      if (ready < 0 && errno != EINTR) return -1;
+      if (pump) pump();
+      if (ready > 0 && (fds[1].revents & POLLIN)) take_connection();
+      if (ready <= 0 || !(fds[0].revents & (POLLIN | POLLHUP)) || listen_ < 0) continue;
+    }
     const size_t nl = replies_.find('\n');
     if (nl != std::string::npos) {
       const std::string line = replies_.substr(0, nl);
       replies_.erase(0, nl + 1);
       if (line.rfind("exit ", 0) == 0) return std::atoi(line.c_str() + 5);
-      serving_ |= line == "serving";
+      if (line == "serving") {
+        serving_ = true;
+        close_socket();  // it serves over the pipes (over the socket, that is closed already)
+      }
       continue;  // or a line of a newer rewind package
     }
     if (pump) {
@@ -107,7 +140,24 @@ void ScriptServer::start(const ScriptWindowRequest& r, const std::string& spec, 
     throw Error(ExitCode::kInternal, r.what + ": pipe failed: " + std::string(std::strerror(errno)));
   std::vector<std::pair<std::string, std::string>> set = env_;
   set.emplace_back("REWIND_REPLAY", spec);
-  if (serving) set.emplace_back("REWIND_SERVE", std::to_string(kProbeFd) + "," + std::to_string(kReplyFd));
+  if (serving) {
+    set.emplace_back("REWIND_SERVE", std::to_string(kProbeFd) + "," + std::to_string(kReplyFd));
+    close_socket();
+    const char* dir = std::getenv("TMPDIR");
+    std::string tmpl = std::string(dir && *dir ? dir : "/tmp") + "/rewind-serve-XXXXXX";
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    if (tmpl.size() + 2 < sizeof addr.sun_path && mkdtemp(tmpl.data()) != nullptr) {
+      socket_dir_ = tmpl;
+      const std::string path = tmpl + "/s";
+      std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+      listen_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (listen_ >= 0 && bind(listen_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && listen(listen_, 1) == 0)
+        set.emplace_back("REWIND_SERVE_SOCKET", path);
+      else
+        close_socket();  // no socket: a launcher's ranks run a probe each, as before
+    }
+  }
   std::signal(SIGPIPE, SIG_IGN);  // a script that died: our write fails instead of killing us
   const pid_t pid = spawn_script(r.cmd, set, r.quiet, r.what, serving ? std::make_pair(probes[0], replies[1])
                                                                       : std::make_pair(-1, -1));

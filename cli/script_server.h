@@ -7,6 +7,11 @@
 // serve (an older rewind package, `python3 -c`) replays the first probe alone and exits: the
 // probes after it start the script each, as run_script_window does.
 //
+// A data-parallel script started by a launcher (torchrun) gets no descriptors: torchrun closes
+// them for its ranks. Its rank 0 connects to a Unix socket instead (REWIND_SERVE_SOCKET, made
+// here for each start), and the probes and replies run over that connection; rank 0 hands each
+// probe to the other ranks (python/rewind/serve.py).
+//
 // bisect --cmd --jobs G runs G servers at once, one a thread of the probe pool, each with its
 // own environment (CUDA_VISIBLE_DEVICES: a GPU each): a server is used by one thread at a time,
 // and starting one is safe beside the other threads (nothing but dup2 and execve after fork).
@@ -62,7 +67,12 @@ class ScriptServer {
   bool stops_;
   std::vector<std::pair<std::string, std::string>> env_;
   pid_t pid_ = -1;
-  int to_ = -1, from_ = -1;  // our ends: the probe pipe's write end, the reply pipe's read end
+  void close_socket();  // the listening socket and its file
+  void take_connection();  // rank 0 of a data-parallel script connected: probes and replies go there
+
+  int to_ = -1, from_ = -1;  // our ends: the probe pipe's write end, the reply pipe's read end (or one socket)
+  int listen_ = -1;          // the Unix socket a launcher's rank 0 connects to, until it has
+  std::string socket_dir_;   // the folder of its file
   std::string replies_;      // bytes read, not yet a whole line
   bool serving_ = false;     // the running script said "serving"
   int started_ = 0;

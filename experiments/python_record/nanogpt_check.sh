@@ -12,6 +12,7 @@
 #        also runs the bisect again with a train.py process a probe, --script-per-probe)
 #   Data-parallel, as nanoGPT runs on several GPUs (DDP, NCCL; doctor runs one process):
 #   LAUNCH="torchrun --standalone --nproc_per_node 2" DEVICE=cuda DTYPE=bfloat16 bash ...
+#   SKIP_DOCTOR=1 leaves out the doctor run.
 set -euo pipefail
 [[ $# -eq 3 ]] || { echo "usage: $0 NANOGPT_DIR BUILD OUT" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -78,5 +79,6 @@ if [[ "${PER_PROBE:-0}" == 1 ]]; then  # the same bisect with a train.py process
     --fresh --script-per-probe
   grep -E "^probes" "$OUT/bisect_per_probe.txt" | tee -a "$OUT/nanogpt_check.txt"
 fi
+[[ ${SKIP_DOCTOR:-0} == 1 ]] && exit 0
 run doctor "$BUILD/rewind" doctor --cmd "$PY train.py $ARGS --out_dir=out_doctor"
 tail -2 "$OUT/doctor.txt" | tee -a "$OUT/nanogpt_check.txt"

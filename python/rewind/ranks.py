@@ -31,12 +31,20 @@ _MAGIC = b"RWRK"
 _HEADER = struct.Struct("<4sIIB3x")  # magic, part size, pickle size, checkpoint LAG steps on
 
 
+_made = None  # (the default process group, its Ranks): a served script's runs share one
+
+
 def world():
     """A Ranks for this process when it runs data-parallel, else None."""
+    global _made
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
         return None
-    return Ranks(dist)
+    group = dist.group.WORLD
+    if _made is None or _made[0] is not group:
+        _made = (group, Ranks(dist))
+    _made[1].decisions.clear()
+    return _made[1]
 
 
 class Ranks:
@@ -52,10 +60,10 @@ class Ranks:
         return self.rank == 0
 
     def flag(self, value):
-        """Rank 0's `value` (a bool), on every rank (a host exchange)."""
-        t = torch.tensor([1 if value else 0], dtype=torch.int64)
+        """Rank 0's `value` (an int), on every rank (a host exchange)."""
+        t = torch.tensor([int(value)], dtype=torch.int64)
         self.dist.broadcast(t, 0, group=self.host)
-        return bool(t.item())
+        return int(t.item())
 
     def all_objects(self, obj):
         """[obj of rank 0, obj of rank 1, ...] on every rank (pickled, over gloo: a host exchange)."""

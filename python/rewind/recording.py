@@ -180,10 +180,7 @@ class Recorder:
         if os.environ.get(DOCTOR_ENV) is not None:  # rewind doctor: hash the first steps, record nothing
             self._doctor = Doctor(json.loads(os.environ[DOCTOR_ENV]), model, optimizer)
         elif self.replaying:
-            if self._ranks:  # a torchrun's ranks start anew for each probe (torchrun closes the pipes anyway)
-                serve.decline()
-            else:
-                serve.serve_if_asked(REPLAY_ENV, begin_probe)  # rewind bisect --cmd: returns unless serving
+            serve.serve_if_asked(REPLAY_ENV, begin_probe, self._ranks)  # rewind bisect --cmd: returns unless serving
             self._begin_replay(json.loads(os.environ[REPLAY_ENV]))
         else:
             self._begin_recording(str(path), self._recorded_plan, config or {})
@@ -376,7 +373,7 @@ class Recorder:
             self._pending = (None, None, None, t0)
             return out
         if self.replaying:
-            if self.step_index > self._from and serve.stop_asked():
+            if self.step_index > self._from and not self._ranks and serve.stop_asked():
                 self._end_window(self.step_index - 1)  # told to stop while it ran its last step
             out = self._replay_batch()
             _C.collect_monitors()  # drops what ran outside a step (e.g. an evaluation)
@@ -470,13 +467,14 @@ class Recorder:
                      "grad_norm_bits": _f32_bits(norm_v), "lr": lr_v, "digest": digest,
                      "seconds": seconds, "metrics": dict(scalars)})
         stop = self._stop_nonfinite and s >= self._from and not math.isfinite(loss_v)
-        if self._ranks:  # the ranks end together, where rank 0's loss says so
-            stop = self._ranks.flag(stop)
+        # A served bisect probe whose verdict rewind has decided on the steps so far ends here.
+        asked = s >= self._from and serve.stop_asked()
+        if self._ranks:  # the ranks end together, where rank 0 says so (its loss, its probe's reader)
+            stop, asked = divmod(self._ranks.flag(2 * stop + asked), 2)
         if stop:  # a bisect probe: NaN/Inf stays so, the rest of the window cannot change it
             self._write({"stopped": s})
         self._times.append(time.perf_counter())
-        # A served bisect probe whose verdict rewind has decided on the steps so far ends here.
-        if s >= self._to or stop or (s >= self._from and serve.stop_asked()):
+        if s >= self._to or stop or asked:
             self._end_window(s)
 
     def _end_window(self, last):

@@ -15,6 +15,8 @@ import gc
 import os
 import runpy
 import select
+import socket
+import stat
 import sys
 import traceback
 import weakref
@@ -22,6 +24,7 @@ import weakref
 import torch
 
 SERVE_ENV = "REWIND_SERVE"
+SERVE_SOCKET_ENV = "REWIND_SERVE_SOCKET"  # a launcher's rank 0 connects here (the pipes do not reach it)
 _START_DIR = os.getcwd()  # where the script was started (`import rewind` comes before any chdir of its own)
 
 _serving = False
@@ -64,7 +67,7 @@ def stop_asked():
     """Whether rewind asked the probe being served to end: its verdict is decided on the steps
     reported so far (or a race with other probes is). One select() with no wait a call."""
     global _stop, _probe_bytes
-    if not _serving or _stop:
+    if not _serving or _stop or _probes_fd < 0:  # (ranks other than 0 hear it from rank 0: Recorder.step)
         return _stop
     if not _read_probe_pipe(block=False):
         _stop = True  # rewind has gone: nothing reads this probe's steps
@@ -162,36 +165,67 @@ def _run(script, argv):
         _skipped.clear()
 
 
-def decline():
-    """A replay that will not serve (a data-parallel script's ranks: each probe starts the
-    torchrun anew). Its descriptors are left alone: torchrun does not pass them to its ranks,
-    whose own files and sockets may have those numbers now. rewind sees the command end
-    without "serving" and starts it for each probe."""
-    os.environ.pop(SERVE_ENV, None)
-
-
-def serve_if_asked(replay_env, begin_probe):
+def serve_if_asked(replay_env, begin_probe, ranks=None):
     """Called by a replaying rewind.record: serves the probes and exits if REWIND_SERVE asks
     and the script can run again here; returns otherwise (the process replays the one window
     of the environment's `replay_env`, and rewind starts the script anew for each later probe).
-    begin_probe() is called before each run of the script."""
+    begin_probe() is called before each run of the script. `ranks` (ranks.Ranks): the ranks of
+    a data-parallel script, which serve together (rank 0 over REWIND_SERVE_SOCKET) or not at all."""
     fds = os.environ.pop(SERVE_ENV, None)
-    if fds is None:
-        return
-    probes_fd, replies_fd = (int(x) for x in fds.split(","))
+    socket_path = os.environ.pop(SERVE_SOCKET_ENV, None)
     script = os.path.join(_START_DIR, sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-") else ""
-    if not os.path.isfile(script):  # python3 -c, stdin: nothing to run again
-        os.close(probes_fd)
-        os.close(replies_fd)
+    # The pipes, where this process has them: a launcher (torchrun) closes them, and the numbers
+    # may be other files of this process's now.
+    pipes = [int(x) for x in fds.split(",")] if fds else []
+    if not all(_is_pipe(fd) for fd in pipes):
+        pipes = []
+    runnable = os.path.isfile(script)  # not so for python3 -c or a script on stdin: nothing to run again
+    if ranks is not None:  # rank 0 connects to the socket, where every rank can serve
+        if not all(ranks.all_objects(bool(socket_path) and runnable)):
+            return
+        channel = _connect(socket_path) if ranks.root() else None
+        _serve(replay_env, begin_probe, script, channel, ranks)
+    if not runnable:
+        for fd in pipes:
+            os.close(fd)
         return
-    for fd in (probes_fd, replies_fd):  # not for the script's own child processes
-        os.set_inheritable(fd, False)
+    if pipes:
+        for fd in pipes:  # not for the script's own child processes
+            os.set_inheritable(fd, False)
+        _serve(replay_env, begin_probe, script, (pipes[0], os.fdopen(pipes[1], "w", buffering=1)))
+    if socket_path:  # one process under a launcher
+        _serve(replay_env, begin_probe, script, _connect(socket_path))
+
+
+def _is_pipe(fd):
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+def _connect(path):
+    """(probes fd, replies file) of a connection to rewind's socket."""
+    channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    channel.connect(path)
+    channel.set_inheritable(False)
+    replies = os.fdopen(os.dup(channel.fileno()), "w", buffering=1)  # line-buffered, as the pipe's (makefile is not)
+    os.set_inheritable(replies.fileno(), False)
+    return channel.fileno(), replies, channel
+
+
+def _serve(replay_env, begin_probe, script, channel, ranks=None):
+    """Runs the script for each probe until the probes end, then exits the process. `channel`:
+    (probes fd, replies file, ...), None on ranks other than 0. Ranks: every rank runs each
+    probe; rank 0 reads the probes and replies, and hands each probe on."""
     global _serving, _probes_fd, _stop
     _serving = True
-    _probes_fd = probes_fd
+    _probes_fd, replies = channel[:2] if channel else (-1, None)
     argv = list(sys.argv)
-    replies = os.fdopen(replies_fd, "w", buffering=1)
-    replies.write("serving\n")
+    if replies:
+        replies.write("serving\n")
+    if ranks is not None:
+        _keep_process_group()
     spec = os.environ[replay_env]
     while spec:
         os.environ[replay_env] = spec
@@ -201,6 +235,22 @@ def serve_if_asked(replay_env, begin_probe):
         gc.collect()  # the probe's model, optimizer and batches: their memory goes back before the next
         sys.stdout.flush()
         sys.stderr.flush()
-        replies.write(f"exit {code}\n")
-        spec = _next_probe()
+        if ranks is not None and code != 0:  # the others may wait in a collective: the launcher ends them
+            os._exit(code)
+        if replies:
+            replies.write(f"exit {code}\n")
+        spec = _next_probe() if replies else None
+        if ranks is not None:  # every rank has ended the probe; rank 0's next one, for all
+            spec = ranks.all_objects(spec)[0]
     os._exit(0)  # the first process's frames hold its model: nothing of it is to run
+
+
+def _keep_process_group():
+    """A served rank runs the script again in a process whose default process group exists: its
+    init_process_group (and destroy_process_group) calls do nothing from now on."""
+    dist = torch.distributed
+
+    def keep(*args, **kwargs):
+        return None
+    dist.init_process_group = keep
+    dist.destroy_process_group = keep

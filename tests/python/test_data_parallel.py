@@ -5,6 +5,7 @@ one line; a fault planted in one head is localized by bisect --cmd starting the 
 probe; rewind doctor refuses the ranks."""
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,18 +57,51 @@ class DataParallel(RecordedRun):
                             "--from", "12", "--to", "17", "--verify")
         self.assert_one_line(r, 2, "run 1 was recorded on 2 rank(s) and this replay runs 1")
 
-    def test_a_planted_fault_is_localized_with_the_ranks_started_for_each_probe(self):
-        r = self.rewind_cli("bisect", "--cmd", self.cmd, "--store", self.store,
-                            "--window", "20:25", "--fail", "nan", "--quiet")
+    def test_a_planted_fault_is_localized_by_ranks_serving_every_probe(self):
+        store = os.path.join(self.dir, "bisect.db")
+        shutil.copyfile(self.store, store)
+        r = self.rewind_cli("bisect", "--cmd", self.cmd, "--store", store, "--window", "20:25", "--fail", "nan", "--quiet")
         self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
         self.assertIn("failing set (kept low, everything else FP32, still fails): {L1.H0.pv}", r.stdout)
         self.assertIn("fixing set (promoted to FP32, the rest as recorded, passes): {L1.H0.pv}", r.stdout)
-        self.assertIn("a data-parallel script's ranks", r.stdout)  # one torchrun a probe
+        self.assertIn("script: 1 process of the command ran", r.stdout)  # one launcher's ranks served them all
 
     def test_doctor_refuses_the_ranks(self):
         r = self.rewind_cli("doctor", "--cmd", ranks_cmd(2, self.store + ".doctor"))
         self.assertNotEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("rewind doctor runs the script as one process", r.stdout + r.stderr)
+
+
+@needs_rewind
+@unittest.skipUnless(torch.distributed.is_available(), "needs torch.distributed")
+class ServedRanks(RecordedRun):
+    """The ranks of one launcher serve every probe (rank 0 over rewind's socket, handing each
+    probe to the others) and end a failing one at its verdict together: the probes have the
+    bits of the same probes run by a launcher each (--script-per-probe), whole."""
+    RECORD_ARGS = ("--steps", "30", "--checkpoint-every", "10", "--plan-from", "20:L1.H0.qk=fault(strength=25600)")
+
+    @classmethod
+    def command(cls, store):
+        return ranks_cmd(2, store, *cls.RECORD_ARGS)
+
+    def test_served_ranks_have_the_bits_of_a_launcher_a_probe(self):
+        runs = {}
+        for name, extra in (("served", ()), ("whole", ("--script-per-probe",))):
+            store = os.path.join(self.dir, f"{name}.db")
+            shutil.copyfile(self.store, store)
+            r = self.rewind_cli("bisect", "--cmd", self.cmd, "--store", store, "--window", "20:25",
+                                "--fail", "max(L1.H0.max_logit) > 50", "--quiet", *extra)
+            self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+            self.assertIn("failing set (kept low, everything else FP32, still fails): {L1.H0.qk}", r.stdout)
+            runs[name] = {(p["plan"], p["window"]): (p["verdict"], {k: v for k, v in p["metrics"].items()
+                                                                   if not k.endswith("_s")})
+                          for p in rewind.open(store).probes()}
+            self.assertIn("script: 1 process of the command ran" if name == "served" else "--script-per-probe", r.stdout)
+        served, whole = runs["served"], runs["whole"]
+        self.assertGreater(len(served), 5)
+        self.assertEqual(served, whole)  # every probe: verdict, steps, loss and grad norm bits
+        stopped = [m for verdict, m in served.values() if "stopped_at" in m]
+        self.assertGreater(len(stopped), 2)  # ended at their verdict, on both ranks at once
 
 
 @unittest.skipUnless(torch.distributed.is_available(), "needs torch.distributed")
