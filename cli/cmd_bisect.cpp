@@ -318,7 +318,8 @@ int run_bisect(int argc, char** argv) {
   o.cheap_direction = engine == "cheap";
   if (r.count("cmd")) {
     if (r.count("nproc-per-node"))
-      throw UsageError("bisect --cmd: a probe runs the script as one process (no --nproc-per-node)");
+      throw UsageError("bisect --cmd: --nproc-per-node is for rewind's own runs; a data-parallel script's "
+                       "launcher goes in the command (--cmd \"torchrun --nproc_per_node N train.py\")");
     const bool per_probe = r.count("script-per-probe") > 0;
     const std::shared_ptr<ScriptServers> servers = use_script(o, r["cmd"].as<std::string>(), per_probe);
     bisect::BisectReport rep = bisect::run_bisect(o);

@@ -6,9 +6,11 @@ probe; rewind doctor refuses the ranks."""
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import torch
@@ -23,6 +25,21 @@ def ranks_cmd(n, store, *args):
     """The shell command that runs tiny_train.py on `n` ranks (n = 1: one plain process)."""
     return " ".join(shlex.quote(a) for a in [sys.executable, LAUNCH, str(n), sys.executable, SCRIPT,
                                              "--store", store, *args])
+
+
+def rank_pid(marker, rank):
+    """The pid of the process of rank `rank` (its RANK variable) whose command line holds `marker`."""
+    for pid in (int(d) for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"RANK={rank}".encode() in f.read().split(b"\0"):
+                    return pid
+        except OSError:
+            pass
+    raise AssertionError(f"no process of rank {rank} with {marker} in its command line")
 
 
 @needs_rewind
@@ -65,6 +82,36 @@ class DataParallel(RecordedRun):
         self.assertIn("failing set (kept low, everything else FP32, still fails): {L1.H0.pv}", r.stdout)
         self.assertIn("fixing set (promoted to FP32, the rest as recorded, passes): {L1.H0.pv}", r.stdout)
         self.assertIn("script: 1 process of the command ran", r.stdout)  # one launcher's ranks served them all
+
+    def test_a_killed_rank_ends_the_job_and_leaves_a_store_that_verifies_and_replays(self):
+        store = os.path.join(self.dir, "killed.db")
+        cmd = ranks_cmd(2, store, "--steps", "400", "--checkpoint-every", "3")
+        p = subprocess.Popen(cmd, shell=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and p.poll() is None:
+                time.sleep(0.2)
+                try:
+                    run = rewind.open(store).run()
+                    if len(run.steps()["step"]) >= 12 and len(run.checkpoint_steps()) >= 3:
+                        break
+                except (ValueError, IndexError):  # not created yet, or no run yet
+                    pass
+            self.assertIsNone(p.poll())
+            os.kill(rank_pid(store, 1), signal.SIGKILL)  # rank 1 alone: the launcher ends rank 0
+            p.wait(timeout=60)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        self.assertNotEqual(p.returncode, 0)
+        self.assertEqual(self.rewind_cli("store", "verify", store).returncode, 0)
+        run = rewind.open(store).run()
+        self.assertEqual(run.checkpoint_steps()[:3], [0, 3, 6])
+        r = self.rewind_cli("replay", "--cmd", cmd, "--store", store, "--from", "7", "--to", "10", "--verify")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("verified: every step from 6 to 10", r.stdout)
 
     def test_doctor_refuses_the_ranks(self):
         r = self.rewind_cli("doctor", "--cmd", ranks_cmd(2, self.store + ".doctor"))

@@ -101,7 +101,7 @@ class BisectCmd(RecordedRun):
             (("bisect", "--store", self.store, "--window", "20:29", "--fail", "nan"),
              "recorded by a Python script (rewind.record); give the command that runs it"),
             (("bisect", "--cmd", self.cmd, "--store", self.store, "--window", "20:29", "--fail", "nan",
-              "--nproc-per-node", "2"), "a probe runs the script as one process"),
+              "--nproc-per-node", "2"), "a data-parallel script's launcher goes in the command"),
             (("bisect", "--cmd", f"{shlex.quote(sys.executable)} -c pass", "--store", self.store,
               "--window", "20:29", "--fail", "nan"), "without calling rewind.record"),
             (("bisect", "--cmd", self.cmd, "--store", self.store, "--window", "20:45", "--fail", "nan"),
