@@ -62,6 +62,8 @@ class DataParallel(RecordedRun):
         self.assertTrue(torch.equal(x1[:, 1:], y1[:, :-1]))
         with self.assertRaises(ValueError):
             run.batch(5, rank=2)
+        info = self.rewind_cli("store", "info", self.store)
+        self.assertIn("recorded by a Python script (rewind.record), 2 data-parallel ranks", info.stdout)
 
     def test_replay_on_the_recorded_ranks_is_bitwise(self):
         r = self.rewind_cli("replay", "--cmd", self.cmd, "--store", self.store,

@@ -57,6 +57,7 @@ class RecordReplay(RecordedRun):
         self.assertEqual(self.rewind_cli("store", "verify", self.store).returncode, 0)
         info = self.rewind_cli("store", "info", self.store)
         self.assertEqual(info.returncode, 0, info.stderr)
+        self.assertIn("recorded by a Python script (rewind.record), one process", info.stdout)
         # The script's config has keys rewind train's lacks (nanoGPT's out_dir, dropout).
         page = os.path.join(self.dir, "run.html")
         view = self.rewind_cli("view", self.store, "-o", page)
