@@ -139,7 +139,8 @@ int finish(const bisect::BisectReport& rep, const cxxopts::ParseResult& r, doubl
 // process of the script serves every probe (cli/script_server.h) unless `per_probe`.
 using ScriptServers = std::vector<std::unique_ptr<ScriptServer>>;
 
-std::shared_ptr<ScriptServers> use_script(bisect::BisectOptions& o, const std::string& cmd, bool per_probe) {
+std::shared_ptr<ScriptServers> use_script(bisect::BisectOptions& o, const std::string& cmd, bool per_probe,
+                                          bool jobs_given) {
   store::Store st = store::Store::open(o.store_path, store::Mode::kReadOnly);
   const store::RunInfo info = find_run(st, o.run);
   if (!is_script_run(st, info.id))
@@ -163,12 +164,23 @@ std::shared_ptr<ScriptServers> use_script(bisect::BisectOptions& o, const std::s
   // A served script ends a probe at its verdict (or a cut); REWIND_SCRIPT_STOP=0 runs it whole.
   const char* stop_env = std::getenv("REWIND_SCRIPT_STOP");
   o.pool.runner_stops = !per_probe && !(stop_env && std::string(stop_env) == "0");
-  // A server a slot (--jobs), each on its GPU of --gpus (round robin) where given.
+  // A server a slot (--jobs), each on its GPUs of --gpus (round robin) where given: one, or for
+  // a data-parallel script's run of N ranks N in order (its launcher's ranks).
+  const size_t ranks = static_cast<size_t>(recorded_ranks(info));
+  if (!o.pool.gpus.empty() && ranks > 1) {
+    if (o.pool.gpus.size() % ranks != 0)
+      throw UsageError("bisect --cmd: run " + std::to_string(info.id) + " was recorded on " + std::to_string(ranks) +
+                       " ranks: --gpus lists " + std::to_string(ranks) + " GPUs a job, got " +
+                       std::to_string(o.pool.gpus.size()));
+    if (!jobs_given) o.pool.jobs = static_cast<int>(o.pool.gpus.size() / ranks);
+  }
   auto servers = std::make_shared<ScriptServers>();
   for (int slot = 0; slot < o.pool.jobs; ++slot) {
     std::vector<std::pair<std::string, std::string>> env;
-    if (!o.pool.gpus.empty())
-      env.emplace_back("CUDA_VISIBLE_DEVICES", o.pool.gpus[static_cast<size_t>(slot) % o.pool.gpus.size()]);
+    std::string devices;
+    for (size_t i = 0; i < ranks && !o.pool.gpus.empty(); ++i)
+      devices += (i ? "," : "") + o.pool.gpus[(static_cast<size_t>(slot) * ranks + i) % o.pool.gpus.size()];
+    if (!devices.empty()) env.emplace_back("CUDA_VISIBLE_DEVICES", devices);
     servers->push_back(std::make_unique<ScriptServer>(!per_probe, env, o.pool.runner_stops));
   }
   o.pool.runner = [cmd, store_path, servers](const bisect::ProbeSpec& p, const train::RunSpec& run, int slot,
@@ -260,7 +272,8 @@ int run_bisect(int argc, char** argv) {
       ("jobs", "probes run in parallel, in as many long-lived worker processes (with N ranks: groups of N; "
                "with --cmd: script processes)",
        cxxopts::value<int>()->default_value("1"))
-      ("gpus", "GPU ids, one per worker (sets CUDA_VISIBLE_DEVICES), e.g. 0,1; with N ranks N a worker",
+      ("gpus", "GPU ids, one per worker (sets CUDA_VISIBLE_DEVICES), e.g. 0,1; with N ranks (rewind's own "
+               "or a script's launcher) N a worker",
        cxxopts::value<std::string>())
       ("report", "write report.json, report.md, report.html into this folder", cxxopts::value<std::string>())
       ("fresh", "ignore cached probes (and overwrite them)")
@@ -321,7 +334,8 @@ int run_bisect(int argc, char** argv) {
       throw UsageError("bisect --cmd: --nproc-per-node is for rewind's own runs; a data-parallel script's "
                        "launcher goes in the command (--cmd \"torchrun --nproc_per_node N train.py\")");
     const bool per_probe = r.count("script-per-probe") > 0;
-    const std::shared_ptr<ScriptServers> servers = use_script(o, r["cmd"].as<std::string>(), per_probe);
+    const std::shared_ptr<ScriptServers> servers =
+        use_script(o, r["cmd"].as<std::string>(), per_probe, r.count("jobs") > 0);
     bisect::BisectReport rep = bisect::run_bisect(o);
     // What ran the probes: one serving process a job, or a process a probe (and why).
     int started = 0;

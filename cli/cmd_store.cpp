@@ -7,12 +7,12 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cxxopts.hpp>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/script_window.h"
 #include "common/error.h"
 #include "store/npy.h"
 #include "store/store.h"
@@ -34,21 +34,6 @@ std::string human_bytes(int64_t n) {
   char buf[32];
   std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", v, units[u]);
   return buf;
-}
-
-// What recorded a run, from its meta JSON: rewind train or a Python script (rewind.record), on
-// how many data-parallel ranks.
-std::string recorder_text(const std::string& meta_json) {
-  const nlohmann::json meta = nlohmann::json::parse(meta_json, nullptr, /*allow_exceptions=*/false);
-  if (!meta.is_object()) return "(no meta)";
-  const bool script = meta.value("kind", "") == "python";
-  const int64_t ranks = meta.contains("world_size") && meta["world_size"].is_number_integer()
-                            ? meta["world_size"].get<int64_t>() : 1;
-  std::string out = script ? "a Python script (rewind.record)" : "rewind train";
-  out += ranks > 1 ? ", " + std::to_string(ranks) + " data-parallel ranks" : ", one process";
-  if (script && ranks > 1) out += " (replay with the same launcher, e.g. torchrun --nproc_per_node " +
-                                  std::to_string(ranks) + ")";
-  return out;
 }
 
 // One-line summary of JSON text: whitespace collapsed, cut at `width` characters.
@@ -224,7 +209,7 @@ int cmd_info(int argc, char** argv) {
                 run.run.created.c_str(), one_line(run.run.plan, 60).c_str());
     std::printf("  config %s\n", one_line(run.run.config, 100).c_str());
     std::printf("  meta   %s\n", one_line(run.run.meta, 100).c_str());
-    std::printf("  recorded by %s\n", recorder_text(run.run.meta).c_str());
+    std::printf("  recorded by %s\n", recorded_by(run.run).c_str());
     if (run.step_range) {
       std::printf(
           "  steps %lld..%lld (%lld recorded)\n", static_cast<long long>(run.step_range->first),

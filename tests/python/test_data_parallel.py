@@ -133,6 +133,22 @@ class ServedRanks(RecordedRun):
     def command(cls, store):
         return ranks_cmd(2, store, *cls.RECORD_ARGS)
 
+    def test_gpus_go_to_the_jobs_a_rank_each(self):
+        # --gpus 0,1,2,3 on a 2-rank recording: two jobs, GPUs 0,1 and 2,3 (CUDA_VISIBLE_DEVICES,
+        # which the CPU ignores); a list the ranks do not divide is one line.
+        store, seen = os.path.join(self.dir, "gpus.db"), os.path.join(self.dir, "gpus.txt")
+        shutil.copyfile(self.store, store)
+        r = self.rewind_cli("bisect", "--cmd", f"echo $CUDA_VISIBLE_DEVICES >> {shlex.quote(seen)}; {self.cmd}",
+                            "--store", store, "--window", "20:25", "--fail", "max(L1.H0.max_logit) > 50",
+                            "--gpus", "0,1,2,3", "--quiet")
+        self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
+        self.assertIn("jobs 2)", r.stdout)
+        with open(seen) as f:
+            self.assertEqual(sorted(f.read().split()), ["0,1", "2,3"])
+        bad = self.rewind_cli("bisect", "--cmd", self.cmd, "--store", store, "--window", "20:25", "--fail", "nan",
+                              "--gpus", "0,1,2")
+        self.assert_one_line(bad, 2, "was recorded on 2 ranks: --gpus lists 2 GPUs a job, got 3")
+
     def test_served_ranks_have_the_bits_of_a_launcher_a_probe(self):
         runs = {}
         for name, extra in (("served", ()), ("whole", ("--script-per-probe",))):
