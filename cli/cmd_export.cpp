@@ -62,7 +62,10 @@ int run_export(int argc, char** argv) {
   } guard{tmp};
 
   store::Store s = store::Store::open(r["store"].as<std::string>(), store::Mode::kReadOnly);
-  refuse_script_run(s, r["run"].as<int64_t>(), "export");
+  if (is_script_run(s, r["run"].as<int64_t>()))  // its checkpoints hold the script's own state_dicts (pickled)
+    throw UsageError("export: this run was recorded by a Python script (rewind.record); write its checkpoint "
+                     "with Python: rewind.open(\"run.db\").run().export_nanogpt(step, \"ckpt.pt\") (nanoGPT's GPT), "
+                     "or replay it with rewind replay --cmd \"python3 train.py ...\"");
   const train::RunSpec spec = train::RunSpec::load(s, r["run"].as<int64_t>());
   const auto ckpts = s.checkpoint_steps(spec.run_id);
   train::NamedTensors state;

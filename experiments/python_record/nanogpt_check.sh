@@ -5,8 +5,9 @@
 # size on synthetic tokens (2 layers, 2 heads, width 64, 4 x 64 tokens, 2 micro-steps), records
 # 30 iterations with a fault planted in L1.H0's P̄V from iteration 20 (the one line this check
 # adds: plan_from), `rewind replay --cmd --verify` replays iterations 12-18 bitwise, `rewind
-# bisect --cmd` localizes the fault (one process of train.py serving every probe), and `rewind
-# doctor --cmd` runs two iterations twice. Where torch has no SDPA (< 2.0) nanoGPT takes its
+# bisect --cmd` localizes the fault (one process of train.py serving every probe), iteration 20's
+# checkpoint is written as nanoGPT's ckpt.pt and train.py resumes from it (recorded as steps
+# 20-24), and `rewind doctor --cmd` runs two iterations twice. Where torch has no SDPA (< 2.0) nanoGPT takes its
 # manual attention branch, so the check also sets its `self.flash` to True there.
 # Usage: bash experiments/python_record/nanogpt_check.sh NANOGPT_DIR BUILD OUT   (PYTHON; PER_PROBE=1
 #        also runs the bisect again with a train.py process a probe, --script-per-probe)
@@ -79,6 +80,13 @@ if [[ "${PER_PROBE:-0}" == 1 ]]; then  # the same bisect with a train.py process
     --fresh --script-per-probe
   grep -E "^probes" "$OUT/bisect_per_probe.txt" | tee -a "$OUT/nanogpt_check.txt"
 fi
+# Iteration 20's checkpoint as nanoGPT's ckpt.pt (Run.export_nanogpt), and nanoGPT's own
+# --init_from=resume from it, recorded: its steps keep the run's numbering (rewind.record's start).
+mkdir -p out_resume
+"$PY" -c 'import sys, rewind; rewind.open(sys.argv[1]).run().export_nanogpt(20, sys.argv[2])' out/run.db out_resume/ckpt.pt
+run resume $CMD --init_from=resume --out_dir=out_resume --max_iters=24
+"$BUILD/rewind" store info out_resume/run.db | grep -E "^  steps|checkpoints:" | sed 's/^ */resumed run: /' \
+  | tee -a "$OUT/nanogpt_check.txt"
 [[ ${SKIP_DOCTOR:-0} == 1 ]] && exit 0
 run doctor "$BUILD/rewind" doctor --cmd "$PY train.py $ARGS --out_dir=out_doctor"
 tail -2 "$OUT/doctor.txt" | tee -a "$OUT/nanogpt_check.txt"

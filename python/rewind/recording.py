@@ -150,9 +150,11 @@ class Recorder:
     --cmd`, replays a window of a recording). Use rec.start as the loop's first iteration."""
 
     def __init__(self, path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None,
-                 plan_from=None, checkpoint_wait=False):
+                 plan_from=None, checkpoint_wait=False, start=0):
         if checkpoint_every < 1:
             raise ValueError("rewind.record: checkpoint_every must be at least 1")
+        if int(start) < 0:
+            raise ValueError("rewind.record: start must be >= 0")
         self._ranks = ranks.world()  # None, or a data-parallel script's ranks (rank 0 writes the store)
         self._rank = self._ranks.rank if self._ranks else 0
         self.model, self.optimizer = model, optimizer
@@ -163,7 +165,8 @@ class Recorder:
                 raise TypeError(f"rewind.record: state[{name!r}] has no state_dict/load_state_dict")
         self.checkpoint_every = int(checkpoint_every)
         self.checkpoint_wait = bool(checkpoint_wait)
-        self.step_index = 0       # the step the loop runs next
+        self.step_index = int(start)  # the step the loop runs next (a recording's first: start)
+        self._first_step = self.step_index
         self._pending = None      # (tensors, desc, rng, t0) between batch and step
         self._recorded_step = None  # a replay: the recorded step rec.batch returned the batch of
         self._closed = False
@@ -212,8 +215,11 @@ class Recorder:
             self.run = self._rec.run
             atexit.register(self.close)  # commits what is queued if the script never calls close
         if r:  # rank 0's store (or its error) and which of the first LAG steps take a checkpoint, on every rank
-            first = [self._rec.checkpoint_due(s) for s in range(ranks.LAG)] if self._rec else []
-            error, self.run, self._first_checkpoints = r.all_objects((error, self._rec.run if self._rec else None, first))[0]
+            first = []
+            if self._rec:  # (the first step always: a resumed loop's start need not fall on the schedule)
+                first = [self._rec.checkpoint_due(self.step_index + i) or i == 0 for i in range(ranks.LAG)]
+            shared = r.all_objects((error, self._rec.run if self._rec else None, first))[0]
+            error, self.run, self._first_checkpoints = shared
             self._desc = None  # the batches' description, the same on every rank and step
         if error:
             raise _C.RewindError(error)
@@ -268,7 +274,8 @@ class Recorder:
         if ranks_here != ranks_then:
             raise _C.RewindError(f"run {self.run} was recorded on {ranks_then} rank(s) and this replay runs "
                                  f"{ranks_here}: start the script as it was recorded"
-                                 + (f" (torchrun --nproc_per_node {ranks_then})" if ranks_then > 1 else " (one process)"))
+                                 + (f" (torchrun --nproc_per_node {ranks_then})" if ranks_then > 1
+                                    else " (one process)"))
         recorded = meta.get("parameters", [])
         here = _parameters(self.model)
         if recorded != here:
@@ -381,7 +388,8 @@ class Recorder:
             return out
         if self._ranks:
             return self._batch_of_ranks(get_batch, args, kwargs, t0)
-        if self._rec.checkpoint_due(self.step_index):
+        # (the first step always: a resumed loop's start need not fall on the schedule)
+        if self._rec.checkpoint_due(self.step_index) or self.step_index == self._first_step:
             self._checkpoint()  # written after the steps queued before it
         _C.take_monitor_stats()  # drops what ran outside a step (e.g. an evaluation)
         out = get_batch(*args, **kwargs)
@@ -394,7 +402,7 @@ class Recorder:
         go to rank 0, which records them as the step's; no rank's host waits for another's."""
         r, s = self._ranks, self.step_index
         device = self._params[0].device if self._params else torch.device("cpu")
-        due = self._first_checkpoints[s] if s < ranks.LAG else r.decision(s)
+        due = self._first_checkpoints[s - self._first_step] if s - self._first_step < ranks.LAG else r.decision(s)
         if due:  # rank 0's decision, LAG steps ago
             before = r.states(_rng_state(), device)  # every rank's generators before the step
             if r.root():
@@ -542,7 +550,7 @@ def _schedule(plan, plan_from):
 
 
 def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None, plan_from=None,
-           checkpoint_wait=False):
+           checkpoint_wait=False, start=0):
     """Records the training loop of `model` and `optimizer` into a new store at `path` (never
     overwritten: an existing non-empty file is a rewind.RewindError), or, when `rewind replay
     --cmd` started this script, replays the asked window from that store instead.
@@ -557,7 +565,9 @@ def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, st
     e.g. {"scaler": scaler, "sched": lr_scheduler}.
     plan_from: {step: spec}, plans applied on top of `plan` from those steps on (as rewind
     train --plan-from), e.g. {20: "L1.H0.pv=fault(strength=25600)"} to plant a fault for a test.
+    start: the number of the first step recorded, for a loop resumed from its own checkpoint
+    (nanoGPT's iter_num after --init_from=resume): steps and checkpoints keep the run's numbering.
 
         rec = rewind.record("run.db", model, optimizer, checkpoint_every=5)
     """
-    return Recorder(path, model, optimizer, checkpoint_every, plan, config, state, plan_from, checkpoint_wait)
+    return Recorder(path, model, optimizer, checkpoint_every, plan, config, state, plan_from, checkpoint_wait, start)

@@ -2,12 +2,15 @@
 arrays (a pandas DataFrame when pandas is installed and asked for), per-head monitors, captured
 attention tensors and checkpoints as torch tensors, and bisect reports as dicts."""
 import json
+import os
+import pickle
 
 import numpy as np
 import torch
 
 from . import _C
 from .batches import decode_batch
+from .recording import _unflatten
 
 
 def _frame(columns, as_frame):
@@ -126,6 +129,41 @@ class Run:
             model[nano] = state["param/" + ours]
         model["lm_head.weight"] = model["transformer.wte.weight"]
         return model
+
+    def script_checkpoint(self, step):
+        """A checkpoint of a run that rewind.record made (a Python script's), as the script's
+        load_state_dict calls take it: {"model": the model's state_dict, "optimizer": the
+        optimizer's, "state": {name: state_dict} of record's state=, "step": step}."""
+        if self.meta.get("kind") != "python":
+            raise ValueError(f"run {self.id} was recorded by rewind train: Run.checkpoint(step)")
+        state = dict(_C.ScriptReplay(self.path).checkpoint(self.id, step))
+        skeleton = pickle.loads(state["skeleton"].numpy().tobytes())
+        return {"model": _unflatten(skeleton["model"], state), "optimizer": _unflatten(skeleton["optimizer"], state),
+                "state": {k: _unflatten(v, state) for k, v in skeleton.get("state", {}).items()},
+                "step": int(skeleton["step"])}
+
+    def export_nanogpt(self, step, path):
+        """Writes the checkpoint at `step` of a Python script's run of nanoGPT's GPT as nanoGPT's
+        ckpt.pt (model, optimizer, model_args, iter_num, best_val_loss, config), which its
+        train.py resumes from (--init_from=resume). `path` must not exist yet. The model args
+        come from the recorded config (nanoGPT's config dict: rewind.record's config=) and the
+        vocabulary from the embedding. A run of rewind train: `rewind export nanogpt`."""
+        if os.path.exists(path):
+            raise FileExistsError(f"{path} exists; rewind does not overwrite it")
+        ck = self.script_checkpoint(step)
+        wte = ck["model"].get("transformer.wte.weight")
+        if wte is None:
+            raise ValueError(f"run {self.id}'s model has no transformer.wte.weight: not nanoGPT's GPT "
+                             f"(its state as the script saves it: Run.script_checkpoint)")
+        need = ("n_layer", "n_head", "n_embd", "block_size", "bias")
+        missing = [k for k in need if k not in self.config]
+        if missing:
+            raise ValueError(f"run {self.id}'s config lacks {', '.join(missing)}: record with config=config "
+                             f"(nanoGPT's config dict)")
+        args = {k: self.config[k] for k in need}
+        args.update(vocab_size=int(wte.shape[0]), dropout=self.config.get("dropout", 0.0))
+        torch.save({"model": ck["model"], "optimizer": ck["optimizer"], "model_args": args,
+                    "iter_num": ck["step"], "best_val_loss": 1e9, "config": self.config}, path)
 
     def tensors(self):
         """Captured attention tensors: dicts with step, layer, head, name, dtype, shape."""

@@ -140,6 +140,31 @@ class RecordReplay(RecordedRun):
             self.assertEqual(steps[s]["loss"], steps[s]["recorded_loss"])
         self.assertNotEqual(steps[7]["loss"], steps[7]["recorded_loss"])
 
+    def test_a_resumed_loop_keeps_its_step_numbers(self):
+        # rewind.record(start=7): steps 7.., a checkpoint at the first step although the
+        # schedule (every 5) has none there, and replays of that numbering.
+        store = os.path.join(self.dir, "resumed.db")
+        cmd = script(store, "--steps", "16", "--start", "7")
+        self.assertEqual(subprocess.run(cmd, shell=True, capture_output=True).returncode, 0)
+        run = rewind.open(store).run()
+        self.assertEqual(run.steps()["step"].tolist(), list(range(7, 16)))
+        self.assertEqual(run.checkpoint_steps(), [7, 10, 15])
+        r = self.rewind_cli("replay", "--cmd", cmd, "--store", store, "--from", "8", "--to", "12", "--verify")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("verified: every step from 7 to 12", r.stdout)
+
+    def test_script_checkpoint_is_the_scripts_state(self):
+        run = rewind.open(self.store).run()
+        ck = run.script_checkpoint(5)
+        self.assertEqual(ck["step"], 5)
+        self.assertIn("wte.weight", ck["model"])
+        self.assertEqual(sorted(ck["optimizer"]), ["param_groups", "state"])
+        self.assertEqual(len(ck["optimizer"]["state"]), len(ck["optimizer"]["param_groups"][0]["params"]))
+        out = os.path.join(self.dir, "ckpt.pt")
+        with self.assertRaisesRegex(ValueError, "no transformer.wte.weight: not nanoGPT's GPT"):
+            run.export_nanogpt(5, out)  # tiny_train's GPT has its own names
+        self.assertFalse(os.path.exists(out))
+
     def test_killed_recording_leaves_a_store_that_verifies_and_replays(self):
         store = os.path.join(self.dir, "killed.db")
         p = subprocess.Popen(script(store, "--steps", "400", "--checkpoint-every", "3"), shell=True,

@@ -108,6 +108,7 @@ def main():
     ap.add_argument("--unseeded", action="store_true", help="no torch.manual_seed (for rewind doctor)")
     ap.add_argument("--perturb", type=int, default=-1, help="nudge a weight after this step's update")
     ap.add_argument("--exit-after", type=int, default=-1, help="leave the loop after this step (an early exit)")
+    ap.add_argument("--start", type=int, default=0, help="the first step's number (a resumed loop: rewind.record's start)")
     ap.add_argument("--draw-after-init", action="store_true",
                     help="a loss scale drawn from torch's generator after the model's init, before rewind.record: "
                          "what a served probe (no init draws) cannot repeat")
@@ -149,7 +150,7 @@ def main():
     rec = rewind.record(a.store, raw_model, opt, checkpoint_every=a.checkpoint_every, plan=a.plan,
                         plan_from=plan_from, config=None if a.no_config else config,
                         state={"sched": sched} if sched else None,
-                        checkpoint_wait=not a.no_checkpoint_wait)  # rewind
+                        checkpoint_wait=not a.no_checkpoint_wait, start=a.start)  # rewind
     for it in range(rec.start, a.steps):  # rewind: rec.start (0, or the checkpoint a replay starts at)
         lr = a.lr * min(1.0, (it + 1) / 5) * 0.5 * (1 + math.cos(math.pi * it / a.steps))
         if sched:
