@@ -244,7 +244,9 @@ std::string run_page_html(store::Store& s, const RunPageRequest& req) {
        std::to_string(cfg.n_embd) + ", sequence " + std::to_string(cfg.block_size) + ", batch " +
        std::to_string(cfg.batch_size) + "x" + std::to_string(cfg.gradient_accumulation_steps) + ", on " +
        html_escape(meta.device) + (meta.world_size > 1 ? " x " + std::to_string(meta.world_size) + " ranks" : "") +
-       ", recorded by rewind " + html_escape(meta.recorded_rewind) + " (" + html_escape(info->created) + ")</p>\n";
+       (is_script_run(s, info->id) ? ", recorded by a Python script (rewind.record)"
+                              : ", recorded by rewind " + html_escape(meta.recorded_rewind)) +
+       " (" + html_escape(info->created) + ")</p>\n";
   h += "<ul class='facts'>\n";
   if (!n) {
     h += "<li>No step recorded yet.</li>\n";
