@@ -468,7 +468,7 @@ class Recorder:
         self.step_index += 1
         scalars = [(k, _scalar(v, k)) for k, v in metrics.items()] + _C.collect_monitors()
         seconds = time.perf_counter() - t0
-        if serve.serving() and self._plan_of(s) == plan_at(self._recorded_plan, s):
+        if serve.serving() and self._rank == 0 and self._plan_of(s) == plan_at(self._recorded_plan, s):
             self._check_served(s, loss_v, digest)
         # A replay (recording and doctor returned above): report the step to rewind.
         self._write({"step": s, "loss": loss_v, "loss_bits": _f32_bits(loss_v), "grad_norm": norm_v,

@@ -85,6 +85,16 @@ class DataParallel(RecordedRun):
         self.assertIn("fixing set (promoted to FP32, the rest as recorded, passes): {L1.H0.pv}", r.stdout)
         self.assertIn("script: 1 process of the command ran", r.stdout)  # one launcher's ranks served them all
 
+    def test_served_ranks_check_rank_0s_steps_against_the_recording(self):
+        # Steps under the recorded plan must have the recorded bits (rank 0's loss and the
+        # digest); the other ranks' own losses differ from rank 0's and are not compared.
+        store = os.path.join(self.dir, "clean.db")
+        shutil.copyfile(self.store, store)
+        r = self.rewind_cli("bisect", "--cmd", self.cmd, "--store", store, "--window", "10:15", "--fail", "nan",
+                            "--quiet")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("verdict: not-reproducible", r.stdout)
+
     def test_a_killed_rank_ends_the_job_and_leaves_a_store_that_verifies_and_replays(self):
         store = os.path.join(self.dir, "killed.db")
         cmd = ranks_cmd(2, store, "--steps", "400", "--checkpoint-every", "3")
