@@ -181,9 +181,12 @@ def serve_if_asked(replay_env, begin_probe, ranks=None):
         pipes = []
     runnable = os.path.isfile(script)  # not so for python3 -c or a script on stdin: nothing to run again
     if ranks is not None:  # rank 0 connects to the socket, where every rank can serve
-        if not all(ranks.all_objects(bool(socket_path) and runnable)):
+        channel = _connect(socket_path) if ranks.root() and socket_path and runnable else None
+        can = channel is not None if ranks.root() else bool(socket_path) and runnable
+        if not all(ranks.all_objects(can)):
+            if channel:
+                channel[1].close()
             return
-        channel = _connect(socket_path) if ranks.root() else None
         _serve(replay_env, begin_probe, script, channel, ranks)
     if not runnable:
         for fd in pipes:
@@ -193,8 +196,9 @@ def serve_if_asked(replay_env, begin_probe, ranks=None):
         for fd in pipes:  # not for the script's own child processes
             os.set_inheritable(fd, False)
         _serve(replay_env, begin_probe, script, (pipes[0], os.fdopen(pipes[1], "w", buffering=1)))
-    if socket_path:  # one process under a launcher
-        _serve(replay_env, begin_probe, script, _connect(socket_path))
+    channel = _connect(socket_path) if socket_path else None  # one process under a launcher
+    if channel:
+        _serve(replay_env, begin_probe, script, channel)
 
 
 def _is_pipe(fd):
@@ -205,9 +209,14 @@ def _is_pipe(fd):
 
 
 def _connect(path):
-    """(probes fd, replies file) of a connection to rewind's socket."""
+    """(probes fd, replies file, socket) of a connection to rewind's socket; None where it cannot
+    be made (this process then replays its one window, and rewind starts it for each probe)."""
     channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    channel.connect(path)
+    try:
+        channel.connect(path)
+    except OSError:
+        channel.close()
+        return None
     channel.set_inheritable(False)
     replies = os.fdopen(os.dup(channel.fileno()), "w", buffering=1)  # line-buffered, as the pipe's (makefile is not)
     os.set_inheritable(replies.fileno(), False)
