@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/launch.h"
 #include "cli/options.h"
+#include "cli/run_kind.h"
 #include "cli/script_server.h"
 #include "cli/script_window.h"
 #include "common/error.h"
@@ -166,7 +167,7 @@ std::shared_ptr<ScriptServers> use_script(bisect::BisectOptions& o, const std::s
   o.pool.runner_stops = !per_probe && !(stop_env && std::string(stop_env) == "0");
   // A server a slot (--jobs), each on its GPUs of --gpus (round robin) where given: one, or for
   // a data-parallel script's run of N ranks N in order (its launcher's ranks).
-  const size_t ranks = static_cast<size_t>(recorded_ranks(info));
+  const size_t ranks = static_cast<size_t>(recorded_ranks(info.meta));
   if (!o.pool.gpus.empty() && ranks > 1) {
     if (o.pool.gpus.size() % ranks != 0)
       throw UsageError("bisect --cmd: run " + std::to_string(info.id) + " was recorded on " + std::to_string(ranks) +

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/script_window.h"
+#include "cli/run_kind.h"
 #include "common/error.h"
 #include "store/npy.h"
 #include "store/store.h"
@@ -209,7 +209,7 @@ int cmd_info(int argc, char** argv) {
                 run.run.created.c_str(), one_line(run.run.plan, 60).c_str());
     std::printf("  config %s\n", one_line(run.run.config, 100).c_str());
     std::printf("  meta   %s\n", one_line(run.run.meta, 100).c_str());
-    std::printf("  recorded by %s\n", recorded_by(run.run).c_str());
+    std::printf("  recorded by %s\n", recorded_by(run.run.meta).c_str());
     if (run.step_range) {
       std::printf(
           "  steps %lld..%lld (%lld recorded)\n", static_cast<long long>(run.step_range->first),

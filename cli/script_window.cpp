@@ -219,22 +219,6 @@ bool is_script_run(store::Store& s, int64_t run) {
   return false;
 }
 
-int recorded_ranks(const store::RunInfo& run) {
-  const json meta = parse_object(run.meta);
-  const auto n = meta.find("world_size");
-  return n != meta.end() && n->is_number_integer() ? std::max(1, n->get<int>()) : 1;
-}
-
-std::string recorded_by(const store::RunInfo& run) {
-  const bool script = parse_object(run.meta).value("kind", "") == "python";
-  const int ranks = recorded_ranks(run);
-  std::string out = script ? "a Python script (rewind.record)" : "rewind train";
-  out += ranks > 1 ? ", " + std::to_string(ranks) + " data-parallel ranks" : ", one process";
-  if (script && ranks > 1)
-    out += " (replay with the same launcher, e.g. torchrun --nproc_per_node " + std::to_string(ranks) + ")";
-  return out;
-}
-
 void refuse_script_run(store::Store& s, int64_t run, const std::string& command) {
   if (is_script_run(s, run))
     throw UsageError(command + ": this run was recorded by a Python script (rewind.record); " + command +

@@ -91,10 +91,6 @@ store::RunInfo find_run(store::Store& s, int64_t run);
 // Whether run `run` (0: the last) of `s` was recorded by rewind.record (runs.meta "kind":
 // "python"), which only `--cmd` can replay.
 bool is_script_run(store::Store& s, int64_t run);
-// The data-parallel ranks run `run` was recorded on (runs.meta "world_size"; 1 where absent).
-int recorded_ranks(const store::RunInfo& run);
-// What recorded `run`: rewind train or a Python script (rewind.record), on how many ranks.
-std::string recorded_by(const store::RunInfo& run);
 // A UsageError naming `command` when that run was recorded by rewind.record: commands that
 // run rewind's own trainer (step, export) cannot continue a Python script's model.
 void refuse_script_run(store::Store& s, int64_t run, const std::string& command);
