@@ -23,8 +23,11 @@ using rwd::testing::temp_dir;
 // Smaller strengths (o < 1024, pv < 2560) and every qk/softmax fault barely move the loss.
 inline std::string train_args(const std::string& data, const std::string& store, int steps,
                               int ckpt_every, const std::string& extra) {
+  // --checkpoint-wait: checkpoints exactly every ckpt_every steps (the tests name them), not
+  // deferred where the writer is still busy, as a loaded machine may make it.
   return "train --data " + data + " --record " + store + " --steps " + std::to_string(steps) +
-         " --checkpoint-every " + std::to_string(ckpt_every) + " --vocab-size 64 --log-every 1000 " + extra;
+         " --checkpoint-every " + std::to_string(ckpt_every) + " --checkpoint-wait --vocab-size 64 --log-every 1000 " +
+         extra;
 }
 
 // A test suite's temporary folder holding a synthetic corpus (300k tokens, vocab 64) in
