@@ -56,17 +56,8 @@ fi
 W=$OUT/small
 rm -rf "$W" && mkdir -p "$W" && cd "$W"
 T="$(launch 2) --preset small --device cuda --store run.db --steps 30"
-timed() {  # timed NAME CMD...: output to W/NAME.txt, exit code and wall appended to OUT/ddp_check.txt
-  local name=$1 t0 rc
-  shift
-  t0=$(date +%s.%N)
-  set +e
-  timeout 240 "$@" > "$W/$name.txt" 2>&1
-  rc=$?
-  set -e
-  echo "== $name: exit $rc, wall $("$PY" -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.1f}")' "$t0" "$(date +%s.%N)") s" \
-    | tee -a "$OUT/ddp_check.txt"
-}
+source "$HERE/timed.sh"
+timed() { timed_run "$W" "$OUT/ddp_check.txt" "$1" timeout 240 "${@:2}"; }  # timed NAME CMD...: output in W/NAME.txt
 timed record $T --checkpoint-every 10 --plan-from '20:L1.H0.pv=fault(strength=1e30)'
 grep '^{' "$W/record.txt" | tee -a "$OUT/ddp_check.txt"
 "$BUILD/rewind" store info run.db | grep -E "steps|checkpoints:" | tee -a "$OUT/ddp_check.txt"

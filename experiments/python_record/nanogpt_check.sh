@@ -55,18 +55,8 @@ ARGS="--dataset=synth --device=${DEVICE:-cpu} --compile=False --dtype=${DTYPE:-f
 --log_interval=1 --bias=False --dropout=0.0 --warmup_iters=5 --lr_decay_iters=100 --out_dir=out"
 CMD="${LAUNCH:-$PY} train.py $ARGS"
 cd "$W"
-run() {  # run NAME CMD...: its output into OUT/NAME.txt, its exit code and wall time appended
-  local name=$1 t0 t1 rc
-  shift
-  t0=$(date +%s.%N)
-  set +e
-  "$@" > "$OUT/$name.txt" 2>&1
-  rc=$?
-  set -e
-  t1=$(date +%s.%N)
-  echo "== $name: exit $rc, wall $("$PY" -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.1f}")' "$t0" "$t1") s" \
-    | tee -a "$OUT/nanogpt_check.txt"
-}
+source "$HERE/timed.sh"
+run() { timed_run "$OUT" "$OUT/nanogpt_check.txt" "$@"; }  # run NAME CMD...: output in OUT/NAME.txt
 run record $CMD
 grep -E "^iter (0|19|20|29):" "$OUT/record.txt" | tee -a "$OUT/nanogpt_check.txt"
 run replay "$BUILD/rewind" replay --cmd "$CMD" --store out/run.db --from 12 --to 18 --verify

@@ -81,7 +81,7 @@ class Ranks:
 
     def stack(self, tensors):
         """Each tensor all-gathered over the ranks as one (N, *shape) tensor (every rank gets
-        them; rank 0 records them). The ranks' shapes must agree (batch_shape checks)."""
+        them; rank 0 records them). The ranks' shapes must agree (rec.batch compares them)."""
         out = []
         for t in tensors:
             group, t = self._group(t.detach().contiguous())
