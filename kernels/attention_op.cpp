@@ -271,6 +271,27 @@ void fetch_stats(AttentionCapture& c) {
   c.stats_pending = Tensor();
 }
 
+void fetch_stats(const std::vector<AttentionCapture*>& caps) {
+  std::vector<Tensor> pending;
+  for (AttentionCapture* c : caps)
+    if (c && c->stats_pending.defined()) pending.push_back(c->stats_pending);
+  if (pending.size() < 2) {
+    for (AttentionCapture* c : caps)
+      if (c) fetch_stats(*c);
+    return;
+  }
+  const Tensor host = torch::cat(pending).to(torch::kCPU);
+  const uint8_t* at = host.data_ptr<uint8_t>();
+  for (AttentionCapture* c : caps) {
+    if (!c || !c->stats_pending.defined()) continue;
+    const int64_t bytes = c->stats_pending.numel();
+    c->stats.resize(static_cast<size_t>(bytes) / sizeof(HeadStats));
+    std::memcpy(c->stats.data(), at, c->stats.size() * sizeof(HeadStats));
+    at += bytes;
+    c->stats_pending = Tensor();
+  }
+}
+
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt,
                  std::shared_ptr<AttentionCapture> capture) {
   auto st = make_state(q, k, v, opt, std::move(capture));

@@ -34,6 +34,9 @@ struct AttentionCapture {
 // Moves pending device stats into capture.stats (one device->host copy; waits for the
 // forward that produced them). A no-op when nothing is pending.
 void fetch_stats(AttentionCapture& capture);
+// The same for many captures at once: their pending stats travel in one device->host copy
+// (a step's layers and micro-batches: one wait instead of one per layer).
+void fetch_stats(const std::vector<AttentionCapture*>& captures);
 
 // q, k, v: FP32 (B, H, T, D), all on the CPU (emulation) or all on one CUDA device (CUDA
 // kernels, REWIND_CUDA builds only). Returns FP32 (B, H, T, D) holding BF16 values except for

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -155,7 +157,17 @@ bool Trainer::fused_optimizer() {
     fused_variant_ = -1;
 #ifdef REWIND_CUDA
     const char* e = std::getenv("REWIND_FUSED_OPTIMIZER");
-    if (device_.is_cuda() && !(e && std::string(e) == "0")) fused_variant_ = calibrate_fused_adamw(device_);
+    if (device_.is_cuda() && !(e && std::string(e) == "0")) {
+      // Once per process and GPU: the answer depends on the device and the libraries alone
+      // (a restore's warm-up thread finds it while the checkpoint loads; train/warm_up.h).
+      static std::mutex mu;
+      static std::map<int, int> found;
+      std::lock_guard<std::mutex> lock(mu);
+      const int index = device_.has_index() ? device_.index() : at::cuda::current_device();
+      auto it = found.find(index);
+      if (it == found.end()) it = found.emplace(index, calibrate_fused_adamw(device_)).first;
+      fused_variant_ = it->second;
+    }
 #endif
   }
   return fused_variant_ >= 0;

@@ -24,13 +24,14 @@ class StateStager {
   //
   // - Through a device snapshot (GPU runs, where free memory allows): the state is copied
   //   there on the current stream (1.5 GB: about a millisecond on an H200) and training goes
-  //   on; take() copies the snapshot into pinned host buffers of the writer's own (one block,
-  //   allocated on the writer's thread when the state's tensors change) on a side stream and
-  //   frees the snapshot for the next checkpoint. The calling thread allocates no host memory:
-  //   2-6 ms a gpt2-small checkpoint on an H200, where buffers allocated on the loop's thread
-  //   took 0.7-1.0 s at each change of the state's tensors (AdamW makes its moments at the
-  //   first step). The allocation still stalls the loop once, on the writer's thread (0.67 s
-  //   on an H200 host); a pageable copy instead stalled it at every checkpoint (1.0 s).
+  //   on; take() copies the snapshot into host buffers of the writer's own (plain memory,
+  //   allocated on the writer's thread when the state's tensors change) through two pinned
+  //   32 MiB chunks on a side stream, and frees the snapshot for the next checkpoint. The
+  //   calling thread allocates no host memory: 2-6 ms a gpt2-small checkpoint on an H200, where
+  //   buffers allocated on the loop's thread took 0.7-1.0 s at each change of the state's
+  //   tensors (AdamW makes its moments at the first step). One pinned block for the whole state,
+  //   allocated on the writer's thread, stalled the loop's CUDA calls for 0.67 s on an H200 host
+  //   (the driver's lock); a pageable copy straight from the device stalled every checkpoint.
   // - Without one: copied into pinned buffers on a side stream, and the state's next in-place
   //   update must wait for the copy on the device: `set_before_update` receives what makes the
   //   current stream wait; without it the current stream is made to wait at once. Two buffer

@@ -148,6 +148,11 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   std::vector<std::shared_ptr<kernels::AttentionCapture>> all_caps;
   float loss_sum = 0;  // FP32, summed in micro-batch order
   std::vector<uint64_t> batch_hashes;
+  // Each micro-batch's loss and monitor statistics are read after the last one is queued: a
+  // read inside the loop would make the host wait for the GPU before it queues the next
+  // micro-batch, leaving the GPU idle while it does (the same values, summed in the same order).
+  std::vector<torch::Tensor> losses;
+  std::vector<ForwardTap> taps;
   phase_mark(-1);
   for (int micro = first; micro < first + share; ++micro) {
     Batch b = sample_batch(data_, config_.seed, step_, micro, config_.batch_size,
@@ -168,18 +173,28 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
     phase_mark(kPhaseBackward);
     if (!wq_norms.defined()) wq_norms = wq_spectral_norms_queued();
     if (last && !ranks) norm = grad_norm_queued();  // the gradients are complete
-    loss_sum += loss.item<float>();
+    losses.push_back(loss.detach());
+    taps.push_back(std::move(tap));
+  }
+  // The losses in one copy, then every layer's statistics in another.
+  const torch::Tensor host_losses = losses.empty() ? torch::Tensor() : torch::stack(losses).to(torch::kCPU);
+  std::vector<kernels::AttentionCapture*> pending;
+  for (const ForwardTap& tap : taps)
+    for (const auto& c : tap.layers) pending.push_back(c.get());
+  kernels::fetch_stats(pending);
+  for (size_t m = 0; m < taps.size(); ++m) {
+    loss_sum += host_losses[static_cast<int64_t>(m)].item<float>();
+    const ForwardTap& tap = taps[m];
     for (size_t l = 0; l < tap.layers.size(); ++l) {
-      if (tap.layers[l]) kernels::fetch_stats(*tap.layers[l]);
-      if (micro == first) {
+      if (m == 0) {
         all_caps.push_back(tap.layers[l]);
         if (tap.layers[l]->keep_tensors) r.captures[static_cast<int>(l)] = tap.layers[l];
       } else {
         kernels::merge_head_stats(all_caps[l]->stats, tap.layers[l]->stats.data(), tap.layers[l]->stats.size());
       }
     }
-    phase_mark(kPhaseLoss);
   }
+  phase_mark(kPhaseLoss);
   if (ranks) {
     reduce_across_ranks(r, loss_sum, batch_hashes, all_caps);
     phase_mark(kPhaseExchange);
