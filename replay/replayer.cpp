@@ -15,7 +15,6 @@
 #include "common/hash.h"
 #include "store/window_check.h"
 #include "train/tensor_io.h"
-#include "train/warm_up.h"
 
 namespace rwd::replay {
 
@@ -268,10 +267,6 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
   const int world = comm ? comm->world() : 1;
   train::warn_if_not_reproducible(r.run, device, world);
   const auto t_device = clock::now();
-  // CUDA's lazy setup (the first step's 0.75-0.9 s) on a thread beside the trainer's build,
-  // the checkpoint read and load_state, once per process and GPU.
-  train::DeviceWarmUp warm_up(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data, device,
-                              train::attention_impl(r.run.attention));
   // Uninitialized: load_state below overwrites every parameter and moment.
   r.trainer = std::make_shared<train::Trainer>(c, r.run.plan.at(*ckpt, c.n_layer, c.n_head), *r.data, device,
                                                train::attention_impl(r.run.attention), train::Trainer::Init::kForLoad);
@@ -281,15 +276,11 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
   const train::NamedTensors state = reading.get();
   const auto t2 = clock::now();
   r.trainer->load_state(state);
-  const auto t3 = clock::now();
-  const bool warmed = warm_up.started();
-  warm_up.wait();
   if (std::getenv("REWIND_RESTORE_TIMES"))
     std::fprintf(stderr,
                  "rewind: cold restore: device %.1f ms and trainer %.1f ms, checkpoint read %.1f ms beside them "
-                 "(%.1f ms waited after), load_state %.1f ms, %s %.1f ms waited after\n",
-                 ms(t0, t_device), ms(t_device, t1), read_ms, ms(t1, t2), ms(t2, t3),
-                 warmed ? "GPU warm-up beside them," : "no warm-up,", ms(t3, clock::now()));
+                 "(%.1f ms waited after), load_state %.1f ms\n",
+                 ms(t0, t_device), ms(t_device, t1), read_ms, ms(t1, t2), ms(t2, clock::now()));
   if (r.trainer->step() != *ckpt)
     throw Error(ExitCode::kData, "checkpoint at step " + std::to_string(*ckpt) + " holds step " +
                                      std::to_string(r.trainer->step()));

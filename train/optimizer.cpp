@@ -150,26 +150,30 @@ int calibrate_fused_adamw(const torch::Device& device) {
 }
 #endif
 
+// The variant that reproduces LibTorch's update on `device` (-1: LibTorch's ops), found once
+// per process and GPU: the answer depends on the device and the libraries alone, and a
+// process may build several trainers (the calibration takes ~0.15 s of the first step).
+int fused_adamw_variant(const torch::Device& device) {
+#ifdef REWIND_CUDA
+  const char* e = std::getenv("REWIND_FUSED_OPTIMIZER");
+  if (!device.is_cuda() || (e && std::string(e) == "0")) return -1;
+  static std::mutex mu;
+  static std::map<int, int> found;
+  std::lock_guard<std::mutex> lock(mu);
+  const int index = device.has_index() ? device.index() : at::cuda::current_device();
+  auto it = found.find(index);
+  if (it == found.end()) it = found.emplace(index, calibrate_fused_adamw(device)).first;
+  return it->second;
+#else
+  (void)device;
+  return -1;
+#endif
+}
+
 }  // namespace
 
 bool Trainer::fused_optimizer() {
-  if (fused_variant_ == -2) {
-    fused_variant_ = -1;
-#ifdef REWIND_CUDA
-    const char* e = std::getenv("REWIND_FUSED_OPTIMIZER");
-    if (device_.is_cuda() && !(e && std::string(e) == "0")) {
-      // Once per process and GPU: the answer depends on the device and the libraries alone
-      // (a restore's warm-up thread finds it while the checkpoint loads; train/warm_up.h).
-      static std::mutex mu;
-      static std::map<int, int> found;
-      std::lock_guard<std::mutex> lock(mu);
-      const int index = device_.has_index() ? device_.index() : at::cuda::current_device();
-      auto it = found.find(index);
-      if (it == found.end()) it = found.emplace(index, calibrate_fused_adamw(device_)).first;
-      fused_variant_ = it->second;
-    }
-#endif
-  }
+  if (fused_variant_ == -2) fused_variant_ = fused_adamw_variant(device_);
   return fused_variant_ >= 0;
 }
 

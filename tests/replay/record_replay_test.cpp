@@ -72,20 +72,6 @@ TEST_F(RecordReplay, WindowsAtAndBetweenCheckpointsReplayBitwise) {
   }
 }
 
-// The GPU warm-up (a two-layer model's step on a thread beside the checkpoint read and
-// load_state, train/warm_up.h) changes no bit of the restore: forced on here on the CPU, with
-// REWIND_RESTORE_TIMES saying that it ran, and off.
-TEST_F(RecordReplay, WarmUpBesideTheRestoreChangesNoBit) {
-  for (const char* w : {"1", "0"}) {
-    Cmd r = sh("REWIND_WARM_UP=" + std::string(w) + " REWIND_RESTORE_TIMES=1 " + kBin + " replay --store " +
-               store_ + " --from 25 --to 34 --verify");
-    EXPECT_EQ(r.code, 0) << w << "\n" << r.out;
-    EXPECT_NE(r.out.find("bitwise identical"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find(std::string(w) == "1" ? "GPU warm-up beside them" : "no warm-up"), std::string::npos)
-        << r.out;
-  }
-}
-
 // A parent process hands what it computed of the token file to the workers it starts
 // (REWIND_TOKEN_FILE_FACTS: file identity, fingerprint, largest token), which then trust it
 // instead of reading the file again; facts for another identity are ignored.
