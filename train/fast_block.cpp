@@ -28,7 +28,16 @@ struct FastBlockState : torch::CustomClassHolder {
   kernels::AttentionOptions opt;
   std::shared_ptr<kernels::AttentionCapture> capture;
   int64_t heads = 0;
+  Tensor wa, wp, wf, wm;  // the GEMM weights' BF16 casts, when kept by the caller
 };
+
+// A weight's BF16 cast kept by the caller, or undefined (the function casts).
+struct KeptCast : torch::CustomClassHolder {
+  Tensor w;
+};
+
+// `kept` where defined (the same values: the cast of the same weight this step), else the cast.
+Tensor bf16_of(const Tensor& w, const Tensor& kept) { return kept.defined() ? kept : w.to(kBf16); }
 
 // (n, x, y, d) -> (n, y, x, d), contiguous, of a contiguous BF16 tensor: the heads' transpose
 // (B, H, T, D) <-> (B, T, H, D). On CUDA a kernel of ours moving 16 bytes a thread (LibTorch's
@@ -68,8 +77,8 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
                         const Tensor& c_fc, const Tensor& mlp_proj,
                         c10::intrusive_ptr<FastBlockState> st) {
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = st->heads, D = C / H;
-    const Tensor wa = c_attn.to(kBf16), wp = c_proj.to(kBf16), wf = c_fc.to(kBf16),
-                 wm = mlp_proj.to(kBf16);
+    const Tensor wa = bf16_of(c_attn, st->wa), wp = bf16_of(c_proj, st->wp), wf = bf16_of(c_fc, st->wf),
+                 wm = bf16_of(mlp_proj, st->wm);
     // LayerNorm in FP32, rounded once (round_bf16 then the GEMM's cast of its input).
     auto [a, mean1, rstd1] = at::native_layer_norm(x, {C}, ln_1, Tensor(), kLnEps);
     const Tensor a_b = a.to(kBf16);
@@ -126,8 +135,9 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
 };
 
 struct FastHeadFn : public torch::autograd::Function<FastHeadFn> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& ln_f, const Tensor& wte) {
-    const Tensor w = wte.to(kBf16);
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& ln_f, const Tensor& wte,
+                        c10::intrusive_ptr<KeptCast> kept) {
+    const Tensor w = bf16_of(wte, kept->w);
     auto [a, mean, rstd] = at::native_layer_norm(x, {x.size(-1)}, ln_f, Tensor(), kLnEps);
     const Tensor a_b = a.to(kBf16);
     ctx->save_for_backward({x, a_b, mean, rstd, w, ln_f});
@@ -138,7 +148,7 @@ struct FastHeadFn : public torch::autograd::Function<FastHeadFn> {
     const Tensor &x = s[0], &a_b = s[1], &mean = s[2], &rstd = s[3], &w = s[4], &ln_f = s[5];
     const Tensor g = grads[0].to(kBf16);  // BF16 already from fused_cross_entropy: no copy
     auto [dx, d_ln_f] = ln_backward(torch::matmul(g, w), x, mean, rstd, ln_f);
-    return {dx, d_ln_f, weight_grad(g, a_b)};
+    return {dx, d_ln_f, weight_grad(g, a_b), Tensor()};
   }
 };
 
@@ -197,8 +207,10 @@ struct CrossEntropyFn : public torch::autograd::Function<CrossEntropyFn> {
 
 }  // namespace
 
-Tensor fast_head(const Tensor& x, const Tensor& ln_f, const Tensor& wte) {
-  return FastHeadFn::apply(x, ln_f, wte);
+Tensor fast_head(const Tensor& x, const Tensor& ln_f, const Tensor& wte, const Tensor& wte_b) {
+  auto kept = c10::make_intrusive<KeptCast>();
+  kept->w = wte_b;
+  return FastHeadFn::apply(x, ln_f, wte, kept);
 }
 
 Tensor fused_cross_entropy(const Tensor& logits, const Tensor& targets) {
@@ -224,6 +236,10 @@ Tensor fast_block(const Tensor& x, const BlockWeights& w, int n_head,
   st->opt = opt;
   st->capture = std::move(capture);
   st->heads = n_head;
+  st->wa = w.c_attn_b;
+  st->wp = w.c_proj_b;
+  st->wf = w.c_fc_b;
+  st->wm = w.mlp_proj_b;
   return FastBlockFn::apply(x, w.ln_1, w.c_attn, w.c_proj, w.ln_2, w.c_fc, w.mlp_proj, st);
 }
 

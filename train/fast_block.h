@@ -23,6 +23,9 @@ namespace rwd::train {
 // The block's weights in nanoGPT order (no biases: the path takes none).
 struct BlockWeights {
   torch::Tensor ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj;
+  // The four GEMM weights' BF16 casts where the caller keeps them for the step's micro-batches
+  // (GPTImpl::keep_bf16_weights); undefined: cast here.
+  torch::Tensor c_attn_b, c_proj_b, c_fc_b, mlp_proj_b;
 };
 
 // Whether `fast_block` computes this layer: every module low, no biases, no head promoting an
@@ -37,7 +40,9 @@ torch::Tensor fast_block(const torch::Tensor& x, const BlockWeights& w, int n_he
 
 // The tied LM head as one node over BF16 tensors: final LayerNorm (FP32, rounded once), then
 // the BF16 logits x wte^T (B, T, V), not widened. Bitwise the module path's lm_head on CUDA.
-torch::Tensor fast_head(const torch::Tensor& x, const torch::Tensor& ln_f, const torch::Tensor& wte);
+// wte_b: wte's BF16 cast where the caller keeps it (undefined: cast here).
+torch::Tensor fast_head(const torch::Tensor& x, const torch::Tensor& ln_f, const torch::Tensor& wte,
+                        const torch::Tensor& wte_b = {});
 
 // Mean cross-entropy of BF16 logits (..., V) against int64 targets (...), in FP32, with the
 // gradient written in BF16 (kernels/cuda/cross_entropy.h: one pass over the logits each way

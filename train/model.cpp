@@ -97,8 +97,21 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
   opt.block_k = plan.block_k;
   opt.flags = lp.heads;
   if (impl == AttentionImpl::kRewind && fast != FastPath::kOff && (x.is_cuda() || fast == FastPath::kOn) &&
-      fast_block_applies(lp, ln_1_bias.defined(), capture.get()))
-    return fast_block(x, {ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj}, n_head_, opt, capture);
+      fast_block_applies(lp, ln_1_bias.defined(), capture.get())) {
+    BlockWeights w{ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj};
+    if (keep_bf16) {
+      if (!bf16[0].defined()) {
+        torch::NoGradGuard no_grad;  // a cast outside autograd: fast_block returns the weights' gradients
+        bf16 = {c_attn.to(torch::kBFloat16), c_proj.to(torch::kBFloat16), c_fc.to(torch::kBFloat16),
+                mlp_proj.to(torch::kBFloat16)};
+      }
+      w.c_attn_b = bf16[0];
+      w.c_proj_b = bf16[1];
+      w.c_fc_b = bf16[2];
+      w.mlp_proj_b = bf16[3];
+    }
+    return fast_block(x, w, n_head_, opt, capture);
+  }
 
   // Attention: (B,T,C) -> qkv (B,T,3C) -> q,k,v (B,H,T,D).
   const bool ln_low = module_low(lp, plan::Module::kLn);
@@ -195,13 +208,40 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
                             const plan::Plan& plan, ForwardTap* tap) {
   const torch::Tensor x = trunk(idx, plan, tap);
   if (fused_loss_ != FastPath::kOff && (x.is_cuda() || fused_loss_ == FastPath::kOn) && !plan.head_fp32 &&
-      !ln_f_bias.defined())
-    return fused_cross_entropy(fast_head(x, ln_f, wte), targets);
+      !ln_f_bias.defined()) {
+    if (keep_bf16_ && !wte_bf16_.defined()) {
+      torch::NoGradGuard no_grad;
+      wte_bf16_ = wte.to(torch::kBFloat16);
+    }
+    return fused_cross_entropy(fast_head(x, ln_f, wte, keep_bf16_ ? wte_bf16_ : torch::Tensor()), targets);
+  }
   return mean_cross_entropy(lm_head(x, ln_f, ln_f_bias, wte, !plan.head_fp32), targets);
 }
 
 void GPTImpl::set_attention_impl(AttentionImpl impl) {
   for (auto& b : blocks_) b->impl = impl;
+}
+
+void GPTImpl::keep_bf16_weights(bool on) {
+  keep_bf16_ = on;
+  wte_bf16_ = torch::Tensor();
+  for (auto& b : blocks_) {
+    b->keep_bf16 = on;
+    b->bf16 = {};
+  }
+}
+
+KeepBf16Weights::KeepBf16Weights(GPT& model, bool want) : model_(model) {
+  static const bool off = [] {
+    const char* e = std::getenv("REWIND_BF16_WEIGHT_CACHE");
+    return e && std::string(e) == "0";
+  }();
+  on_ = want && !off;
+  if (on_) model_->keep_bf16_weights(true);
+}
+
+KeepBf16Weights::~KeepBf16Weights() {
+  if (on_) model_->keep_bf16_weights(false);
 }
 
 void GPTImpl::set_fast_path(FastPath fast) {

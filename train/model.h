@@ -6,6 +6,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -59,6 +60,10 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj;  // weights, nanoGPT order
   // Biases ("<weight>_bias"), registered only when Config::bias; undefined otherwise.
   torch::Tensor ln_1_bias, c_attn_bias, c_proj_bias, ln_2_bias, c_fc_bias, mlp_proj_bias;
+  // GPTImpl::keep_bf16_weights: whether the fast block keeps its weights' BF16 casts in
+  // `bf16` (c_attn, c_proj, c_fc, mlp_proj) from the first micro-batch to the last.
+  bool keep_bf16 = false;
+  std::array<torch::Tensor, 4> bf16;
 
  private:
   int layer_, n_head_, n_embd_;
@@ -84,6 +89,12 @@ class GPTImpl : public torch::nn::Module {
   void set_attention_impl(AttentionImpl impl);
   void set_fast_path(FastPath fast);
   void set_fused_loss(FastPath fused) { fused_loss_ = fused; }
+  // Between keep_bf16_weights(true) and (false), the fast block and head cast each GEMM weight
+  // to BF16 once and reuse the cast in every later forward (the same values while the weights
+  // stay unchanged: the trainer brackets one step's micro-batches, before its update). A step
+  // of A micro-batches then casts the weights once, not A times (gpt2-small: 124M parameters
+  // read and written as BF16, 49 launches, a micro-batch). false drops the casts.
+  void keep_bf16_weights(bool on);
   torch::Tensor wte, wpe, ln_f;
   torch::Tensor ln_f_bias;  // only when Config::bias
   torch::nn::ModuleList h;
@@ -95,7 +106,24 @@ class GPTImpl : public torch::nn::Module {
   Config config_;
   std::vector<Block> blocks_;
   FastPath fused_loss_ = FastPath::kAuto;
+  bool keep_bf16_ = false;
+  torch::Tensor wte_bf16_;  // wte's kept cast (keep_bf16_weights)
 };
 TORCH_MODULE(GPT);
+
+// keep_bf16_weights(true) for this object's life when `want` (the trainer: one step's
+// micro-batches), false again however the step ends. REWIND_BF16_WEIGHT_CACHE=0 keeps none: a
+// cast per micro-batch, as before (an A/B switch: the same values either way).
+class KeepBf16Weights {
+ public:
+  KeepBf16Weights(GPT& model, bool want);
+  ~KeepBf16Weights();
+  KeepBf16Weights(const KeepBf16Weights&) = delete;
+  KeepBf16Weights& operator=(const KeepBf16Weights&) = delete;
+
+ private:
+  GPT& model_;
+  bool on_ = false;
+};
 
 }  // namespace rwd::train

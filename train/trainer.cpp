@@ -139,6 +139,7 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   // This rank's share of the micro-batches (all of them in one process).
   const int share = comm_ ? accum / comm_->world() : accum;
   const int first = comm_ ? comm_->rank() * share : 0;
+  const KeepBf16Weights casts(model_, share > 1);  // the weights stay unchanged until the update
   for (auto& p : params_) p.mutable_grad() = torch::Tensor();
   const bool ranks = comm_ && comm_->world() > 1;
   if (buckets_) buckets_->reset();  // an earlier step that threw mid-backward stays behind

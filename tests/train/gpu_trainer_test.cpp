@@ -134,10 +134,14 @@ TEST_F(GpuTrainer, FusedOptimizerStepsEqualLibTorchOnesBitwise) {
 // sends layer 1 down the module path beside a fast layer 0.
 TEST_F(GpuTrainer, FastBlockStepsEqualTheModulePathBitwise) {
   TokenFile data(path_);
+  // Two micro-batches a step: the second runs on the BF16 weight casts the first made
+  // (GPTImpl::keep_bf16_weights).
+  Config c = config_;
+  c.gradient_accumulation_steps = 2;
   for (const std::string spec : {"", "L0.H{0,2}.softmax=stable(beta=2);L1.H1.pv=fault(strength=8)",
                                  "L1.H3.pv=fp32"}) {
-    const plan::Plan p = plan::parse(spec, config_.n_layer, config_.n_head);
-    Trainer fast(config_, p, data, device_), mod(config_, p, data, device_);
+    const plan::Plan p = plan::parse(spec, c.n_layer, c.n_head);
+    Trainer fast(c, p, data, device_), mod(c, p, data, device_);
     mod.model()->set_fast_path(FastPath::kOff);
     {  // the first step's gradients one by one: which op differs, if one does
       std::map<std::string, torch::Tensor> gf, gm;

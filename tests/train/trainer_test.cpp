@@ -252,6 +252,51 @@ TEST_F(TrainerTest, FastBlockMatchesTheModulePathOnTheCpu) {
   }
 }
 
+// The fast block and head on BF16 weight casts kept from an earlier forward (a step's later
+// micro-batches, GPTImpl::keep_bf16_weights) compute the bits of fresh casts, and casts kept
+// across a change of the weights are not reused once dropped.
+TEST_F(TrainerTest, KeptBf16WeightCastsGiveTheBitsOfFreshOnes) {
+  TokenFile data(path_);
+  const plan::Plan p = plan::Plan::defaults(config_.n_layer, config_.n_head);
+  Trainer t(config_, p, data);
+  GPT& m = t.model();
+  m->set_fast_path(FastPath::kOn);
+  m->set_fused_loss(FastPath::kOn);
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randint(0, config_.vocab_size, {2, config_.block_size}, torch::kLong);
+  const torch::Tensor y = torch::randint(0, config_.vocab_size, {2, config_.block_size}, torch::kLong);
+  auto run = [&] {  // loss and every parameter's gradient, as bits
+    for (auto& q : m->parameters()) q.mutable_grad() = torch::Tensor();
+    const torch::Tensor loss = m->loss(x, y, p, nullptr);
+    loss.backward();
+    std::vector<torch::Tensor> out = {loss.detach().clone()};
+    for (auto& q : m->parameters()) out.push_back(q.grad().clone());
+    return out;
+  };
+  auto same = [](const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!torch::equal(a[i].view(torch::kInt32), b[i].view(torch::kInt32))) return false;
+    return true;
+  };
+  const auto fresh = run();
+  m->keep_bf16_weights(true);
+  const auto first = run(), kept = run();  // the second forward reuses the first's casts
+  EXPECT_TRUE(same(fresh, first));
+  EXPECT_TRUE(same(fresh, kept));
+  m->keep_bf16_weights(false);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& q : m->parameters()) q.mul_(1.5);
+  }
+  const auto changed = run();
+  EXPECT_FALSE(same(fresh, changed));
+  m->keep_bf16_weights(true);
+  EXPECT_TRUE(same(changed, run()));
+  EXPECT_TRUE(same(changed, run()));
+  m->keep_bf16_weights(false);
+}
+
 // The BF16 head and fused cross-entropy (fast_block.h), forced on the CPU, against the module
 // path's FP32 loss: the same loss to FP32 summation order, the same gradients to BF16 rounding.
 TEST_F(TrainerTest, FusedLossMatchesTheModuleLossOnTheCpu) {
