@@ -263,24 +263,14 @@ Tensor causal_mask(int64_t t, const torch::Device& dev) {
 
 }  // namespace
 
-void fetch_stats(AttentionCapture& c) {
-  if (!c.stats_pending.defined()) return;
-  Tensor host = c.stats_pending.to(torch::kCPU);
-  c.stats.resize(static_cast<size_t>(host.numel()) / sizeof(HeadStats));
-  std::memcpy(c.stats.data(), host.data_ptr(), c.stats.size() * sizeof(HeadStats));
-  c.stats_pending = Tensor();
-}
+void fetch_stats(AttentionCapture& c) { fetch_stats(std::vector<AttentionCapture*>{&c}); }
 
 void fetch_stats(const std::vector<AttentionCapture*>& caps) {
   std::vector<Tensor> pending;
   for (AttentionCapture* c : caps)
     if (c && c->stats_pending.defined()) pending.push_back(c->stats_pending);
-  if (pending.size() < 2) {
-    for (AttentionCapture* c : caps)
-      if (c) fetch_stats(*c);
-    return;
-  }
-  const Tensor host = torch::cat(pending).to(torch::kCPU);
+  if (pending.empty()) return;
+  const Tensor host = (pending.size() == 1 ? pending[0] : torch::cat(pending)).to(torch::kCPU);
   const uint8_t* at = host.data_ptr<uint8_t>();
   for (AttentionCapture* c : caps) {
     if (!c || !c->stats_pending.defined()) continue;

@@ -110,10 +110,11 @@ void copy_through_ring(const std::vector<torch::Tensor>& src, std::vector<torch:
   };
   for (size_t k = 0; k < chunks.size(); ++k) {
     if (k >= 2) drain(k - 2);
-    for (const Piece& p : chunks[k])
-      if (cudaMemcpyAsync(ring + (k % 2) * chunk + p.at, p.from, p.bytes, cudaMemcpyDeviceToHost, stream.stream()) !=
-          cudaSuccess)
-        throw std::runtime_error(std::string("checkpoint copy to the host: ") + cudaGetErrorString(cudaGetLastError()));
+    for (const Piece& p : chunks[k]) {
+      const cudaError_t e =
+          cudaMemcpyAsync(ring + (k % 2) * chunk + p.at, p.from, p.bytes, cudaMemcpyDeviceToHost, stream.stream());
+      if (e != cudaSuccess) throw std::runtime_error(std::string("checkpoint copy to the host: ") + cudaGetErrorString(e));
+    }
     done[k % 2].record(stream);
   }
   for (size_t k = chunks.size() >= 2 ? chunks.size() - 2 : 0; k < chunks.size(); ++k) drain(k);
