@@ -3,7 +3,10 @@
 #include "kernels/attention_op.h"
 
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include <torch/autograd.h>
 #include <torch/version.h>
@@ -92,6 +95,34 @@ Tensor bytes_on(const void* data, size_t n, const torch::Device& dev) {
   std::memcpy(host.data_ptr(), data, n);
   return host.to(dev, /*non_blocking=*/true);
 }
+// A launch's head flags on the device, uploaded once per distinct flags and device and kept
+// for the process (a few hundred bytes each; a bisect meets a few thousand at most). Besides
+// saving a copy per launch, a CUDA graph of the step (train/step_graph.h) must find them
+// there: a copy from pinned host memory inside a capture would read a buffer freed after it.
+// A capture that meets flags not seen before throws, and the step runs eagerly instead.
+Tensor flags_on(const std::vector<HeadFlags>& flags, const torch::Device& dev) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::pair<int, std::string>, Tensor>();  // never destroyed
+  const size_t n = flags.size() * sizeof(HeadFlags);
+  std::pair<int, std::string> key(dev.has_index() ? dev.index() : at::cuda::current_device(), "");
+  auto put = [&key](const void* p, size_t bytes) { key.second.append(static_cast<const char*>(p), bytes); };
+  for (const HeadFlags& f : flags) {  // field by field: padding bytes are not part of the key
+    put(f.prec, sizeof f.prec);
+    put(f.fault, sizeof f.fault);
+    const bool modes[4] = {f.s_bf16, f.acc_bf16, f.stable, f.delta_dpp};
+    put(modes, sizeof modes);
+    put(&f.beta, sizeof f.beta);
+    put(&f.eps, sizeof f.eps);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  TORCH_CHECK(cudaStreamIsCapturing(at::cuda::getCurrentCUDAStream().stream(), &capturing) == cudaSuccess &&
+                  capturing == cudaStreamCaptureStatusNone,
+              "attention: head flags first met inside a CUDA graph capture");
+  return cache->emplace(std::move(key), bytes_on(flags.data(), n, dev)).first->second;
+}
 uint16_t* bf16_ptr(const Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr()); }
 float* f32_ptr(const Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 // A contiguous BF16 copy of a tensor of any strides and dtype: one kernel.
@@ -141,7 +172,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     if (q.is_cuda()) {
 #ifdef REWIND_CUDA
       AttentionParams p = base;
-      Tensor flags_d = bytes_on(st->flags.data(), st->flags.size() * sizeof(HeadFlags), q.device());
+      Tensor flags_d = flags_on(st->flags, q.device());
       p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
       Tensor stats_d;
       if (st->capture) {
@@ -219,7 +250,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
 #ifdef REWIND_CUDA
       const Tensor &qb = s[6], &kb = s[7], &vb = s[8];
       AttentionParams p = st->params;
-      Tensor flags_d = bytes_on(st->flags.data(), st->flags.size() * sizeof(HeadFlags), q.device());
+      Tensor flags_d = flags_on(st->flags, q.device());
       p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
       Tensor gb = grad_out[0].defined() ? bf16_contiguous(grad_out[0])
                                         : torch::zeros(q.sizes(), q.options().dtype(torch::kBFloat16));
@@ -333,7 +364,7 @@ Tensor attention_bf16_forward(const Tensor& qkv, const AttentionOptions& opt,
     return o.to(torch::kBFloat16);
   }
 #ifdef REWIND_CUDA
-  Tensor flags_d = bytes_on(flags.data(), flags.size() * sizeof(HeadFlags), qkv.device());
+  Tensor flags_d = flags_on(flags, qkv.device());
   p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
   Tensor stats_d;
   if (capture) {
@@ -378,7 +409,7 @@ Tensor attention_bf16_backward(const Tensor& qkv, const Tensor& o, const Tensor&
     return dqkv;
   }
 #ifdef REWIND_CUDA
-  Tensor flags_d = bytes_on(flags.data(), flags.size() * sizeof(HeadFlags), qkv.device());
+  Tensor flags_d = flags_on(flags, qkv.device());
   p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
   cuda::BackwardArgs a;
   a.q = bf16_ptr(qkv[0]); a.k = bf16_ptr(qkv[1]); a.v = bf16_ptr(qkv[2]);

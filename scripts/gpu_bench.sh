@@ -97,19 +97,23 @@ fi
 # and plain PyTorch (eager, compiled), then phase times.
 if [[ ${MODE:-} == step ]]; then
   for ((round = 0; round < ROUNDS; ++round)); do
-    run rewind
+    # A long run's steady state: the plan captured after one eager step (default: after 16,
+    # which a 22-step run would mostly spend eagerly; train/step_graph.h).
+    RUN_ENV=REWIND_CUDA_GRAPHS=1 run rewind
+    RUN_ENV=REWIND_CUDA_GRAPHS=0 run rewind-no-graphs
     RUN_ENV=REWIND_FUSED_LOSS=0 run rewind-module-loss
     RUN_ENV="REWIND_FAST_BLOCK=0 REWIND_FUSED_LOSS=0" run rewind-module
   done
   ours=$(median rewind)
   printf "gpt2-small training, B=%d T=1024, median step (ms) over %d rounds x %d steps\n" "$B" "$ROUNDS" "$((STEPS - 2))"
   printf "%-34s %8s %14s %10s %10s\n" mode ms "p25-p75 ms" tokens/s "last loss"
-  for mode in rewind rewind-module-loss rewind-module; do
+  for mode in rewind rewind-no-graphs rewind-module-loss rewind-module; do
     awk -v n="$mode" -v ms="$(median $mode)" -v q="$(quartiles $mode)" -v t="$((B * 1024))" -v loss="$(cat "$W/$mode.loss")" \
       'BEGIN {printf "%-34s %8.1f %14s %10.0f %10.4f\n", n, ms, q, t/(ms/1000), loss}'
   done
   # shellcheck disable=SC2086
   baseline_rows ${BASELINES:-eager compile}
+  # Phase times synchronize at each edge, so they run without CUDA graphs (step_graph.h).
   for row in "rewind:" "rewind-module-loss:REWIND_FUSED_LOSS=0" "rewind-module:REWIND_FAST_BLOCK=0 REWIND_FUSED_LOSS=0"; do
     IFS=: read -r name envs <<< "$row"
     # shellcheck disable=SC2086

@@ -112,6 +112,7 @@ Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& 
       model_(config, init == Init::kRandom ? ParamAlloc{} : ParamAlloc{device, /*filled=*/false}),
       device_(device),
       phase_enabled_(phase_times_enabled()) {
+  if (const int n = StepGraph::eager_steps_before_capture(device_); n > 0) graph_ = std::make_unique<StepGraph>(device_, n);
   if (plan.n_layer != config.n_layer || plan.n_head != config.n_head)
     throw UsageError("plan is for a different model size");
   if (data.max_token() >= config.vocab_size)
@@ -131,6 +132,35 @@ Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& 
   }
 }
 
+QueuedPasses Trainer::queue_passes(const plan::Plan& plan, const std::vector<int>& capture_layers,
+                                   const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& ys) {
+  const int accum = config_.gradient_accumulation_steps;
+  const int share = static_cast<int>(xs.size());
+  const int first = comm_ ? comm_->rank() * share : 0;
+  const bool ranks = comm_ && comm_->world() > 1;
+  const KeepBf16Weights casts(model_, share > 1);  // the weights stay unchanged until the update
+  if (buckets_) buckets_->reset();  // an earlier step that threw mid-backward stays behind
+  // The W_Q spectral norms (the monitors) and the gradient norm are queued behind the first
+  // backward and read after the loss: their host time overlaps the GPU's backward.
+  QueuedPasses q;
+  for (int i = 0; i < share; ++i) {
+    ForwardTap tap;
+    if (first + i == 0) tap.tensor_layers = capture_layers;
+    torch::Tensor loss = model_->loss(xs[i], ys[i], plan, &tap);
+    phase_mark(kPhaseForward);
+    const bool last = i == share - 1;
+    if (last && buckets_) buckets_->arm();  // exchange each bucket as its gradients complete
+    (loss / accum).backward();
+    if (last && buckets_) buckets_->finish();
+    phase_mark(kPhaseBackward);
+    if (!q.wq_norms.defined()) q.wq_norms = wq_spectral_norms_queued();
+    if (last && !ranks) q.norm = grad_norm_queued();  // the gradients are complete
+    q.losses.push_back(loss.detach());
+    q.taps.push_back(std::move(tap));
+  }
+  return q;
+}
+
 StepResult Trainer::forward_backward(const plan::Plan& plan,
                                      const std::vector<int>& capture_layers) {
   StepResult r;
@@ -139,46 +169,43 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   // This rank's share of the micro-batches (all of them in one process).
   const int share = comm_ ? accum / comm_->world() : accum;
   const int first = comm_ ? comm_->rank() * share : 0;
-  const KeepBf16Weights casts(model_, share > 1);  // the weights stay unchanged until the update
-  for (auto& p : params_) p.mutable_grad() = torch::Tensor();
   const bool ranks = comm_ && comm_->world() > 1;
-  if (buckets_) buckets_->reset();  // an earlier step that threw mid-backward stays behind
-  // Queued behind the first backward and read after the loss: their host time overlaps the
-  // GPU's backward instead of leaving the GPU idle between host syncs (the same ops, bits).
-  torch::Tensor wq_norms, norm;
-  std::vector<std::shared_ptr<kernels::AttentionCapture>> all_caps;
-  float loss_sum = 0;  // FP32, summed in micro-batch order
+  const int64_t rows = config_.batch_size, cols = config_.block_size;
   std::vector<uint64_t> batch_hashes;
+  std::vector<std::vector<int64_t>> xs, ys;
+  phase_mark(-1);
+  for (int micro = first; micro < first + share; ++micro) {
+    Batch b = sample_batch(data_, config_.seed, step_, micro, config_.batch_size, config_.block_size);
+    batch_hashes.push_back(b.hash);
+    r.offsets.push_back(b.offsets);
+    xs.push_back(std::move(b.x));
+    ys.push_back(std::move(b.y));
+  }
+  phase_mark(kPhaseData);
   // Each micro-batch's loss and monitor statistics are read after the last one is queued: a
   // read inside the loop would make the host wait for the GPU before it queues the next
   // micro-batch, leaving the GPU idle while it does (the same values, summed in the same order).
-  std::vector<torch::Tensor> losses;
-  std::vector<ForwardTap> taps;
-  phase_mark(-1);
-  for (int micro = first; micro < first + share; ++micro) {
-    Batch b = sample_batch(data_, config_.seed, step_, micro, config_.batch_size,
-                           config_.block_size);
-    batch_hashes.push_back(b.hash);
-    r.offsets.push_back(b.offsets);
-    ForwardTap tap;
-    if (micro == 0) tap.tensor_layers = capture_layers;
-    torch::Tensor x = batch_on(b.x, config_.batch_size, config_.block_size, device_);
-    torch::Tensor y = batch_on(b.y, config_.batch_size, config_.block_size, device_);
-    phase_mark(kPhaseData);
-    torch::Tensor loss = model_->loss(x, y, plan, &tap);
-    phase_mark(kPhaseForward);
-    const bool last = micro == first + share - 1;
-    if (last && buckets_) buckets_->arm();  // exchange each bucket as its gradients complete
-    (loss / accum).backward();
-    if (last && buckets_) buckets_->finish();
-    phase_mark(kPhaseBackward);
-    if (!wq_norms.defined()) wq_norms = wq_spectral_norms_queued();
-    if (last && !ranks) norm = grad_norm_queued();  // the gradients are complete
-    losses.push_back(loss.detach());
-    taps.push_back(std::move(tap));
+  const StepGraph::Queue queue = [&](const std::vector<torch::Tensor>& xd, const std::vector<torch::Tensor>& yd) {
+    return queue_passes(plan, capture_layers, xd, yd);
+  };
+  const bool graphable = graph_ && !ranks && capture_layers.empty() && !phase_enabled_;
+  QueuedPasses q;
+  if (!(graphable && graph_->run(plan, xs, ys, rows, cols, params_, queue, q))) {
+    std::vector<torch::Tensor> xd, yd;
+    for (int i = 0; i < share; ++i) {
+      xd.push_back(batch_on(xs[i], rows, cols, device_));
+      yd.push_back(batch_on(ys[i], rows, cols, device_));
+    }
+    for (auto& p : params_) p.mutable_grad() = torch::Tensor();
+    q = queue(xd, yd);
+    if (graphable) graph_->ran_eagerly(plan, share);
   }
+  torch::Tensor norm = q.norm;
+  const std::vector<ForwardTap>& taps = q.taps;
+  std::vector<std::shared_ptr<kernels::AttentionCapture>> all_caps;
+  float loss_sum = 0;  // FP32, summed in micro-batch order
   // The losses in one copy, then every layer's statistics in another.
-  const torch::Tensor host_losses = losses.empty() ? torch::Tensor() : torch::stack(losses).to(torch::kCPU);
+  const torch::Tensor host_losses = q.losses.empty() ? torch::Tensor() : torch::stack(q.losses).to(torch::kCPU);
   std::vector<kernels::AttentionCapture*> pending;
   for (const ForwardTap& tap : taps)
     for (const auto& c : tap.layers) pending.push_back(c.get());
@@ -207,7 +234,7 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   if (!norm.defined()) norm = grad_norm_queued();
   r.grad_norm = static_cast<float>(norm.item<double>());  // global, in FP64
   phase_mark(kPhaseGradNorm);
-  r.monitors = monitors(all_caps, wq_norms);
+  r.monitors = monitors(all_caps, q.wq_norms);
   phase_mark(kPhaseMonitors);
   return r;
 }

@@ -16,6 +16,7 @@
 #include "train/dist.h"
 #include "train/grad_buckets.h"
 #include "train/model.h"
+#include "train/step_graph.h"
 #include "plan/plan.h"
 
 namespace rwd::train {
@@ -103,12 +104,17 @@ class Trainer {
   // the same N (with another N only equal up to rounding). Throws UsageError unless N divides A.
   void set_comm(Comm* comm);
   Comm* comm() const { return comm_; }
+  const StepGraph* step_graph() const { return graph_.get(); }  // null: graphs off
   // "fused (variant N)": gradient norm and AdamW in the fused CUDA kernels
   // (kernels/cuda/optimizer.h), or "foreach": LibTorch's ops (CPU, or no variant matched).
   std::string optimizer_path();
 
  private:
   StepResult forward_backward(const plan::Plan& plan, const std::vector<int>& capture_layers);
+  // Queues the forward and backward passes of this rank's micro-batches (token ids on the
+  // device), eagerly or inside a graph's capture: nothing in it waits for the device.
+  QueuedPasses queue_passes(const plan::Plan& plan, const std::vector<int>& capture_layers,
+                            const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& ys);
   // clip_coef > 0: the gradients are scaled by it first (clipping). digest_sums (optional, one
   // int64 per parameter on the device, zeroed): the fused update adds the updated parameters'
   // digest word sums into it; returns whether it did (false: LibTorch's ops ran).
@@ -148,6 +154,7 @@ class Trainer {
   bool want_digest_ = false;  // set_want_digest
   Comm* comm_ = nullptr;
   std::unique_ptr<GradBuckets> buckets_;  // world > 1 and REWIND_GRAD_BUCKET_MB > 0
+  std::unique_ptr<StepGraph> graph_;      // CUDA graphs of the passes (null: off)
 
   enum { kPhaseData, kPhaseForward, kPhaseBackward, kPhaseLoss, kPhaseExchange, kPhaseGradNorm,
          kPhaseMonitors, kPhaseOptimizer, kNumPhases };

@@ -63,6 +63,33 @@ class GpuTrainer : public CudaTest {
     }
   }
 
+  // `steps` training steps of a and b: equal losses, gradient norms and monitors, bit for bit.
+  static void expect_same_steps(Trainer& a, Trainer& b, int steps, const std::string& what) {
+    for (int s = 0; s < steps; ++s) {
+      const StepResult x = a.train_step(), y = b.train_step();
+      EXPECT_EQ(std::memcmp(&x.loss, &y.loss, sizeof x.loss), 0)
+          << what << ": loss at step " << x.step << ": " << x.loss << " vs " << y.loss;
+      EXPECT_EQ(std::memcmp(&x.grad_norm, &y.grad_norm, sizeof x.grad_norm), 0)
+          << what << ": grad norm at step " << x.step << ": " << x.grad_norm << " vs " << y.grad_norm;
+      ASSERT_EQ(x.monitors.size(), y.monitors.size());
+      for (size_t i = 0; i < x.monitors.size(); ++i) {
+        EXPECT_EQ(x.monitors[i].max_logit, y.monitors[i].max_logit) << what << ": monitor " << i;
+        EXPECT_EQ(x.monitors[i].pbar_one, y.monitors[i].pbar_one) << what << ": monitor " << i;
+        EXPECT_EQ(x.monitors[i].wq_sn, y.monitors[i].wq_sn) << what << ": monitor " << i;
+      }
+    }
+  }
+  // Parameters and AdamW moments of a and b, bit for bit.
+  static void expect_same_state(const Trainer& a, const Trainer& b, const std::string& what) {
+    const NamedTensors sa = a.state(), sb = b.state();
+    ASSERT_EQ(sa.size(), sb.size());
+    for (size_t i = 0; i < sa.size(); ++i) {
+      const torch::Tensor x = sa[i].second.to(torch::kCPU).contiguous(), y = sb[i].second.to(torch::kCPU).contiguous();
+      ASSERT_EQ(x.nbytes(), y.nbytes()) << sa[i].first;
+      EXPECT_EQ(std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()), 0) << what << ": " << sa[i].first << " differs";
+    }
+  }
+
   std::string dir_, path_;
   Config config_;
 };
@@ -117,13 +144,7 @@ TEST_F(GpuTrainer, FusedOptimizerStepsEqualLibTorchOnesBitwise) {
     clipped += a.grad_norm > config_.grad_clip;
   }
   EXPECT_GT(clipped, 0) << "no step clipped: the clip path went untested";
-  const NamedTensors sa = fused.state(), sb = plain.state();
-  ASSERT_EQ(sa.size(), sb.size());
-  for (size_t i = 0; i < sa.size(); ++i) {
-    const torch::Tensor x = sa[i].second.to(torch::kCPU).contiguous(), y = sb[i].second.to(torch::kCPU).contiguous();
-    ASSERT_EQ(x.nbytes(), y.nbytes()) << sa[i].first;
-    EXPECT_EQ(std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()), 0) << sa[i].first << " differs";
-  }
+  expect_same_state(fused, plain, "fused optimizer");
   EXPECT_EQ(fused.param_digest(), plain.param_digest());
 }
 
@@ -151,26 +172,43 @@ TEST_F(GpuTrainer, FastBlockStepsEqualTheModulePathBitwise) {
         EXPECT_TRUE(torch::equal(g.view(torch::kInt32), gf.at(name).view(torch::kInt32)))
             << spec << ": first gradient of " << name << " differs";
     }
-    for (int s = 0; s < 3; ++s) {
-      const StepResult a = fast.train_step(), b = mod.train_step();
-      EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof a.loss), 0)
-          << spec << ": loss at step " << s << ": " << a.loss << " vs " << b.loss;
-      EXPECT_EQ(std::memcmp(&a.grad_norm, &b.grad_norm, sizeof a.grad_norm), 0)
-          << spec << ": grad norm at step " << s << ": " << a.grad_norm << " vs " << b.grad_norm;
-      ASSERT_EQ(a.monitors.size(), b.monitors.size());
-      for (size_t i = 0; i < a.monitors.size(); ++i) {
-        EXPECT_EQ(a.monitors[i].max_logit, b.monitors[i].max_logit) << spec << ": monitor " << i;
-        EXPECT_EQ(a.monitors[i].pbar_one, b.monitors[i].pbar_one) << spec << ": monitor " << i;
-      }
-    }
-    const NamedTensors sa = fast.state(), sb = mod.state();
-    ASSERT_EQ(sa.size(), sb.size());
-    for (size_t i = 0; i < sa.size(); ++i) {
-      const torch::Tensor x = sa[i].second.to(torch::kCPU).contiguous(), y = sb[i].second.to(torch::kCPU).contiguous();
-      ASSERT_EQ(x.nbytes(), y.nbytes()) << sa[i].first;
-      EXPECT_EQ(std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()), 0) << spec << ": " << sa[i].first << " differs";
-    }
+    expect_same_steps(fast, mod, 3, spec);
+    expect_same_state(fast, mod, spec);
   }
+}
+
+// CUDA graphs of the passes (train/step_graph.h) give the eager steps' bits: two micro-batches
+// a step, the default plan, then a plan with an FP32 head (the module path in layer 1, the
+// FP32 kernels on a second stream) from the sixth step; each plan's first step runs eagerly
+// (REWIND_CUDA_GRAPHS=1), its second is captured, the rest replay. A probe step on the graph gives the same gradients.
+TEST_F(GpuTrainer, GraphStepsEqualEagerStepsBitwise) {
+  TokenFile data(path_);
+  Config c = config_;
+  c.gradient_accumulation_steps = 2;
+  const plan::Plan p0 = plan::Plan::defaults(c.n_layer, c.n_head);
+  const plan::Plan p1 = plan::parse("L1.H3.pv=fp32;L0.H1.softmax=stable(beta=2)", c.n_layer, c.n_head);
+  setenv("REWIND_CUDA_GRAPHS", "0", 1);
+  Trainer eager(c, p0, data, device_);
+  setenv("REWIND_CUDA_GRAPHS", "1", 1);  // capture after one eager step (default 16)
+  Trainer graphed(c, p0, data, device_);
+  unsetenv("REWIND_CUDA_GRAPHS");
+  ASSERT_EQ(eager.step_graph(), nullptr);
+  ASSERT_NE(graphed.step_graph(), nullptr);
+  expect_same_steps(graphed, eager, 5, "default plan");
+  EXPECT_EQ(graphed.step_graph()->captures(), 1);
+  EXPECT_EQ(graphed.step_graph()->replays(), 4);
+  graphed.set_plan(p1);
+  eager.set_plan(p1);
+  expect_same_steps(graphed, eager, 4, "fp32 head");
+  EXPECT_EQ(graphed.step_graph()->captures(), 2);
+  EXPECT_EQ(graphed.step_graph()->replays(), 7);
+  expect_same_state(graphed, eager, "after 9 steps");
+  std::map<std::string, torch::Tensor> gg, ge;
+  graphed.probe_step(p1, {}, &gg);
+  eager.probe_step(p1, {}, &ge);
+  EXPECT_EQ(graphed.step_graph()->replays(), 8);
+  for (const auto& [name, g] : ge)
+    EXPECT_TRUE(torch::equal(g.view(torch::kInt32), gg.at(name).view(torch::kInt32))) << "probe gradient of " << name;
 }
 
 // With a digest wanted, the fused AdamW pass sums the digest of the parameters it writes

@@ -1,0 +1,174 @@
+// CUDA graphs of a step's passes (see step_graph.h).
+#include "train/step_graph.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#ifdef REWIND_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+#endif
+
+namespace rwd::train {
+
+namespace {
+
+// Token ids to the device from pinned memory, queued on the current stream.
+torch::Tensor pinned_tokens(const std::vector<int64_t>& v, int64_t rows, int64_t cols) {
+  torch::Tensor host = torch::empty({rows, cols}, torch::TensorOptions().dtype(torch::kLong).pinned_memory(true));
+  std::memcpy(host.data_ptr<int64_t>(), v.data(), v.size() * sizeof(int64_t));
+  return host;
+}
+
+}  // namespace
+
+struct StepGraph::Graph {
+#ifdef REWIND_CUDA
+  at::cuda::CUDAGraph graph;
+#endif
+  plan::Plan plan;
+  int micro = 0;
+  int64_t rows = 0, cols = 0;
+  std::vector<torch::Tensor> xs, ys;  // the static inputs the graph reads
+  QueuedPasses out;                   // the static outputs it writes
+  std::vector<torch::Tensor> grads;   // the parameters' gradients it writes
+  // Each layer's pending stats tensor: fetch_stats() takes them, the next replay re-arms them.
+  std::vector<std::pair<kernels::AttentionCapture*, torch::Tensor>> pending;
+};
+
+int StepGraph::eager_steps_before_capture(const torch::Device& device) {
+#ifdef REWIND_CUDA
+  const char* e = std::getenv("REWIND_CUDA_GRAPHS");
+  return !device.is_cuda() ? 0 : e && *e ? std::max(0, std::atoi(e)) : 16;
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
+StepGraph::StepGraph(torch::Device device, int eager_steps) : device_(device), eager_steps_(eager_steps) {}
+StepGraph::~StepGraph() = default;
+
+void StepGraph::ran_eagerly(const plan::Plan& plan, int micro_batches) {
+  if (graph_ && !(graph_->micro == micro_batches && graph_->plan == plan)) graph_.reset();  // its memory back
+  const bool same = warm_micro_ == micro_batches && warm_plan_ == plan;
+  warm_count_ = same ? warm_count_ + 1 : 1;
+  if (!same) warm_plan_ = plan;
+  warm_micro_ = micro_batches;
+}
+
+bool StepGraph::run(const plan::Plan& plan, const std::vector<std::vector<int64_t>>& xs,
+                    const std::vector<std::vector<int64_t>>& ys, int64_t rows, int64_t cols,
+                    std::vector<torch::Tensor>& params, const Queue& queue, QueuedPasses& out) {
+#ifdef REWIND_CUDA
+  const int micro = static_cast<int>(xs.size());
+  const bool have = graph_ && graph_->micro == micro && graph_->rows == rows && graph_->cols == cols &&
+                    graph_->plan == plan;
+  if (!have) {
+    if (warm_count_ < eager_steps_ || warm_micro_ != micro || !(warm_plan_ == plan)) return false;
+    for (const plan::Plan& f : failed_)
+      if (f == plan) return false;
+    graph_.reset();
+    if (!capture(plan, rows, cols, micro, params, queue)) {
+      failed_.push_back(plan);
+      return false;
+    }
+  }
+  Graph& g = *graph_;
+  for (int m = 0; m < micro; ++m) {  // the batches into the static inputs, on the replay's stream
+    g.xs[m].copy_(pinned_tokens(xs[m], rows, cols), /*non_blocking=*/true);
+    g.ys[m].copy_(pinned_tokens(ys[m], rows, cols), /*non_blocking=*/true);
+  }
+  g.graph.replay();
+  for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = g.grads[i];
+  for (auto& [cap, t] : g.pending) {
+    cap->stats.clear();
+    cap->stats_pending = t;
+  }
+  out = g.out;
+  ++replays_;
+  return true;
+#else
+  (void)plan, (void)xs, (void)ys, (void)rows, (void)cols, (void)params, (void)queue, (void)out;
+  return false;
+#endif
+}
+
+bool StepGraph::capture(const plan::Plan& plan, int64_t rows, int64_t cols, int micro,
+                        std::vector<torch::Tensor>& params, const Queue& queue) {
+#ifdef REWIND_CUDA
+  auto g = std::make_unique<Graph>();
+  g->plan = plan;
+  g->micro = micro;
+  g->rows = rows;
+  g->cols = cols;
+  const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device_);
+  for (int m = 0; m < micro; ++m) {
+    g->xs.push_back(torch::zeros({rows, cols}, opts));
+    g->ys.push_back(torch::zeros({rows, cols}, opts));
+  }
+  for (auto& p : params) p.mutable_grad() = torch::Tensor();  // created inside the graph, as eagerly
+  // The graph's pool takes as much memory as an eager step's activations. Where the device
+  // lacks that much beside the eager steps' cached blocks, those go back to the device first:
+  // a graph must not shrink the batch a user can train.
+  const c10::DeviceIndex dev = device_.has_index() ? device_.index() : c10::cuda::current_device();
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(dev);
+  const int64_t cached = stats.reserved_bytes[0].current - stats.allocated_bytes[0].current;  // [0]: aggregate
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess || static_cast<int64_t>(free) < cached + cached / 4 + (1ll << 30)) {
+    torch::cuda::synchronize(dev);
+    c10::cuda::CUDACachingAllocator::emptyCache();
+  }
+  // Captured on a side stream (the legacy default stream cannot capture) that first waits for
+  // the work queued so far; thread-local mode, so the recorder's writer threads may go on
+  // copying checkpoints meanwhile. The autograd thread queues the backward onto this stream.
+  const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream(dev);
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, dev);
+  at::cuda::CUDAEvent ready;
+  ready.record(main);
+  ready.block(side);
+  bool ok = true;
+  {
+    c10::cuda::CUDAStreamGuard on_side(side);
+#if TORCH_VERSION_MAJOR >= 2
+    g->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+#else
+    g->graph.capture_begin();  // LibTorch 1.13 captures in global mode only (no GPU build uses it)
+#endif
+    try {
+      g->out = queue(g->xs, g->ys);
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    try {
+      g->graph.capture_end();
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  if (!ok) {
+    cudaGetLastError();  // a failed capture leaves a sticky-free error behind: clear it
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    return false;
+  }
+  for (auto& p : params) g->grads.push_back(p.grad());
+  for (const ForwardTap& tap : g->out.taps)
+    for (const auto& c : tap.layers)
+      if (c && c->stats_pending.defined()) g->pending.emplace_back(c.get(), c->stats_pending);
+  graph_ = std::move(g);
+  ++captures_;
+  return true;
+#else
+  (void)plan, (void)rows, (void)cols, (void)micro, (void)params, (void)queue;
+  return false;
+#endif
+}
+
+}  // namespace rwd::train

@@ -1,0 +1,76 @@
+// A step's forward and backward passes as one CUDA graph (issue 34 item 1). The host queues
+// ~700 launches a gpt2-small step; a graph replays them with one. The trainer runs a plan's
+// first steps eagerly (the first sets up cuBLAS, loads modules and uploads the head flags),
+// captures the next on static inputs, and replays the graph while the plan and the number of
+// micro-batches stay the same. The graph runs the same kernels with the same arguments as the
+// eager step, so its bits are the eager step's (GpuTrainer.GraphStepsEqualEagerStepsBitwise).
+//
+// A capture costs about two eager steps (the capture, the graph's instantiation, its memory),
+// and a replay saves the host's share of a step (~1 ms of gpt2-small's 22 ms on an H200): it
+// pays over a training run or a long replay, not over a bisect probe of a few steps. So a plan
+// is captured after REWIND_CUDA_GRAPHS eager steps in a row (default 16; 0 turns graphs off).
+// Only single-process steps on a GPU without tensor captures are graphed: the data-parallel
+// exchange has host waits inside the backward. A capture that fails (an op that waits for
+// the host) leaves that plan eager for the run.
+#pragma once
+
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "plan/plan.h"
+#include "train/model.h"
+
+namespace rwd::train {
+
+// What queueing a step's micro-batches leaves on the device, read after the last one.
+struct QueuedPasses {
+  std::vector<torch::Tensor> losses;  // one 0-dim FP32 loss per micro-batch
+  std::vector<ForwardTap> taps;       // per micro-batch: the layers' pending monitor stats
+  torch::Tensor wq_norms;             // every head's W_Q spectral norm (FP64)
+  torch::Tensor norm;                 // the gradient norm, when queued inside (one rank)
+};
+
+class StepGraph {
+ public:
+  // Queues the passes on the given token batches (device tensors, one pair per micro-batch).
+  using Queue = std::function<QueuedPasses(const std::vector<torch::Tensor>& xs,
+                                           const std::vector<torch::Tensor>& ys)>;
+
+  // Eager steps of a plan before its capture (REWIND_CUDA_GRAPHS; 0: graphs off, as on the CPU
+  // and in builds without CUDA).
+  static int eager_steps_before_capture(const torch::Device& device);
+  StepGraph(torch::Device device, int eager_steps);
+  ~StepGraph();
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  // Runs one step's passes: replays the graph made for (plan, micro-batches), captures one if
+  // the last steps ran this key eagerly often enough, or else returns false (the caller runs the step
+  // eagerly: call ran_eagerly). xs, ys: host token ids (rows x cols) per micro-batch.
+  // `params` get the graph's gradient tensors.
+  bool run(const plan::Plan& plan, const std::vector<std::vector<int64_t>>& xs,
+           const std::vector<std::vector<int64_t>>& ys, int64_t rows, int64_t cols,
+           std::vector<torch::Tensor>& params, const Queue& queue, QueuedPasses& out);
+  // The step with (plan, micro-batches) ran eagerly: one more towards the key's capture.
+  void ran_eagerly(const plan::Plan& plan, int micro_batches);
+  int64_t captures() const { return captures_; }  // graphs made so far
+  int64_t replays() const { return replays_; }    // steps run from a graph
+
+ private:
+  struct Graph;
+  bool capture(const plan::Plan& plan, int64_t rows, int64_t cols, int micro,
+               std::vector<torch::Tensor>& params, const Queue& queue);
+  torch::Device device_;
+  int eager_steps_;                    // before a capture
+  int warm_count_ = 0;                 // eager steps in a row with the warm key
+  std::unique_ptr<Graph> graph_;       // the current graph, if any
+  plan::Plan warm_plan_;               // the last key that ran eagerly
+  int warm_micro_ = 0;
+  std::vector<plan::Plan> failed_;     // plans whose capture failed: eager for the run
+  int64_t captures_ = 0, replays_ = 0;
+};
+
+}  // namespace rwd::train
