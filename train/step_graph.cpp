@@ -18,16 +18,11 @@
 
 namespace rwd::train {
 
-namespace {
-
-// Token ids to the device from pinned memory, queued on the current stream.
 torch::Tensor pinned_tokens(const std::vector<int64_t>& v, int64_t rows, int64_t cols) {
   torch::Tensor host = torch::empty({rows, cols}, torch::TensorOptions().dtype(torch::kLong).pinned_memory(true));
   std::memcpy(host.data_ptr<int64_t>(), v.data(), v.size() * sizeof(int64_t));
   return host;
 }
-
-}  // namespace
 
 struct StepGraph::Graph {
 #ifdef REWIND_CUDA

@@ -25,6 +25,10 @@
 
 namespace rwd::train {
 
+// Token ids (rows x cols) in pinned host memory: a copy from there to the device is queued on
+// the stream without waiting for it (a pageable copy would wait for the previous step).
+torch::Tensor pinned_tokens(const std::vector<int64_t>& v, int64_t rows, int64_t cols);
+
 // What queueing a step's micro-batches leaves on the device, read after the last one.
 struct QueuedPasses {
   std::vector<torch::Tensor> losses;  // one 0-dim FP32 loss per micro-batch

@@ -66,9 +66,7 @@ bool phase_times_enabled() {
 torch::Tensor batch_on(const std::vector<int64_t>& v, int64_t rows, int64_t cols, const torch::Device& device) {
   TORCH_CHECK(static_cast<int64_t>(v.size()) == rows * cols, "batch of ", v.size(), " tokens for ", rows, " x ", cols);
   if (!device.is_cuda()) return torch::tensor(v, torch::kLong).view({rows, cols});
-  torch::Tensor host = torch::empty({rows, cols}, torch::TensorOptions().dtype(torch::kLong).pinned_memory(true));
-  std::memcpy(host.data_ptr<int64_t>(), v.data(), v.size() * sizeof(int64_t));
-  return host.to(device, /*non_blocking=*/true);
+  return pinned_tokens(v, rows, cols).to(device, /*non_blocking=*/true);
 }
 
 }  // namespace
