@@ -2,6 +2,7 @@
 #include "train/step_graph.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -129,28 +130,30 @@ bool StepGraph::capture(const plan::Plan& plan, int64_t rows, int64_t cols, int 
   at::cuda::CUDAEvent ready;
   ready.record(main);
   ready.block(side);
-  bool ok = true;
+  std::string failure;
   {
     c10::cuda::CUDAStreamGuard on_side(side);
+    try {
 #if TORCH_VERSION_MAJOR >= 2
-    g->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+      g->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
 #else
-    g->graph.capture_begin();  // LibTorch 1.13 captures in global mode only (no GPU build uses it)
+      g->graph.capture_begin();  // LibTorch 1.13 captures in global mode only (no GPU build uses it)
 #endif
-    try {
-      g->out = queue(g->xs, g->ys);
-    } catch (const std::exception&) {
-      ok = false;
-    }
-    try {
-      g->graph.capture_end();
-    } catch (const std::exception&) {
-      ok = false;
+      try {
+        g->out = queue(g->xs, g->ys);
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+      g->graph.capture_end();  // ends the capture even after a failure; throws if it was invalidated
+    } catch (const std::exception& e) {
+      if (failure.empty()) failure = e.what();
     }
   }
-  if (!ok) {
-    cudaGetLastError();  // a failed capture leaves a sticky-free error behind: clear it
+  if (!failure.empty()) {
+    cudaGetLastError();  // the capture's error is not sticky: clear it for the eager step
     for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    std::fprintf(stderr, "warning: a CUDA graph of this plan's step could not be captured, so its steps run eagerly (same bits): %s\n",
+                 failure.substr(0, failure.find('\n')).c_str());
     return false;
   }
   for (auto& p : params) g->grads.push_back(p.grad());
