@@ -86,6 +86,10 @@ c10::intrusive_ptr<OpState> make_state(const Tensor& q, const Tensor& k, const T
   return st;
 }
 
+// flags_on (CUDA builds) keys its cache on HeadFlags' fields one by one: a new field must join
+// that key, or launches differing only in it would share one upload.
+static_assert(sizeof(HeadFlags) == 48, "HeadFlags changed: add the new field to flags_on's key");
+
 #ifdef REWIND_CUDA
 // The launchers take device arrays of HeadFlags / HeadStats: raw bytes in a uint8 tensor.
 Tensor bytes_on(const void* data, size_t n, const torch::Device& dev) {

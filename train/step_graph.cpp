@@ -31,7 +31,7 @@ struct StepGraph::Graph {
 #endif
   plan::Plan plan;
   int micro = 0;
-  int64_t rows = 0, cols = 0;
+  bool serves(const plan::Plan& p, int m) const { return micro == m && plan == p; }
   std::vector<torch::Tensor> xs, ys;  // the static inputs the graph reads
   QueuedPasses out;                   // the static outputs it writes
   std::vector<torch::Tensor> grads;   // the parameters' gradients it writes
@@ -53,7 +53,7 @@ StepGraph::StepGraph(torch::Device device, int eager_steps) : device_(device), e
 StepGraph::~StepGraph() = default;
 
 void StepGraph::ran_eagerly(const plan::Plan& plan, int micro_batches) {
-  if (graph_ && !(graph_->micro == micro_batches && graph_->plan == plan)) graph_.reset();  // its memory back
+  if (graph_ && !graph_->serves(plan, micro_batches)) graph_.reset();  // its memory back
   const bool same = warm_micro_ == micro_batches && warm_plan_ == plan;
   warm_count_ = same ? warm_count_ + 1 : 1;
   if (!same) warm_plan_ = plan;
@@ -65,9 +65,7 @@ bool StepGraph::run(const plan::Plan& plan, const std::vector<std::vector<int64_
                     std::vector<torch::Tensor>& params, const Queue& queue, QueuedPasses& out) {
 #ifdef REWIND_CUDA
   const int micro = static_cast<int>(xs.size());
-  const bool have = graph_ && graph_->micro == micro && graph_->rows == rows && graph_->cols == cols &&
-                    graph_->plan == plan;
-  if (!have) {
+  if (!(graph_ && graph_->serves(plan, micro))) {
     if (warm_count_ < eager_steps_ || warm_micro_ != micro || !(warm_plan_ == plan)) return false;
     for (const plan::Plan& f : failed_)
       if (f == plan) return false;
@@ -103,8 +101,6 @@ bool StepGraph::capture(const plan::Plan& plan, int64_t rows, int64_t cols, int 
   auto g = std::make_unique<Graph>();
   g->plan = plan;
   g->micro = micro;
-  g->rows = rows;
-  g->cols = cols;
   const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device_);
   for (int m = 0; m < micro; ++m) {
     g->xs.push_back(torch::zeros({rows, cols}, opts));
