@@ -92,7 +92,8 @@ if [[ ${MODE:-} == record ]]; then
   [[ -n "${OUT:-}" ]] && cp "$W"/record*.log "$OUT"/
   exit 0
 fi
-# MODE=step: the unrecorded step only: rewind's default (fast blocks, fused loss) against the
+# MODE=step: the unrecorded step only: rewind's default (fast blocks, fused loss, LayerNorm
+# kernels, CUDA graphs) against no graphs, LibTorch's LayerNorm (REWIND_FUSED_NORM=0), the
 # fast blocks with the module path's loss (REWIND_FUSED_LOSS=0), the module path throughout,
 # and plain PyTorch (eager, compiled), then phase times.
 if [[ ${MODE:-} == step ]]; then
@@ -101,13 +102,14 @@ if [[ ${MODE:-} == step ]]; then
     # which a 22-step run would mostly spend eagerly; train/step_graph.h).
     RUN_ENV=REWIND_CUDA_GRAPHS=1 run rewind
     RUN_ENV=REWIND_CUDA_GRAPHS=0 run rewind-no-graphs
+    RUN_ENV="REWIND_CUDA_GRAPHS=1 REWIND_FUSED_NORM=0" run rewind-libtorch-norm
     RUN_ENV=REWIND_FUSED_LOSS=0 run rewind-module-loss
     RUN_ENV="REWIND_FAST_BLOCK=0 REWIND_FUSED_LOSS=0" run rewind-module
   done
   ours=$(median rewind)
   printf "gpt2-small training, B=%d T=1024, median step (ms) over %d rounds x %d steps\n" "$B" "$ROUNDS" "$((STEPS - 2))"
   printf "%-34s %8s %14s %10s %10s\n" mode ms "p25-p75 ms" tokens/s "last loss"
-  for mode in rewind rewind-no-graphs rewind-module-loss rewind-module; do
+  for mode in rewind rewind-no-graphs rewind-libtorch-norm rewind-module-loss rewind-module; do
     awk -v n="$mode" -v ms="$(median $mode)" -v q="$(quartiles $mode)" -v t="$((B * 1024))" -v loss="$(cat "$W/$mode.loss")" \
       'BEGIN {printf "%-34s %8.1f %14s %10.0f %10.4f\n", n, ms, q, t/(ms/1000), loss}'
   done

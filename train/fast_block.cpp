@@ -6,6 +6,7 @@
 #include <torch/autograd.h>
 
 #include "train/mixed.h"
+#include "train/norm.h"
 #ifdef REWIND_CUDA
 #include <ATen/cuda/CUDAContext.h>
 
@@ -57,6 +58,26 @@ Tensor swap_middle(const Tensor& t) {
   return t.permute({0, 2, 1, 3}).contiguous();
 }
 
+// FP32 rounded to BF16 while moving between qkv's layout (B, T, 3, H, D) and the attention
+// kernels' (3, B, H, T, D) (to_heads), or back: attention()'s strided BF16 copies, in one
+// kernel of ours on CUDA (layout.h; LibTorch's strided copy ran at ~2 TB/s), else LibTorch's.
+Tensor qkv_relayout(const Tensor& src, int64_t B, int64_t T, int64_t H, int64_t D, bool to_heads) {
+  const auto bf16 = src.options().dtype(kBf16);
+  Tensor out = to_heads ? torch::empty({3, B, H, T, D}, bf16) : torch::empty({B, T, 3, H, D}, bf16);
+#ifdef REWIND_CUDA
+  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  if (src.is_cuda() && src.is_contiguous() && src.scalar_type() == torch::kFloat32 && D % 8 == 0 && aligned(src) &&
+      aligned(out)) {
+    const int rc = kernels::cuda::qkv_layout_to_bf16(src.data_ptr<float>(), reinterpret_cast<uint16_t*>(out.data_ptr()),
+                                                     B, T, H, D, to_heads, at::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(rc == 0, "qkv layout: CUDA launch failed (error ", rc, ")");
+    return out;
+  }
+#endif
+  return to_heads ? out.copy_(src.view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4}))
+                  : out.copy_(src.permute({1, 3, 0, 2, 4}));
+}
+
 // A BF16 GEMM x W^T as CudaBf16LinearFn runs it with round_out (BF16 result, not widened).
 Tensor gemm(const Tensor& x, const Tensor& w_bf16) { return torch::matmul(x, w_bf16.t()); }
 // The weight gradient g^T x of CudaBf16LinearFn::backward, widened for the FP32 master weight.
@@ -79,27 +100,42 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = st->heads, D = C / H;
     const Tensor wa = bf16_of(c_attn, st->wa), wp = bf16_of(c_proj, st->wp), wf = bf16_of(c_fc, st->wf),
                  wm = bf16_of(mlp_proj, st->wm);
-    // LayerNorm in FP32, rounded once (round_bf16 then the GEMM's cast of its input).
-    auto [a, mean1, rstd1] = at::native_layer_norm(x, {C}, ln_1, Tensor(), kLnEps);
-    const Tensor a_b = a.to(kBf16);
+    // LayerNorm in FP32, rounded once (round_bf16 then the GEMM's cast of its input): rewind's
+    // kernels where they apply (norm.h; the module path's layer_norm uses them too), else LibTorch's.
+    const bool kern = norm_kernels_apply(x, Tensor());
+    Tensor a_b, mean1, rstd1;
+    if (kern) {
+      NormForward n1 = norm_forward(x, Tensor(), ln_1, /*bf16_out=*/true);
+      a_b = n1.out, mean1 = n1.mean, rstd1 = n1.rstd;
+    } else {
+      auto [a, mean, rstd] = at::native_layer_norm(x, {C}, ln_1, Tensor(), kLnEps);
+      a_b = a.to(kBf16), mean1 = mean, rstd1 = rstd;
+    }
     // qkv in FP32 (bf16_matmul without round_out), then Q, K, V rounded into the kernels'
     // layout in one copy (attention()'s three strided BF16 copies).
     const Tensor qkv = bf16_matmul(a_b, wa.t(), /*round_out=*/false);
-    const Tensor qkv_b = torch::empty({3, B, H, T, D}, a_b.options())
-                             .copy_(qkv.view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4}));
+    const Tensor qkv_b = qkv_relayout(qkv, B, T, H, D, /*to_heads=*/true);
     Tensor lse;
     const Tensor o = kernels::attention_bf16_forward(qkv_b, st->opt, st->capture.get(), lse);
     // O back to (B, T, C) for the output projection (attention()'s FP32 assembly and the
     // GEMM's cast in one BF16 copy).
     const Tensor o_t = swap_middle(o).view({B, T, C});
-    const Tensor y = x + gemm(o_t, wp);  // FP32 + BF16: the widening is exact
-    auto [m, mean2, rstd2] = at::native_layer_norm(y, {C}, ln_2, Tensor(), kLnEps);
-    const Tensor m_b = m.to(kBf16);
+    const Tensor proj = gemm(o_t, wp);
+    Tensor y, m_b, mean2, rstd2;  // y = x + proj: FP32 + BF16, the widening is exact
+    if (kern) {  // the residual add in the LayerNorm's kernel
+      NormForward n2 = norm_forward(x, proj, ln_2, /*bf16_out=*/true);
+      y = n2.y, m_b = n2.out, mean2 = n2.mean, rstd2 = n2.rstd;
+    } else {
+      y = x + proj;
+      auto [m, mean, rstd] = at::native_layer_norm(y, {C}, ln_2, Tensor(), kLnEps);
+      m_b = m.to(kBf16), mean2 = mean, rstd2 = rstd;
+    }
     const Tensor h_b = gemm(m_b, wf);     // (B, T, 4C)
     const Tensor g_b = at::gelu(h_b);     // FP32 math, one rounding
     ctx->save_for_backward({x, y, a_b, mean1, rstd1, qkv_b, o, lse, o_t, m_b, mean2, rstd2, h_b, g_b,
                             wa, wp, wf, wm, ln_1, ln_2});
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    ctx->saved_data["norm_kernels"] = kern;
     return y + gemm(g_b, wm);
   }
 
@@ -118,17 +154,26 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
     const Tensor d_mlp_proj = weight_grad(g_out, g_b);
     const Tensor dh_b = at::gelu_backward(dg_b, h_b);              // FP32 math, one rounding
     const Tensor d_c_fc = weight_grad(dh_b, m_b);
-    auto [dy_ln, d_ln_2] = ln_backward(torch::matmul(dh_b, wf), y, mean2, rstd2, ln_2);
-    const Tensor dy = dout + dy_ln;
+    // dy = dout + LayerNorm 2's input gradient, and its BF16 cast (one kernel where they apply).
+    const bool kern = ctx->saved_data["norm_kernels"].toBool();
+    Tensor dy, d_ln_2, g_y;
+    if (kern) {
+      NormBackward n2 = norm_backward(torch::matmul(dh_b, wf), y, mean2, rstd2, ln_2, dout, /*want_bf16=*/true);
+      dy = n2.dx, d_ln_2 = n2.dw, g_y = n2.dx_bf16;
+    } else {
+      auto [dy_ln, dw] = ln_backward(torch::matmul(dh_b, wf), y, mean2, rstd2, ln_2);
+      dy = dout + dy_ln, d_ln_2 = dw, g_y = dy.to(kBf16);
+    }
     // Attention: dO in the kernels' layout, then dQ, dK, dV rounded back into qkv's layout.
-    const Tensor g_y = dy.to(kBf16);
     const Tensor d_c_proj = weight_grad(g_y, o_t);
     const Tensor d_o = swap_middle(torch::matmul(g_y, wp).view({B, T, H, D}));
     const Tensor dqkv = kernels::attention_bf16_backward(qkv_b, o, lse, d_o, st->opt);
-    const Tensor g_qkv = torch::empty({B, T, 3, H, D}, a_b.options())
-                             .copy_(dqkv.permute({1, 3, 0, 2, 4}))
-                             .view({B, T, 3 * C});
+    const Tensor g_qkv = qkv_relayout(dqkv, B, T, H, D, /*to_heads=*/false).view({B, T, 3 * C});
     const Tensor d_c_attn = weight_grad(g_qkv, a_b);
+    if (kern) {
+      NormBackward n1 = norm_backward(torch::matmul(g_qkv, wa), x, mean1, rstd1, ln_1, dy, false);
+      return {n1.dx, n1.dw, d_c_attn, d_c_proj, d_ln_2, d_c_fc, d_mlp_proj, Tensor()};
+    }
     auto [dx_ln, d_ln_1] = ln_backward(torch::matmul(g_qkv, wa), x, mean1, rstd1, ln_1);
     return {dy + dx_ln, d_ln_1, d_c_attn, d_c_proj, d_ln_2, d_c_fc, d_mlp_proj, Tensor()};
   }
@@ -138,8 +183,16 @@ struct FastHeadFn : public torch::autograd::Function<FastHeadFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& ln_f, const Tensor& wte,
                         c10::intrusive_ptr<KeptCast> kept) {
     const Tensor w = bf16_of(wte, kept->w);
-    auto [a, mean, rstd] = at::native_layer_norm(x, {x.size(-1)}, ln_f, Tensor(), kLnEps);
-    const Tensor a_b = a.to(kBf16);
+    Tensor a_b, mean, rstd;
+    const bool kern = norm_kernels_apply(x, Tensor());
+    ctx->saved_data["norm_kernels"] = kern;
+    if (kern) {
+      NormForward n = norm_forward(x, Tensor(), ln_f, /*bf16_out=*/true);
+      a_b = n.out, mean = n.mean, rstd = n.rstd;
+    } else {
+      auto [a, m, r] = at::native_layer_norm(x, {x.size(-1)}, ln_f, Tensor(), kLnEps);
+      a_b = a.to(kBf16), mean = m, rstd = r;
+    }
     ctx->save_for_backward({x, a_b, mean, rstd, w, ln_f});
     return gemm(a_b, w);  // (B, T, V) BF16
   }
@@ -147,6 +200,10 @@ struct FastHeadFn : public torch::autograd::Function<FastHeadFn> {
     const variable_list s = ctx->get_saved_variables();
     const Tensor &x = s[0], &a_b = s[1], &mean = s[2], &rstd = s[3], &w = s[4], &ln_f = s[5];
     const Tensor g = grads[0].to(kBf16);  // BF16 already from fused_cross_entropy: no copy
+    if (ctx->saved_data["norm_kernels"].toBool()) {
+      NormBackward n = norm_backward(torch::matmul(g, w), x, mean, rstd, ln_f, Tensor(), false);
+      return {n.dx, n.dw, weight_grad(g, a_b), Tensor()};
+    }
     auto [dx, d_ln_f] = ln_backward(torch::matmul(g, w), x, mean, rstd, ln_f);
     return {dx, d_ln_f, weight_grad(g, a_b), Tensor()};
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "train/fp32_gemm.h"
+#include "train/norm.h"
 
 namespace rwd::train {
 
@@ -121,6 +122,10 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, bool low, b
 
 torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                          bool low) {
+  if (w.defined() && norm_kernels_apply(x, b)) {  // the fast block's kernels (norm.h)
+    const torch::Tensor y = norm_module(x, w);
+    return low ? round_bf16(y) : y;
+  }
   namespace F = torch::nn::functional;
   auto y = F::layer_norm(x, F::LayerNormFuncOptions({x.size(-1)}).weight(w).bias(b).eps(1e-5));
   return low ? round_bf16(y) : y;

@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "train/fp32_gemm.h"
+#include "train/norm.h"
 #include "store/store.h"
 
 namespace rwd::train {
@@ -79,7 +80,7 @@ std::string device_name(const torch::Device& device) {
 }
 
 void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device, int world) {
-  use_recorded_fp32_gemm(run, device);
+  use_recorded_numerics(run, device);
   static std::set<int64_t> warned;  // bisect restores the same run many times
   if (!warned.insert(run.run_id).second) return;
   const long long id = run.run_id;
@@ -108,12 +109,14 @@ std::string rewind_version() { return "0.3.0"; }
 std::string torch_version() { return TORCH_VERSION; }
 int numerics_version(bool cuda) {
   if (!cuda) return 2;
-  return fp32_gemm() == Fp32Gemm::kSplitTf32 ? 4 : 3;
+  return (fp32_gemm() == Fp32Gemm::kSplitTf32 ? 4 : 3) + (fused_norm() ? 2 : 0);
 }
 
-void use_recorded_fp32_gemm(const RunSpec& run, const torch::Device& device) {
-  if (!device.is_cuda() || fp32_gemm_from_env()) return;
-  set_fp32_gemm(run.recorded_numerics >= 4 ? Fp32Gemm::kSplitTf32 : Fp32Gemm::kSimt);
+void use_recorded_numerics(const RunSpec& run, const torch::Device& device) {
+  if (!device.is_cuda()) return;
+  const int v = run.recorded_numerics;
+  if (!fp32_gemm_from_env()) set_fp32_gemm(v == 4 || v == 6 ? Fp32Gemm::kSplitTf32 : Fp32Gemm::kSimt);
+  if (!fused_norm_from_env()) set_fused_norm(v >= 5);
 }
 
 std::string RunSpec::meta_json() const {

@@ -46,12 +46,13 @@ std::string device_name(const torch::Device& device);
 // numerics or LibTorch version, the processor. Replay is bitwise only when none does.
 // `world`: the ranks computing it now (a run recorded on N ranks sums its gradients in another
 // order on M != N ranks).
-// First it makes the GPU's FP32 GEMM the one the run was recorded with (use_recorded_fp32_gemm).
+// First it makes the GPU's FP32 GEMM the one the run was recorded with (use_recorded_numerics).
 void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device, int world = 1);
 // On a GPU, unless REWIND_FP32_GEMM says otherwise: the FP32 linears of a run recorded under
-// numerics 3 or before run cuBLAS's FP32 GEMM (Fp32Gemm::kSimt), later ones 3xTF32, so a
-// recorded FP32 plan replays bitwise. Process-wide, like the recording it serves.
-void use_recorded_fp32_gemm(const RunSpec& run, const torch::Device& device);
+// numerics 4 or 6 run 3xTF32, others cuBLAS's FP32 GEMM (Fp32Gemm::kSimt), so a recorded FP32
+// plan replays bitwise; unless REWIND_FUSED_NORM says otherwise, LayerNorms run rewind's
+// kernels for numerics 5 and 6, LibTorch's before. Process-wide, like the recording it serves.
+void use_recorded_numerics(const RunSpec& run, const torch::Device& device);
 
 std::string rewind_version();
 // Bumped whenever a change alters the bits a training step computes on that kind of device
@@ -64,6 +65,8 @@ std::string rewind_version();
 //   cross-entropy over the BF16 logits (kernels/cuda/cross_entropy.cu); CPU runs stay at 2.
 //   4, CUDA only: FP32 linears and LM head as 3xTF32 GEMMs (train/fp32_gemm.h); 3 where
 //   REWIND_FP32_GEMM=simt (or a replay of a run recorded under 3) keeps cuBLAS's FP32 GEMM.
+//   5 and 6, CUDA only: 3 and 4 with LayerNorm in rewind's kernels (train/norm.h), the
+//   default; REWIND_FUSED_NORM=0 (or a replay of a run recorded under 3 or 4) keeps LibTorch's.
 int numerics_version(bool cuda);
 std::string torch_version();
 

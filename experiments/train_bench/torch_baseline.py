@@ -111,6 +111,8 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=50304)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--accum", type=int, default=1, help="micro-batches per rank per step")
+    ap.add_argument("--profile-last", type=int, default=0,
+                    help="bracket the last N steps with cudaProfilerStart/Stop (ncu --profile-from-start off)")
     ap.add_argument("--memory", action="store_true",
                     help="after the summary, print the caching allocator's peaks (torch.cuda.max_memory_allocated / "
                          "max_memory_reserved since the start: model, optimizer, activations)")
@@ -152,6 +154,9 @@ def main():
 
     times, loss = [], float("nan")
     for it in range(a.steps):
+        if a.profile_last and it == a.steps - a.profile_last:
+            torch.cuda.synchronize(dev)
+            torch.cuda.profiler.start()
         t0 = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = lr_at(it)
@@ -172,6 +177,9 @@ def main():
             print(f"step {it:6d} | loss {loss:.6f} | {ms:.1f} ms", flush=True)
         if it >= a.warmup_steps:
             times.append(ms)
+    if a.profile_last:
+        torch.cuda.synchronize(dev)
+        torch.cuda.profiler.stop()
     if not times:
         sys.exit("torch_baseline: no timed steps (raise --steps)")
     q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3

@@ -1,5 +1,6 @@
 // Layout copies (see layout.h): a grid-stride loop over the destination in order, so the
 // stores are coalesced and each source run of d elements is read whole.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -39,7 +40,59 @@ int launch(const void* src, void* dst, int64_t n, int64_t x, int64_t y, int64_t 
   return static_cast<int>(cudaGetLastError());
 }
 
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+
+// dst, in order, in units of 8 elements; u: units per row of D.
+template <bool kToHeads>
+__global__ void __launch_bounds__(kThreads)
+    qkv_layout_kernel(const float* __restrict__ src, uint4* __restrict__ dst, int64_t B, int64_t T, int64_t H,
+                      int64_t u, int64_t total) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t iu = i % u;
+    int64_t r = i / u, from;
+    if constexpr (kToHeads) {  // dst (3, B, H, T) rows, src (B, T, 3, H)
+      const int64_t t = r % T;
+      r /= T;
+      const int64_t h = r % H;
+      r /= H;
+      const int64_t b = r % B, s = r / B;
+      from = ((b * T + t) * 3 + s) * H + h;
+    } else {  // dst (B, T, 3, H) rows, src (3, B, H, T)
+      const int64_t h = r % H;
+      r /= H;
+      const int64_t s = r % 3;
+      r /= 3;
+      const int64_t t = r % T, b = r / T;
+      from = ((s * B + b) * H + h) * T + t;
+    }
+    const float4* p = reinterpret_cast<const float4*>(src + (from * u + iu) * 8);
+    const float4 a = p[0], c = p[1];
+    dst[i] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(c.x, c.y), pack_bf16(c.z, c.w));
+  }
+}
+
 }  // namespace
+
+int qkv_layout_to_bf16(const float* src, uint16_t* dst, int64_t B, int64_t T, int64_t H, int64_t D,
+                       bool to_heads, void* stream) {
+  if (B < 0 || T < 0 || H < 0 || D < 0 || !src || !dst || D % 8 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(dst) % 16 != 0)
+    return cudaErrorInvalidValue;
+  const int64_t u = D / 8, total = B * T * 3 * H * u;
+  if (total == 0) return cudaSuccess;
+  auto st = static_cast<cudaStream_t>(stream);
+  const int blocks = static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, 132 * 16));
+  auto* out = reinterpret_cast<uint4*>(dst);
+  if (to_heads)
+    qkv_layout_kernel<true><<<blocks, kThreads, 0, st>>>(src, out, B, T, H, u, total);
+  else
+    qkv_layout_kernel<false><<<blocks, kThreads, 0, st>>>(src, out, B, T, H, u, total);
+  return static_cast<int>(cudaGetLastError());
+}
 
 int swap_middle_dims_16bit(const uint16_t* src, uint16_t* dst, int64_t n, int64_t x, int64_t y,
                            int64_t d, void* stream) {

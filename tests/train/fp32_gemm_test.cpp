@@ -22,6 +22,7 @@
 
 #include "cuda_fixture.h"
 #include "train/fp32_gemm.h"
+#include "train/norm.h"
 #include "train/mixed.h"
 #include "train/run_spec.h"
 
@@ -181,27 +182,38 @@ TEST_F(Fp32Gemm3x, SimtEscapeIsTheFp32GemmAndNumericsSaysWhich) {
   const torch::Tensor w = torch::randn({1024, 768}).to(device_);
   {
     GemmScope scope(Fp32Gemm::kSimt);
-    EXPECT_EQ(numerics_version(true), 3);
+    EXPECT_EQ(numerics_version(true), fused_norm() ? 5 : 3);  // 5: LayerNorm in rewind's kernels
     const torch::Tensor y = linear(x, w, false, false, false);
     EXPECT_TRUE(torch::equal(y, torch::matmul(x, w.t())));
   }
   {
     GemmScope scope(Fp32Gemm::kSplitTf32);
-    EXPECT_EQ(numerics_version(true), 4);
+    EXPECT_EQ(numerics_version(true), fused_norm() ? 6 : 4);
     EXPECT_EQ(numerics_version(false), 2);
     const torch::Tensor y = linear(x, w, false, false, false);
     EXPECT_TRUE(torch::equal(y, split_tf32_mm(x, w.t(), false, false)));
     EXPECT_FALSE(torch::equal(y, torch::matmul(x, w.t())));
-    // A run recorded under numerics 3 replays with the FP32 GEMM it was recorded with.
-    if (!fp32_gemm_from_env()) {
+    // A recorded run replays with the FP32 GEMM and the LayerNorm it was recorded with
+    // (3xTF32 under 4 and 6, rewind's LayerNorm kernels from 5 on: CUDA builds only).
+    const bool norm_was = fused_norm();
+    const struct {
+      int numerics;
+      Fp32Gemm gemm;
+      bool norm;
+    } cases[] = {{3, Fp32Gemm::kSimt, false},
+                 {4, Fp32Gemm::kSplitTf32, false},
+                 {5, Fp32Gemm::kSimt, true},
+                 {6, Fp32Gemm::kSplitTf32, true}};
+    for (const auto& c : cases) {
       RunSpec old;
-      old.recorded_numerics = 3;
-      use_recorded_fp32_gemm(old, device_);
-      EXPECT_EQ(fp32_gemm(), Fp32Gemm::kSimt);
-      old.recorded_numerics = 4;
-      use_recorded_fp32_gemm(old, device_);
-      EXPECT_EQ(fp32_gemm(), Fp32Gemm::kSplitTf32);
+      old.recorded_numerics = c.numerics;
+      use_recorded_numerics(old, device_);
+      if (!fp32_gemm_from_env()) EXPECT_EQ(fp32_gemm(), c.gemm) << "numerics " << c.numerics;
+#ifdef REWIND_CUDA
+      if (!fused_norm_from_env()) EXPECT_EQ(fused_norm(), c.norm) << "numerics " << c.numerics;
+#endif
     }
+    set_fused_norm(norm_was);
   }
 }
 
