@@ -7,7 +7,9 @@
 # Usage: bash scripts/gpu_multi.sh   (BUILD, OUT, NS="1 2 4", STEPS=30, SKIP_TESTS=1, TEST_TIMEOUT=200 honoured;
 #        QUICK=1: at N = 2 only replay --verify, not step, bisect and the out-of-memory case;
 #        PHASES=1: a third run per N > 1 with REWIND_PHASE_TIMES=1 and one with the gradient
-#        exchange after the backward, REWIND_GRAD_BUCKET_MB=0, for the overlap's share)
+#        exchange after the backward, REWIND_GRAD_BUCKET_MB=0, for the overlap's share;
+#        GRAPHS=n: rewind's runs capture their step after n eager steps, default 1; EAGER=1: a
+#        run per N without CUDA graphs too)
 # Builds rewind and dist_cuda_test with scripts/gpu_build.sh unless $BUILD already has them.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,9 +48,15 @@ for n in $NS; do
   a=$((2 * n)); tokens=$((a * 8 * 1024))
   common=(--preset gpt2-small --device cuda --data "$W/t.bin" --batch-size 8 --gradient-accumulation-steps "$a"
           --steps "$STEPS" --log-every 1 --nproc-per-node "$n")
-  "$R" train "${common[@]}" > "$OUT/rewind_$n.log" 2>&1 || { echo "rewind on $n GPUs failed:"; tail -5 "$OUT/rewind_$n.log"; }
+  # A long run's steady state: the step captured as a CUDA graph after GRAPHS eager steps
+  # (default 1 here; train's default is 16, which a 30-step run would mostly spend eagerly).
+  REWIND_CUDA_GRAPHS=${GRAPHS:-1} "$R" train "${common[@]}" > "$OUT/rewind_$n.log" 2>&1 || { echo "rewind on $n GPUs failed:"; tail -5 "$OUT/rewind_$n.log"; }
+  if [[ -n ${EAGER:-} ]]; then
+    REWIND_CUDA_GRAPHS=0 "$R" train "${common[@]}" > "$OUT/eager_$n.log" 2>&1
+    echo "N=$n without CUDA graphs: median step $(median_ms "$OUT/eager_$n.log") ms" | tee -a "$OUT/multi.txt"
+  fi
   rm -f "$W/rec_$n.db"*
-  "$R" train "${common[@]}" --record "$W/rec_$n.db" --checkpoint-every 10 > "$OUT/record_$n.log" 2>&1 \
+  REWIND_CUDA_GRAPHS=${GRAPHS:-1} "$R" train "${common[@]}" --record "$W/rec_$n.db" --checkpoint-every 10 > "$OUT/record_$n.log" 2>&1 \
     || { echo "rewind --record on $n GPUs failed:"; tail -5 "$OUT/record_$n.log"; }
   if (( n > 1 )); then  # the recording verifies on its own N without flags (issue 32 item 4)
     "$R" replay --store "$W/rec_$n.db" --from 10 --to 19 --verify > "$OUT/replay_$n.log" 2>&1

@@ -52,6 +52,12 @@ int StepGraph::eager_steps_before_capture(const torch::Device& device) {
 StepGraph::StepGraph(torch::Device device, int eager_steps) : device_(device), eager_steps_(eager_steps) {}
 StepGraph::~StepGraph() = default;
 
+bool StepGraph::capture_due(const plan::Plan& plan, int micro_batches) const {
+  if (graph_ && graph_->serves(plan, micro_batches)) return false;
+  if (warm_count_ < eager_steps_ || warm_micro_ != micro_batches || !(warm_plan_ == plan)) return false;
+  return std::find(failed_.begin(), failed_.end(), plan) == failed_.end();
+}
+
 void StepGraph::ran_eagerly(const plan::Plan& plan, int micro_batches) {
   if (graph_ && !graph_->serves(plan, micro_batches)) graph_.reset();  // its memory back
   const bool same = warm_micro_ == micro_batches && warm_plan_ == plan;
@@ -66,9 +72,7 @@ bool StepGraph::run(const plan::Plan& plan, const std::vector<std::vector<int64_
 #ifdef REWIND_CUDA
   const int micro = static_cast<int>(xs.size());
   if (!(graph_ && graph_->serves(plan, micro))) {
-    if (warm_count_ < eager_steps_ || warm_micro_ != micro || !(warm_plan_ == plan)) return false;
-    for (const plan::Plan& f : failed_)
-      if (f == plan) return false;
+    if (!capture_due(plan, micro)) return false;
     graph_.reset();
     if (!capture(plan, rows, cols, micro, params, queue)) {
       failed_.push_back(plan);

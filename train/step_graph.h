@@ -9,9 +9,11 @@
 // and a replay saves the host's share of a step (~1 ms of gpt2-small's 22 ms on an H200): it
 // pays over a training run or a long replay, not over a bisect probe of a few steps. So a plan
 // is captured after REWIND_CUDA_GRAPHS eager steps in a row (default 16; 0 turns graphs off).
-// Only single-process steps on a GPU without tensor captures are graphed: the data-parallel
-// exchange has host waits inside the backward. A capture that fails (an op that waits for
-// the host) leaves that plan eager for the run.
+// Steps on a GPU without tensor captures are graphed. With ranks the graph holds each rank's
+// passes only: the gradient exchange waits on the host, so a graphed step exchanges after the
+// replay in one piece instead of in buckets during the backward (the same sums in the same
+// order, hence the same bits: dist_test). A capture that fails (an op that waits for the host)
+// leaves that plan eager for the run.
 #pragma once
 
 #include <torch/types.h>
@@ -35,6 +37,7 @@ struct QueuedPasses {
   std::vector<ForwardTap> taps;       // per micro-batch: the layers' pending monitor stats
   torch::Tensor wq_norms;             // every head's W_Q spectral norm (FP64)
   torch::Tensor norm;                 // the gradient norm, when queued inside (one rank)
+  bool bucketed = false;              // ranks: the gradients were exchanged in buckets already
 };
 
 class StepGraph {
@@ -46,6 +49,8 @@ class StepGraph {
   // Eager steps of a plan before its capture (REWIND_CUDA_GRAPHS; 0: graphs off, as on the CPU
   // and in builds without CUDA).
   static int eager_steps_before_capture(const torch::Device& device);
+  // Whether run() with this plan and number of micro-batches would capture now.
+  bool capture_due(const plan::Plan& plan, int micro_batches) const;
   StepGraph(torch::Device device, int eager_steps);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;

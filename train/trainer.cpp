@@ -131,25 +131,28 @@ Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& 
 }
 
 QueuedPasses Trainer::queue_passes(const plan::Plan& plan, const std::vector<int>& capture_layers,
-                                   const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& ys) {
+                                   const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& ys,
+                                   bool use_buckets) {
   const int accum = config_.gradient_accumulation_steps;
   const int share = static_cast<int>(xs.size());
   const int first = comm_ ? comm_->rank() * share : 0;
   const bool ranks = comm_ && comm_->world() > 1;
   const KeepBf16Weights casts(model_, share > 1);  // the weights stay unchanged until the update
-  if (buckets_) buckets_->reset();  // an earlier step that threw mid-backward stays behind
+  GradBuckets* buckets = use_buckets ? buckets_.get() : nullptr;
+  if (buckets) buckets->reset();  // an earlier step that threw mid-backward stays behind
+  QueuedPasses q;
+  q.bucketed = buckets != nullptr;
   // The W_Q spectral norms (the monitors) and the gradient norm are queued behind the first
   // backward and read after the loss: their host time overlaps the GPU's backward.
-  QueuedPasses q;
   for (int i = 0; i < share; ++i) {
     ForwardTap tap;
     if (first + i == 0) tap.tensor_layers = capture_layers;
     torch::Tensor loss = model_->loss(xs[i], ys[i], plan, &tap);
     phase_mark(kPhaseForward);
     const bool last = i == share - 1;
-    if (last && buckets_) buckets_->arm();  // exchange each bucket as its gradients complete
+    if (last && buckets) buckets->arm();  // exchange each bucket as its gradients complete
     (loss / accum).backward();
-    if (last && buckets_) buckets_->finish();
+    if (last && buckets) buckets->finish();
     phase_mark(kPhaseBackward);
     if (!q.wq_norms.defined()) q.wq_norms = wq_spectral_norms_queued();
     if (last && !ranks) q.norm = grad_norm_queued();  // the gradients are complete
@@ -183,19 +186,24 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   // Each micro-batch's loss and monitor statistics are read after the last one is queued: a
   // read inside the loop would make the host wait for the GPU before it queues the next
   // micro-batch, leaving the GPU idle while it does (the same values, summed in the same order).
-  const StepGraph::Queue queue = [&](const std::vector<torch::Tensor>& xd, const std::vector<torch::Tensor>& yd) {
-    return queue_passes(plan, capture_layers, xd, yd);
+  // A graph holds the passes only; ranks exchange their gradients after its replay.
+  const StepGraph::Queue in_graph = [&](const std::vector<torch::Tensor>& xd, const std::vector<torch::Tensor>& yd) {
+    return queue_passes(plan, capture_layers, xd, yd, /*use_buckets=*/false);
   };
-  const bool graphable = graph_ && !ranks && capture_layers.empty() && !phase_enabled_;
+  const bool graphable = graph_ && capture_layers.empty() && !phase_enabled_;
+  // The buckets' hooks keep autograd's accumulate-grad nodes alive, made on the eager steps'
+  // stream; a capture needs them made anew on its own. So ranks drop their buckets before the
+  // first capture and exchange after the backward from then on (the same bits: dist_test).
+  if (graphable && buckets_ && graph_->capture_due(plan, share)) buckets_.reset();
   QueuedPasses q;
-  if (!(graphable && graph_->run(plan, xs, ys, rows, cols, params_, queue, q))) {
+  if (!(graphable && graph_->run(plan, xs, ys, rows, cols, params_, in_graph, q))) {
     std::vector<torch::Tensor> xd, yd;
     for (int i = 0; i < share; ++i) {
       xd.push_back(batch_on(xs[i], rows, cols, device_));
       yd.push_back(batch_on(ys[i], rows, cols, device_));
     }
     for (auto& p : params_) p.mutable_grad() = torch::Tensor();
-    q = queue(xd, yd);
+    q = queue_passes(plan, capture_layers, xd, yd, buckets_ != nullptr);
     if (graphable) graph_->ran_eagerly(plan, share);
   }
   torch::Tensor norm = q.norm;
@@ -222,7 +230,7 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   }
   phase_mark(kPhaseLoss);
   if (ranks) {
-    reduce_across_ranks(r, loss_sum, batch_hashes, all_caps);
+    reduce_across_ranks(r, loss_sum, batch_hashes, all_caps, q.bucketed);
     phase_mark(kPhaseExchange);
   }
   uint64_t h = kFnvOffset;
@@ -269,96 +277,6 @@ std::vector<HeadMonitor> Trainer::monitors(
     }
   }
   return out;
-}
-
-void Trainer::set_comm(Comm* comm) {
-  if (comm != nullptr && config_.gradient_accumulation_steps % comm->world() != 0)
-    throw UsageError("gradient_accumulation_steps (" + std::to_string(config_.gradient_accumulation_steps) +
-                     ") must be a multiple of the number of ranks (" + std::to_string(comm->world()) + ")");
-  comm_ = comm;
-  buckets_.reset();
-  const int64_t bucket_bytes = GradBuckets::bytes_from_env();
-  if (comm != nullptr && comm->world() > 1 && bucket_bytes > 0)
-    buckets_ = std::make_unique<GradBuckets>(*comm, params_, bucket_bytes);
-}
-
-void Trainer::reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<uint64_t>& batch_hashes,
-                                  std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps) {
-  torch::NoGradGuard no_grad;
-  // Gradients laid end to end in parameter order, summed in rank order (sharded: dist.h).
-  // Without buckets (REWIND_GRAD_BUCKET_MB=0): here, after the backward, in one piece.
-  std::vector<torch::Tensor> grads, flat;
-  for (auto& p : params_) {
-    if (buckets_ || !p.grad().defined()) continue;
-    grads.push_back(p.grad());
-    flat.push_back(p.grad().reshape({-1}));
-  }
-  if (!flat.empty()) {
-    const torch::Tensor sum = comm_->sum_in_rank_order(torch::cat(flat));
-    int64_t off = 0;
-    for (auto& g : grads) {
-      g.copy_(sum.slice(0, off, off + g.numel()).view_as(g));
-      off += g.numel();
-    }
-  }
-  // The rest travels in one allgather of 64-bit words per rank (one collective, one host
-  // wait): the loss sum's FP32 bits, this rank's sample offsets and batch hashes (rank r holds
-  // a contiguous share of the micro-batches, so rank order is micro-batch order and rank 0
-  // records the whole step), and the monitor statistics of every (layer, head) as FP64 bits
-  // (exact for counts below 2^53).
-  const int64_t share = static_cast<int64_t>(r.offsets.size());
-  const int64_t rows = share ? static_cast<int64_t>(r.offsets[0].size()) : 0;
-  const int64_t L = static_cast<int64_t>(caps.size()), H = config_.n_head;
-  constexpr int kStats = 7;
-  const int64_t words = 1 + share * rows + share + L * H * kStats;
-  torch::Tensor packed = torch::zeros({words}, torch::kInt64);
-  int64_t* w = packed.data_ptr<int64_t>();
-  uint32_t loss_bits = 0;
-  std::memcpy(&loss_bits, &loss_sum, sizeof loss_bits);
-  *w++ = static_cast<int64_t>(loss_bits);
-  for (int64_t m = 0; m < share; ++m)
-    for (int64_t i = 0; i < rows; ++i) *w++ = r.offsets[static_cast<size_t>(m)][static_cast<size_t>(i)];
-  for (int64_t m = 0; m < share; ++m) *w++ = static_cast<int64_t>(batch_hashes[static_cast<size_t>(m)]);
-  for (int64_t l = 0; l < L; ++l) {
-    for (int64_t h = 0; h < H; ++h, w += kStats) {
-      if (!caps[l] || h >= static_cast<int64_t>(caps[l]->stats.size())) continue;
-      const kernels::HeadStats& x = caps[l]->stats[h];
-      const double v[kStats] = {x.max_logit, double(x.rows), double(x.repeated_max_rows), double(x.pbar_one),
-                                double(x.stable_pos), double(x.stable_neg), double(x.stable_guard)};
-      std::memcpy(w, v, sizeof v);
-    }
-  }
-  const torch::Tensor all = torch::stack(comm_->allgather(packed)).to(torch::kCPU).contiguous();
-  r.offsets.clear();
-  batch_hashes.clear();
-  std::vector<std::vector<kernels::HeadStats>> merged(static_cast<size_t>(L));
-  for (int64_t rank = 0; rank < all.size(0); ++rank) {
-    const int64_t* x = all[rank].data_ptr<int64_t>();
-    float part_loss = 0;
-    loss_bits = static_cast<uint32_t>(*x++);
-    std::memcpy(&part_loss, &loss_bits, sizeof part_loss);
-    // In rank order, r0 + r1 + ..., in FP32 (the bits of the device's add).
-    loss_sum = rank == 0 ? part_loss : loss_sum + part_loss;
-    for (int64_t m = 0; m < share; ++m, x += rows) r.offsets.emplace_back(x, x + rows);
-    for (int64_t m = 0; m < share; ++m) batch_hashes.push_back(static_cast<uint64_t>(*x++));
-    for (int64_t l = 0; l < L; ++l) {
-      std::vector<kernels::HeadStats> part(static_cast<size_t>(H));
-      for (int64_t h = 0; h < H; ++h, x += kStats) {
-        double v[kStats];
-        std::memcpy(v, x, sizeof v);
-        part[h].max_logit = static_cast<float>(v[0]);
-        part[h].rows = static_cast<int64_t>(v[1]);
-        part[h].repeated_max_rows = static_cast<int64_t>(v[2]);
-        part[h].pbar_one = static_cast<int64_t>(v[3]);
-        part[h].stable_pos = static_cast<int64_t>(v[4]);
-        part[h].stable_neg = static_cast<int64_t>(v[5]);
-        part[h].stable_guard = static_cast<int64_t>(v[6]);
-      }
-      if (caps[l]) kernels::merge_head_stats(merged[l], part.data(), part.size());
-    }
-  }
-  for (int64_t l = 0; l < L; ++l)
-    if (caps[l]) caps[l]->stats = merged[l];
 }
 
 StepResult Trainer::train_step(const std::vector<int>& capture_layers) {

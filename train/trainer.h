@@ -113,8 +113,11 @@ class Trainer {
   StepResult forward_backward(const plan::Plan& plan, const std::vector<int>& capture_layers);
   // Queues the forward and backward passes of this rank's micro-batches (token ids on the
   // device), eagerly or inside a graph's capture: nothing in it waits for the device.
+  // use_buckets: the last backward exchanges the gradients in buckets as they complete (ranks,
+  // eagerly: the exchange waits on the host, which a graph's capture cannot).
   QueuedPasses queue_passes(const plan::Plan& plan, const std::vector<int>& capture_layers,
-                            const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& ys);
+                            const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& ys,
+                            bool use_buckets);
   // clip_coef > 0: the gradients are scaled by it first (clipping). digest_sums (optional, one
   // int64 per parameter on the device, zeroed): the fused update adds the updated parameters'
   // digest word sums into it; returns whether it did (false: LibTorch's ops ran).
@@ -138,9 +141,10 @@ class Trainer {
   torch::Tensor wq_spectral_norms_queued() const;
   std::vector<HeadMonitor> monitors(const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps,
                                     const torch::Tensor& wq_norms) const;
-  // The ranks' shares of a step combined (world > 1): see set_comm.
+  // The ranks' shares of a step combined (world > 1): see set_comm. bucketed: the gradients
+  // were exchanged during the backward already (trainer_ranks.cpp).
   void reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<uint64_t>& batch_hashes,
-                           std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps);
+                           std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps, bool bucketed);
 
   Config config_;
   plan::Plan plan_;
@@ -153,7 +157,7 @@ class Trainer {
   int64_t step_ = 0;
   bool want_digest_ = false;  // set_want_digest
   Comm* comm_ = nullptr;
-  std::unique_ptr<GradBuckets> buckets_;  // world > 1 and REWIND_GRAD_BUCKET_MB > 0
+  std::unique_ptr<GradBuckets> buckets_;  // world > 1 and REWIND_GRAD_BUCKET_MB > 0, until a capture
   std::unique_ptr<StepGraph> graph_;      // CUDA graphs of the passes (null: off)
 
   enum { kPhaseData, kPhaseForward, kPhaseBackward, kPhaseLoss, kPhaseExchange, kPhaseGradNorm,
