@@ -47,7 +47,7 @@ if who == "rewind":  # a step ends with its fused AdamW launches; keep the last 
 def kind(n):
     n = n.lower()
     for k, pat in (("attention", r"flash|fmha|attention|attn|dq_kernel|dkdv|simt_"), ("gemm", r"gemm|nvjet|cutlass|xmma|sm90_|cublas"),
-                   ("triton (fused)", r"^triton"), ("layer norm", r"layer_norm|layernorm"), ("cross-entropy", r"cross_entropy|softmax|nll|ce_forward|ce_backward"),
+                   ("triton (fused)", r"^triton"), ("layer norm", r"layer_norm|layernorm|ln_forward|ln_backward|ln_dw"), ("cross-entropy", r"cross_entropy|softmax|nll|ce_forward|ce_backward"),
                    ("optimizer, norms", r"adam|multi_tensor|sumsq|finish_kernel|norm|digest"), ("layout copies", r"swap_middle|layout")):
         if re.search(pat, n): return k
     return "elementwise, copies, reductions"
