@@ -22,7 +22,6 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr double kLnEps = 1e-5;  // layer_norm() in mixed.cpp
 constexpr auto kBf16 = torch::kBFloat16;
 
 struct FastBlockState : torch::CustomClassHolder {
@@ -108,7 +107,7 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
       NormForward n1 = norm_forward(x, Tensor(), ln_1, /*bf16_out=*/true);
       a_b = n1.out, mean1 = n1.mean, rstd1 = n1.rstd;
     } else {
-      auto [a, mean, rstd] = at::native_layer_norm(x, {C}, ln_1, Tensor(), kLnEps);
+      auto [a, mean, rstd] = at::native_layer_norm(x, {C}, ln_1, Tensor(), kLayerNormEps);
       a_b = a.to(kBf16), mean1 = mean, rstd1 = rstd;
     }
     // qkv in FP32 (bf16_matmul without round_out), then Q, K, V rounded into the kernels'
@@ -127,7 +126,7 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
       y = n2.y, m_b = n2.out, mean2 = n2.mean, rstd2 = n2.rstd;
     } else {
       y = x + proj;
-      auto [m, mean, rstd] = at::native_layer_norm(y, {C}, ln_2, Tensor(), kLnEps);
+      auto [m, mean, rstd] = at::native_layer_norm(y, {C}, ln_2, Tensor(), kLayerNormEps);
       m_b = m.to(kBf16), mean2 = mean, rstd2 = rstd;
     }
     const Tensor h_b = gemm(m_b, wf);     // (B, T, 4C)
@@ -190,7 +189,7 @@ struct FastHeadFn : public torch::autograd::Function<FastHeadFn> {
       NormForward n = norm_forward(x, Tensor(), ln_f, /*bf16_out=*/true);
       a_b = n.out, mean = n.mean, rstd = n.rstd;
     } else {
-      auto [a, m, r] = at::native_layer_norm(x, {x.size(-1)}, ln_f, Tensor(), kLnEps);
+      auto [a, m, r] = at::native_layer_norm(x, {x.size(-1)}, ln_f, Tensor(), kLayerNormEps);
       a_b = a.to(kBf16), mean = m, rstd = r;
     }
     ctx->save_for_backward({x, a_b, mean, rstd, w, ln_f});

@@ -127,7 +127,7 @@ torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const t
     return low ? round_bf16(y) : y;
   }
   namespace F = torch::nn::functional;
-  auto y = F::layer_norm(x, F::LayerNormFuncOptions({x.size(-1)}).weight(w).bias(b).eps(1e-5));
+  auto y = F::layer_norm(x, F::LayerNormFuncOptions({x.size(-1)}).weight(w).bias(b).eps(kLayerNormEps));
   return low ? round_bf16(y) : y;
 }
 

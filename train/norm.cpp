@@ -19,8 +19,6 @@ namespace rwd::train {
 
 namespace {
 
-constexpr float kEps = 1e-5f;  // nanoGPT's LayerNorm, as mixed.cpp's layer_norm
-
 // -1: not set; else 0 or 1.
 int env_norm() {
   static const int v = [] {
@@ -99,7 +97,7 @@ NormForward norm_forward(const torch::Tensor& x_in, const torch::Tensor& residua
   f.mean = torch::empty({rows}, x.options());
   f.rstd = torch::empty({rows}, x.options());
   const int rc = kernels::cuda::layer_norm_forward(
-      x.data_ptr<float>(), bf16_ptr(r), wc.data_ptr<float>(), rows, C, kEps, f.y.defined() ? f.y.data_ptr<float>() : nullptr,
+      x.data_ptr<float>(), bf16_ptr(r), wc.data_ptr<float>(), rows, C, static_cast<float>(kLayerNormEps), f.y.defined() ? f.y.data_ptr<float>() : nullptr,
       bf16_out ? nullptr : f.out.data_ptr<float>(), bf16_out ? bf16_ptr_mut(f.out) : nullptr, f.mean.data_ptr<float>(),
       f.rstd.data_ptr<float>(), stream());
   TORCH_CHECK(rc == 0, "layer norm: CUDA launch failed (error ", rc, ")");

@@ -9,6 +9,9 @@
 
 namespace rwd::train {
 
+// nanoGPT's LayerNorm epsilon: every LayerNorm of the model, LibTorch's or the kernels'.
+constexpr double kLayerNormEps = 1e-5;
+
 // Process-wide: whether GPU LayerNorms run the kernels. Starts as REWIND_FUSED_NORM says (0 or
 // 1; unset: on); a replay follows the recording's numerics unless the variable is set.
 bool fused_norm();
