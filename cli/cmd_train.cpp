@@ -58,15 +58,21 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 }
 
 // Replicas must hold the same parameters after every step (checkpoints are written once, by
-// rank 0): every rank's digest is compared with rank 0's.
+// rank 0): every rank's digest is compared with rank 0's, through the host.
 void check_replicas(train::Comm& comm, const std::string& digest, int64_t step) {
   const int64_t mine = static_cast<int64_t>(std::stoull(digest.substr(digest.find(':') + 1), nullptr, 16));
-  const std::vector<int64_t> all = comm.allgather_int64(mine);
+  const std::vector<int64_t> all = comm.host_allgather_int64(mine);
   for (size_t r = 1; r < all.size(); ++r)
     if (all[r] != all[0])
       throw Error(ExitCode::kInternal, "replicas diverged at step " + std::to_string(step) + ": rank " +
                                            std::to_string(r) + "'s parameters differ from rank 0's");
 }
+
+// A rank's parameter digest of `step`, not yet compared with the other ranks'.
+struct UncheckedDigest {
+  int64_t step = -1;
+  std::function<std::string()> digest;
+};
 
 std::string dashed(std::string key) {
   for (char& c : key)
@@ -401,6 +407,11 @@ int run_train(int argc, char** argv) {
               cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.block_size, cfg.batch_size,
               cfg.gradient_accumulation_steps, static_cast<long long>(total), spec.device.c_str(),
               at::get_num_threads(), env.active() ? (", " + std::to_string(env.world) + " ranks").c_str() : "");
+  // Every rank knows whether the run records (rank 0 alone holds the recorder).
+  const bool records = r.count("record") > 0 || r.count("resume") > 0;
+  if (env.rank == 0 && records != (rec != nullptr))
+    throw Error(ExitCode::kInternal, "train: the ranks cannot tell whether the run records");
+  UncheckedDigest unchecked;  // ranks: the last step's digest, compared after the next step is queued
   while (trainer->step() < total) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t s = trainer->step();
@@ -414,18 +425,17 @@ int run_train(int argc, char** argv) {
     }
     std::vector<int> cap_layers;
     if (rec && rec->options().capture.active(s)) cap_layers = rec->options().capture.layers;
-    bool want_digest = rec && rec->wants_digest(s);
-    if (comm) want_digest = comm->allgather_int64(want_digest ? 1 : 0)[0] != 0;  // rank 0 records
-    // One rank: the step computes its digest (on a GPU inside the fused update, read back
-    // behind the step: the step writer waits for it); ranks compare theirs now.
-    trainer->set_want_digest(want_digest && !comm);
+    // Every rank computes the digest the recording asks for (in the fused update on a GPU,
+    // read back behind the step); ranks compare theirs with rank 0's one step later, through
+    // the host, so no rank waits for its GPU here.
+    const bool want_digest = records && train::digest_due(spec.digest_every, s);
+    trainer->set_want_digest(want_digest);
     train::StepResult res = trainer->train_step(cap_layers);
     const auto td = std::chrono::steady_clock::now();
     std::function<std::string()> digest = res.digest;
-    if (want_digest && comm) {
-      const std::string d = trainer->param_digest();
-      check_replicas(*comm, d, s);
-      digest = [d] { return d; };
+    if (comm) {
+      if (unchecked.digest) check_replicas(*comm, unchecked.digest(), unchecked.step);
+      unchecked = want_digest ? UncheckedDigest{s, res.digest} : UncheckedDigest{};
     }
     rms.digest = ms_since(td);
     if (already) {
@@ -441,6 +451,7 @@ int run_train(int argc, char** argv) {
     if (s % log_every == 0 || s + 1 == total || !std::isfinite(res.loss))
       print_step(res, wall_ms, already, rec && !already ? &rms : nullptr);
   }
+  if (unchecked.digest) check_replicas(*comm, unchecked.digest(), unchecked.step);
   if (std::string phases = trainer->phase_report(); !phases.empty()) std::printf("%s\n", phases.c_str());
   if (rec) {
     if (rec->checkpoint_due(total, /*at_end=*/true) && st->nearest_checkpoint(spec.run_id, total) != total)

@@ -9,7 +9,8 @@
 #        PHASES=1: a third run per N > 1 with REWIND_PHASE_TIMES=1 and one with the gradient
 #        exchange after the backward, REWIND_GRAD_BUCKET_MB=0, for the overlap's share;
 #        GRAPHS=n: rewind's runs capture their step after n eager steps, default 1; EAGER=1: a
-#        run per N without CUDA graphs too)
+#        run per N without CUDA graphs too; ALT_ENV='VAR=value ...': a run per N > 1 with that
+#        environment too, e.g. ALT_ENV=REWIND_GRAPH_BUCKETS=0 for the exchange after the replay)
 # Builds rewind and dist_cuda_test with scripts/gpu_build.sh unless $BUILD already has them.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,6 +55,10 @@ for n in $NS; do
   if [[ -n ${EAGER:-} ]]; then
     REWIND_CUDA_GRAPHS=0 "$R" train "${common[@]}" > "$OUT/eager_$n.log" 2>&1
     echo "N=$n without CUDA graphs: median step $(median_ms "$OUT/eager_$n.log") ms" | tee -a "$OUT/multi.txt"
+  fi
+  if [[ -n ${ALT_ENV:-} ]] && (( n > 1 )); then
+    env $ALT_ENV REWIND_CUDA_GRAPHS=${GRAPHS:-1} "$R" train "${common[@]}" > "$OUT/alt_$n.log" 2>&1
+    echo "N=$n with $ALT_ENV: median step $(median_ms "$OUT/alt_$n.log") ms" | tee -a "$OUT/multi.txt"
   fi
   rm -f "$W/rec_$n.db"*
   REWIND_CUDA_GRAPHS=${GRAPHS:-1} "$R" train "${common[@]}" --record "$W/rec_$n.db" --checkpoint-every 10 > "$OUT/record_$n.log" 2>&1 \

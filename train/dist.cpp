@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <string>
@@ -93,8 +94,28 @@ class C10dComm : public Comm {
     return out;
   }
 
+  std::vector<int64_t> host_allgather_int64(int64_t v) override {
+    // Keys of their own per call; a rank deletes its key of kKeep calls ago, which every rank
+    // has read: none can be in this call before all set their keys of the call before.
+    constexpr uint64_t kKeep = 4;
+    const uint64_t call = host_calls_++;
+    auto key = [](uint64_t c, int r) { return "rwd/host/" + std::to_string(c) + "/" + std::to_string(r); };
+    std::vector<uint8_t> mine(sizeof v);
+    std::memcpy(mine.data(), &v, sizeof v);
+    store_->set(key(call, env_.rank), mine);
+    std::vector<int64_t> out(static_cast<size_t>(env_.world));
+    for (int r = 0; r < env_.world; ++r) {
+      const std::vector<uint8_t> b = store_->get(key(call, r));  // waits for it (the store's timeout)
+      if (b.size() != sizeof v) throw Error(ExitCode::kInternal, "host allgather: a rank sent " + std::to_string(b.size()) + " bytes");
+      std::memcpy(&out[static_cast<size_t>(r)], b.data(), sizeof v);
+    }
+    if (call >= kKeep) store_->deleteKey(key(call - kKeep, env_.rank));
+    return out;
+  }
+
  private:
   c10::intrusive_ptr<c10d::Store> store_;  // the rendezvous; kept alive with the group
+  uint64_t host_calls_ = 0;                // host_allgather_int64 calls so far
   c10::intrusive_ptr<GroupBase> pg_;
   DistEnv env_;
   torch::Device device_;

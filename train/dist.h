@@ -59,6 +59,10 @@ class Comm {
   torch::Tensor sum_in_rank_order(const torch::Tensor& t);
   // Every rank's 64-bit value, in rank order (on the host).
   std::vector<int64_t> allgather_int64(int64_t v);
+  // The same through the rendezvous's TCP store, without a collective on the device: nothing
+  // waits for the GPU work queued so far, so a rank can compare a value while its next step
+  // runs (the replicas' parameter digests). Every rank calls it in the same order.
+  virtual std::vector<int64_t> host_allgather_int64(int64_t v) = 0;
   // Rank 0's `text` on every rank (the others' argument is ignored): how rank 0 tells the
   // others what to run next (bisect probes).
   std::string broadcast_text(const std::string& text);

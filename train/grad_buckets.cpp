@@ -67,8 +67,9 @@ int64_t GradBuckets::bytes_from_env() {
   return static_cast<int64_t>(mb * (1 << 20));
 }
 
-GradBuckets::GradBuckets(Comm& comm, const std::vector<torch::Tensor>& params, int64_t bucket_bytes)
-    : comm_(comm), params_(params), bucket_of_(params.size()) {
+GradBuckets::GradBuckets(Comm& comm, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
+                         bool on_hooks_thread)
+    : comm_(comm), params_(params), bucket_of_(params.size()), inline_(on_hooks_thread) {
   int64_t filled = 0;
   for (size_t k = params_.size(); k-- > 0;) {
     const int64_t bytes = params_[k].numel() * static_cast<int64_t>(sizeof(float));
@@ -143,6 +144,11 @@ void GradBuckets::hand_over_locked(size_t bucket) {
     ev->record(stream_->compute);
   }
 #endif
+  if (inline_) {  // the caller's thread, under the lock: nothing else runs meanwhile
+    exchange(bucket);
+    ++exchanged_;
+    return;
+  }
   queue_.push_back(bucket);
   cv_.notify_all();
 }

@@ -32,7 +32,9 @@ class GradBuckets {
   // params: the trainer's parameters in their fixed order (leaves, all on one device).
   // bucket_bytes: FP32 bytes per bucket (parameters in reverse order, the order the backward
   // completes them; a parameter larger than a bucket is a bucket of its own).
-  GradBuckets(Comm& comm, const std::vector<torch::Tensor>& params, int64_t bucket_bytes);
+  // on_hooks_thread: exchange on the thread that runs the hooks instead of a thread of its own
+  // (inside a CUDA graph's capture, where the host's queueing time does not recur).
+  GradBuckets(Comm& comm, const std::vector<torch::Tensor>& params, int64_t bucket_bytes, bool on_hooks_thread = false);
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
@@ -67,6 +69,7 @@ class GradBuckets {
   std::vector<size_t> waiting_;                // per bucket: gradients not yet accumulated
   size_t next_ = 0;                            // the first bucket not yet exchanged
   bool armed_ = false;
+  bool inline_ = false;                        // on_hooks_thread
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<size_t> queue_;   // buckets handed over, not yet exchanged

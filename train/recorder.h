@@ -38,6 +38,10 @@ struct RecordOptions {
   store::Retention retention;
 };
 
+// Whether a recording with --digest-every N stores the parameter digest after `step`: known to
+// every rank of a job, which all compute the digest then and compare it with rank 0's.
+inline bool digest_due(int digest_every, int64_t step) { return digest_every > 0 && (step + 1) % digest_every == 0; }
+
 class Recorder {
  public:
   // Takes the store's writer lock (store::WriterLock: a recording or `store thin` already
@@ -71,9 +75,7 @@ class Recorder {
   // store holds, after reading it back and verifying it, e.g. `store: disk full while writing
   // step 7; the store holds steps 0..6 (checkpoints 0, 5) and verifies` (StoreError kData).
 
-  bool wants_digest(int64_t step) const {
-    return opt_.digest_every > 0 && (step + 1) % opt_.digest_every == 0;
-  }
+  bool wants_digest(int64_t step) const { return digest_due(opt_.digest_every, step); }
   const RecordOptions& options() const { return opt_; }
   // What recording cost, to read after flush(): checkpoints queued, how many of them were
   // taken late (and by how many steps at most) and how many due ones were folded into a late

@@ -58,6 +58,12 @@ bool StepGraph::capture_due(const plan::Plan& plan, int micro_batches) const {
   return std::find(failed_.begin(), failed_.end(), plan) == failed_.end();
 }
 
+void StepGraph::discard() {
+  graph_.reset();
+  failed_.clear();
+  warm_count_ = 0;
+}
+
 void StepGraph::ran_eagerly(const plan::Plan& plan, int micro_batches) {
   if (graph_ && !graph_->serves(plan, micro_batches)) graph_.reset();  // its memory back
   const bool same = warm_micro_ == micro_batches && warm_plan_ == plan;

@@ -10,10 +10,13 @@
 // pays over a training run or a long replay, not over a bisect probe of a few steps. So a plan
 // is captured after REWIND_CUDA_GRAPHS eager steps in a row (default 16; 0 turns graphs off).
 // Steps on a GPU without tensor captures are graphed. With ranks the graph holds each rank's
-// passes only: the gradient exchange waits on the host, so a graphed step exchanges after the
-// replay in one piece instead of in buckets during the backward (the same sums in the same
-// order, hence the same bits: dist_test). A capture that fails (an op that waits for the host)
-// leaves that plan eager for the run.
+// passes, and the step exchanges the gradients after the replay in one piece (the same sums in
+// the same order, hence the same bits: dist_test). REWIND_GRAPH_BUCKETS=1 captures the bucketed
+// exchange too (NCCL's collectives and the rank-order sums on the buckets' side stream, queued
+// from the hooks: overlapping the backward as in an eager step; same bits; on 4 H200s no
+// clear gain, so it is opt-in); where a rank's capture of it fails, all ranks go back to the
+// exchange after the replay. A capture that fails (an op that waits for the host) leaves that
+// plan eager for the run.
 #pragma once
 
 #include <torch/types.h>
@@ -65,6 +68,9 @@ class StepGraph {
            std::vector<torch::Tensor>& params, const Queue& queue, QueuedPasses& out);
   // The step with (plan, micro-batches) ran eagerly: one more towards the key's capture.
   void ran_eagerly(const plan::Plan& plan, int micro_batches);
+  // Drops the graph and forgets failed captures: the next steps run eagerly and capture again
+  // (the caller changed what it queues).
+  void discard();
   int64_t captures() const { return captures_; }  // graphs made so far
   int64_t replays() const { return replays_; }    // steps run from a graph
 

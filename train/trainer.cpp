@@ -186,17 +186,37 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   // Each micro-batch's loss and monitor statistics are read after the last one is queued: a
   // read inside the loop would make the host wait for the GPU before it queues the next
   // micro-batch, leaving the GPU idle while it does (the same values, summed in the same order).
-  // A graph holds the passes only; ranks exchange their gradients after its replay.
-  const StepGraph::Queue in_graph = [&](const std::vector<torch::Tensor>& xd, const std::vector<torch::Tensor>& yd) {
-    return queue_passes(plan, capture_layers, xd, yd, /*use_buckets=*/false);
-  };
+  // Ranks capture their bucketed exchange with the passes. The buckets' hooks keep autograd's
+  // accumulate-grad nodes alive, and a node is bound to the stream current when it was made: a
+  // capture needs them made anew on its own stream, so the buckets are dropped before it and
+  // made again inside it. Without them in the graph, ranks exchange after the replay.
   const bool graphable = graph_ && capture_layers.empty() && !phase_enabled_;
-  // The buckets' hooks keep autograd's accumulate-grad nodes alive, made on the eager steps'
-  // stream; a capture needs them made anew on its own. So ranks drop their buckets before the
-  // first capture and exchange after the backward from then on (the same bits: dist_test).
-  if (graphable && buckets_ && graph_->capture_due(plan, share)) buckets_.reset();
+  const bool capture_due = graphable && graph_->capture_due(plan, share);
+  if (capture_due && buckets_) buckets_.reset();
+  static const bool env_graph_buckets = [] {
+    const char* v = std::getenv("REWIND_GRAPH_BUCKETS");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  const int64_t bucket_bytes = ranks && graph_buckets_ && env_graph_buckets ? GradBuckets::bytes_from_env() : 0;
+  const StepGraph::Queue in_graph = [&](const std::vector<torch::Tensor>& xd, const std::vector<torch::Tensor>& yd) {
+    if (bucket_bytes > 0) buckets_ = std::make_unique<GradBuckets>(*comm_, params_, bucket_bytes, /*on_hooks_thread=*/true);
+    return queue_passes(plan, capture_layers, xd, yd, /*use_buckets=*/bucket_bytes > 0);
+  };
   QueuedPasses q;
-  if (!(graphable && graph_->run(plan, xs, ys, rows, cols, params_, in_graph, q))) {
+  const int64_t captures_before = graphable ? graph_->captures() : 0;
+  const bool replayed = graphable && graph_->run(plan, xs, ys, rows, cols, params_, in_graph, q);
+  // Every rank's graph must hold the same collectives: where one rank's capture with the
+  // exchange failed, all drop theirs and capture the passes alone from the next step on.
+  if (capture_due && bucket_bytes > 0) {
+    const std::vector<int64_t> ok = comm_->host_allgather_int64(graph_->captures() > captures_before ? 1 : 0);
+    if (std::find(ok.begin(), ok.end(), 0) != ok.end()) {
+      graph_buckets_ = false;
+      graph_->discard();
+      std::fprintf(stderr, "warning: a rank's gradient exchange could not be captured with its passes; "
+                           "the ranks exchange after each graph replay instead (same bits)\n");
+    }
+  }
+  if (!replayed) {
     std::vector<torch::Tensor> xd, yd;
     for (int i = 0; i < share; ++i) {
       xd.push_back(batch_on(xs[i], rows, cols, device_));

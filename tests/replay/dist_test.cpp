@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/local_port.h"
 #include "store/store.h"
 #include "tests/common/cli_run.h"
 #include "tests/common/store_poll.h"
@@ -159,6 +161,24 @@ TEST_F(Dist, BadRankSetupIsAUsageError) {
   Cmd e = sh("RANK=2 WORLD_SIZE=2 " + kBin + " train --data " + data_ + " --steps 2" + kModel);
   EXPECT_EQ(e.code, 2) << e.out;
   EXPECT_NE(e.out.find("RANK 2 is not below WORLD_SIZE 2"), std::string::npos) << e.out;
+}
+
+// Replicas that drift apart end the job, naming the rank: each rank's parameter digest is
+// compared with rank 0's one step later, through the rendezvous's store. Rank 1 is started by
+// hand with another learning rate, so its parameters differ after the first update.
+TEST_F(Dist, DivergedReplicaEndsTheJobNamingTheRank) {
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(rwd::free_local_port());
+  const std::string args = " train --data " + data_ + " --steps 6 --record " + dir_ + "/diverged.db" + kModel;
+  Cmd r = sh("(RANK=0 LOCAL_RANK=0 " + env + " " + kBin + args + " --learning-rate 0.001 & p=$!; RANK=1 LOCAL_RANK=1 " +
+             env + " " + kBin + args + " --learning-rate 0.002; b=$?; wait $p; echo \"exits $? $b\") 2>&1");
+  EXPECT_NE(r.out.find("replicas diverged at step 0: rank 1's parameters differ from rank 0's"), std::string::npos)
+      << r.out;
+  int exit0 = 0, exit1 = 0;  // neither rank ends well
+  const size_t at = r.out.rfind("exits ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + at, "exits %d %d", &exit0, &exit1), 2) << r.out;
+  EXPECT_NE(exit0, 0) << r.out;
+  EXPECT_NE(exit1, 0) << r.out;
 }
 
 // kill -9 of rank 1 in the middle of a recording: the launcher stops rank 0, the store keeps

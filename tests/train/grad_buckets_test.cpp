@@ -30,6 +30,7 @@ class TwinComm : public Comm {
     }
     return {t.clone(), t.clone()};
   }
+  std::vector<int64_t> host_allgather_int64(int64_t v) override { return {v, v}; }
   torch::Tensor all_to_all(const torch::Tensor& t) override {
     log("all_to_all");
     last_a2a_ = t.clone();
