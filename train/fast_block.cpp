@@ -83,13 +83,6 @@ Tensor gemm(const Tensor& x, const Tensor& w_bf16) { return torch::matmul(x, w_b
 Tensor weight_grad(const Tensor& g, const Tensor& x) {
   return torch::matmul(g.reshape({-1, g.size(-1)}).t(), x.reshape({-1, x.size(-1)})).to(torch::kFloat32);
 }
-// LayerNorm's input gradient and weight gradient (LibTorch's kernels, as autograd calls them).
-std::tuple<Tensor, Tensor> ln_backward(const Tensor& g_bf16, const Tensor& x, const Tensor& mean,
-                                       const Tensor& rstd, const Tensor& w) {
-  auto r = at::native_layer_norm_backward(g_bf16.to(torch::kFloat32), x, {x.size(-1)}, mean, rstd,
-                                          w, Tensor(), {true, true, false});
-  return {std::get<0>(r), std::get<1>(r)};
-}
 
 struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& ln_1,
@@ -101,15 +94,8 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
                  wm = bf16_of(mlp_proj, st->wm);
     // LayerNorm in FP32, rounded once (round_bf16 then the GEMM's cast of its input): rewind's
     // kernels where they apply (norm.h; the module path's layer_norm uses them too), else LibTorch's.
-    const bool kern = norm_kernels_apply(x, Tensor());
-    Tensor a_b, mean1, rstd1;
-    if (kern) {
-      NormForward n1 = norm_forward(x, Tensor(), ln_1, /*bf16_out=*/true);
-      a_b = n1.out, mean1 = n1.mean, rstd1 = n1.rstd;
-    } else {
-      auto [a, mean, rstd] = at::native_layer_norm(x, {C}, ln_1, Tensor(), kLayerNormEps);
-      a_b = a.to(kBf16), mean1 = mean, rstd1 = rstd;
-    }
+    const NormForward n1 = norm_forward(x, Tensor(), ln_1, /*bf16_out=*/true);
+    const Tensor &a_b = n1.out, &mean1 = n1.mean, &rstd1 = n1.rstd;
     // qkv in FP32 (bf16_matmul without round_out), then Q, K, V rounded into the kernels'
     // layout in one copy (attention()'s three strided BF16 copies).
     const Tensor qkv = bf16_matmul(a_b, wa.t(), /*round_out=*/false);
@@ -120,21 +106,15 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
     // GEMM's cast in one BF16 copy).
     const Tensor o_t = swap_middle(o).view({B, T, C});
     const Tensor proj = gemm(o_t, wp);
-    Tensor y, m_b, mean2, rstd2;  // y = x + proj: FP32 + BF16, the widening is exact
-    if (kern) {  // the residual add in the LayerNorm's kernel
-      NormForward n2 = norm_forward(x, proj, ln_2, /*bf16_out=*/true);
-      y = n2.y, m_b = n2.out, mean2 = n2.mean, rstd2 = n2.rstd;
-    } else {
-      y = x + proj;
-      auto [m, mean, rstd] = at::native_layer_norm(y, {C}, ln_2, Tensor(), kLayerNormEps);
-      m_b = m.to(kBf16), mean2 = mean, rstd2 = rstd;
-    }
+    // y = x + proj (FP32 + BF16: the widening is exact), in the LayerNorm's kernel where it runs.
+    const NormForward n2 = norm_forward(x, proj, ln_2, /*bf16_out=*/true);
+    const Tensor &y = n2.y, &m_b = n2.out, &mean2 = n2.mean, &rstd2 = n2.rstd;
     const Tensor h_b = gemm(m_b, wf);     // (B, T, 4C)
     const Tensor g_b = at::gelu(h_b);     // FP32 math, one rounding
     ctx->save_for_backward({x, y, a_b, mean1, rstd1, qkv_b, o, lse, o_t, m_b, mean2, rstd2, h_b, g_b,
                             wa, wp, wf, wm, ln_1, ln_2});
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
-    ctx->saved_data["norm_kernels"] = kern;
+    ctx->saved_data["norm_kernels"] = n1.kernels;  // n2's too: the same test of the same x
     return y + gemm(g_b, wm);
   }
 
@@ -155,26 +135,16 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
     const Tensor d_c_fc = weight_grad(dh_b, m_b);
     // dy = dout + LayerNorm 2's input gradient, and its BF16 cast (one kernel where they apply).
     const bool kern = ctx->saved_data["norm_kernels"].toBool();
-    Tensor dy, d_ln_2, g_y;
-    if (kern) {
-      NormBackward n2 = norm_backward(torch::matmul(dh_b, wf), y, mean2, rstd2, ln_2, dout, /*want_bf16=*/true);
-      dy = n2.dx, d_ln_2 = n2.dw, g_y = n2.dx_bf16;
-    } else {
-      auto [dy_ln, dw] = ln_backward(torch::matmul(dh_b, wf), y, mean2, rstd2, ln_2);
-      dy = dout + dy_ln, d_ln_2 = dw, g_y = dy.to(kBf16);
-    }
+    const NormBackward n2 = norm_backward(torch::matmul(dh_b, wf), y, mean2, rstd2, ln_2, dout, /*want_bf16=*/true, kern);
+    const Tensor &dy = n2.dx, &d_ln_2 = n2.dw, &g_y = n2.dx_bf16;
     // Attention: dO in the kernels' layout, then dQ, dK, dV rounded back into qkv's layout.
     const Tensor d_c_proj = weight_grad(g_y, o_t);
     const Tensor d_o = swap_middle(torch::matmul(g_y, wp).view({B, T, H, D}));
     const Tensor dqkv = kernels::attention_bf16_backward(qkv_b, o, lse, d_o, st->opt);
     const Tensor g_qkv = qkv_relayout(dqkv, B, T, H, D, /*to_heads=*/false).view({B, T, 3 * C});
     const Tensor d_c_attn = weight_grad(g_qkv, a_b);
-    if (kern) {
-      NormBackward n1 = norm_backward(torch::matmul(g_qkv, wa), x, mean1, rstd1, ln_1, dy, false);
-      return {n1.dx, n1.dw, d_c_attn, d_c_proj, d_ln_2, d_c_fc, d_mlp_proj, Tensor()};
-    }
-    auto [dx_ln, d_ln_1] = ln_backward(torch::matmul(g_qkv, wa), x, mean1, rstd1, ln_1);
-    return {dy + dx_ln, d_ln_1, d_c_attn, d_c_proj, d_ln_2, d_c_fc, d_mlp_proj, Tensor()};
+    const NormBackward n1 = norm_backward(torch::matmul(g_qkv, wa), x, mean1, rstd1, ln_1, dy, false, kern);
+    return {n1.dx, n1.dw, d_c_attn, d_c_proj, d_ln_2, d_c_fc, d_mlp_proj, Tensor()};
   }
 };
 
@@ -182,16 +152,9 @@ struct FastHeadFn : public torch::autograd::Function<FastHeadFn> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& ln_f, const Tensor& wte,
                         c10::intrusive_ptr<KeptCast> kept) {
     const Tensor w = bf16_of(wte, kept->w);
-    Tensor a_b, mean, rstd;
-    const bool kern = norm_kernels_apply(x, Tensor());
-    ctx->saved_data["norm_kernels"] = kern;
-    if (kern) {
-      NormForward n = norm_forward(x, Tensor(), ln_f, /*bf16_out=*/true);
-      a_b = n.out, mean = n.mean, rstd = n.rstd;
-    } else {
-      auto [a, m, r] = at::native_layer_norm(x, {x.size(-1)}, ln_f, Tensor(), kLayerNormEps);
-      a_b = a.to(kBf16), mean = m, rstd = r;
-    }
+    const NormForward n = norm_forward(x, Tensor(), ln_f, /*bf16_out=*/true);
+    const Tensor &a_b = n.out, &mean = n.mean, &rstd = n.rstd;
+    ctx->saved_data["norm_kernels"] = n.kernels;
     ctx->save_for_backward({x, a_b, mean, rstd, w, ln_f});
     return gemm(a_b, w);  // (B, T, V) BF16
   }
@@ -199,12 +162,9 @@ struct FastHeadFn : public torch::autograd::Function<FastHeadFn> {
     const variable_list s = ctx->get_saved_variables();
     const Tensor &x = s[0], &a_b = s[1], &mean = s[2], &rstd = s[3], &w = s[4], &ln_f = s[5];
     const Tensor g = grads[0].to(kBf16);  // BF16 already from fused_cross_entropy: no copy
-    if (ctx->saved_data["norm_kernels"].toBool()) {
-      NormBackward n = norm_backward(torch::matmul(g, w), x, mean, rstd, ln_f, Tensor(), false);
-      return {n.dx, n.dw, weight_grad(g, a_b), Tensor()};
-    }
-    auto [dx, d_ln_f] = ln_backward(torch::matmul(g, w), x, mean, rstd, ln_f);
-    return {dx, d_ln_f, weight_grad(g, a_b), Tensor()};
+    const NormBackward n = norm_backward(torch::matmul(g, w), x, mean, rstd, ln_f, Tensor(), false,
+                                         ctx->saved_data["norm_kernels"].toBool());
+    return {n.dx, n.dw, weight_grad(g, a_b), Tensor()};
   }
 };
 

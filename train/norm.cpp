@@ -54,11 +54,13 @@ struct NormModuleFn : public torch::autograd::Function<NormModuleFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w) {
     NormForward f = norm_forward(x, torch::Tensor(), w, /*bf16_out=*/false);
     ctx->save_for_backward({x, w, f.mean, f.rstd});
+    ctx->saved_data["kernels"] = f.kernels;
     return f.out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list s = ctx->get_saved_variables();
-    NormBackward b = norm_backward(grads[0], s[0], s[2], s[3], s[1], torch::Tensor(), false);
+    NormBackward b = norm_backward(grads[0], s[0], s[2], s[3], s[1], torch::Tensor(), false,
+                                   ctx->saved_data["kernels"].toBool());
     return {b.dx, b.dw};
   }
 };
@@ -86,6 +88,15 @@ bool norm_kernels_apply(const torch::Tensor& x, const torch::Tensor& bias) {
 NormForward norm_forward(const torch::Tensor& x_in, const torch::Tensor& residual, const torch::Tensor& w,
                          bool bf16_out) {
   NormForward f;
+  f.kernels = norm_kernels_apply(x_in, torch::Tensor());
+  if (!f.kernels) {  // LibTorch's: y = x + residual (FP32 + BF16: exact), then LayerNorm, then the rounding
+    if (residual.defined()) f.y = x_in + residual;
+    const torch::Tensor& in = residual.defined() ? f.y : x_in;
+    auto [out, mean, rstd] = at::native_layer_norm(in, {in.size(-1)}, w, torch::Tensor(), kLayerNormEps);
+    f.out = bf16_out ? out.to(torch::kBFloat16) : out;
+    f.mean = mean, f.rstd = rstd;
+    return f;
+  }
 #ifdef REWIND_CUDA
   const torch::Tensor x = x_in.contiguous(), r = residual.defined() ? residual.contiguous() : residual;
   const torch::Tensor wc = w.contiguous();
@@ -101,17 +112,22 @@ NormForward norm_forward(const torch::Tensor& x_in, const torch::Tensor& residua
       bf16_out ? nullptr : f.out.data_ptr<float>(), bf16_out ? bf16_ptr_mut(f.out) : nullptr, f.mean.data_ptr<float>(),
       f.rstd.data_ptr<float>(), stream());
   TORCH_CHECK(rc == 0, "layer norm: CUDA launch failed (error ", rc, ")");
-#else
-  (void)x_in, (void)residual, (void)w, (void)bf16_out;
-  TORCH_CHECK(false, "norm_forward: CUDA tensors need a REWIND_CUDA build");
 #endif
   return f;
 }
 
 NormBackward norm_backward(const torch::Tensor& g_in, const torch::Tensor& x, const torch::Tensor& mean,
                            const torch::Tensor& rstd, const torch::Tensor& w, const torch::Tensor& residual,
-                           bool want_bf16) {
+                           bool want_bf16, bool kernels) {
   NormBackward b;
+  if (!kernels) {  // LibTorch's, as autograd calls it; then the residual's gradient and the rounding
+    auto r = at::native_layer_norm_backward(g_in.to(torch::kFloat32), x, {x.size(-1)}, mean, rstd, w,
+                                            torch::Tensor(), {true, true, false});
+    b.dx = residual.defined() ? residual + std::get<0>(r) : std::get<0>(r);
+    b.dw = std::get<1>(r);
+    if (want_bf16) b.dx_bf16 = b.dx.to(torch::kBFloat16);
+    return b;
+  }
 #ifdef REWIND_CUDA
   const torch::Tensor g = g_in.contiguous(), xc = x.contiguous(), wc = w.contiguous();
   const torch::Tensor r = residual.defined() ? residual.contiguous() : residual;
@@ -131,8 +147,7 @@ NormBackward norm_backward(const torch::Tensor& g_in, const torch::Tensor& x, co
       b.dx.data_ptr<float>(), bf16_ptr_mut(b.dx_bf16), b.dw.data_ptr<float>(), ws.data_ptr<float>(), stream());
   TORCH_CHECK(rc == 0, "layer norm backward: CUDA launch failed (error ", rc, ")");
 #else
-  (void)g_in, (void)x, (void)mean, (void)rstd, (void)w, (void)residual, (void)want_bf16;
-  TORCH_CHECK(false, "norm_backward: CUDA tensors need a REWIND_CUDA build");
+  TORCH_CHECK(false, "norm_backward: the kernels need a REWIND_CUDA build");
 #endif
   return b;
 }

@@ -25,9 +25,11 @@ bool norm_kernels_apply(const torch::Tensor& x, const torch::Tensor& bias);
 struct NormForward {
   torch::Tensor y;           // x + residual (FP32), where a residual was given
   torch::Tensor out;         // LayerNorm(y) * w: BF16 (rounded once) or FP32
-  torch::Tensor mean, rstd;  // (rows) FP32, for norm_backward
+  torch::Tensor mean, rstd;  // FP32, for norm_backward
+  bool kernels = false;      // computed by the kernels (else by LibTorch): norm_backward's `kernels`
 };
-// x: (..., C) FP32; residual: undefined or x's shape in BF16.
+// x: (..., C) FP32; residual: undefined or x's shape in BF16. The kernels where they apply
+// (norm_kernels_apply), else LibTorch's LayerNorm (the add, then the rounding, as separate ops).
 NormForward norm_forward(const torch::Tensor& x, const torch::Tensor& residual, const torch::Tensor& w, bool bf16_out);
 
 struct NormBackward {
@@ -36,9 +38,10 @@ struct NormBackward {
   torch::Tensor dw;       // (C) FP32
 };
 // g: the output's gradient, x's shape, FP32 or BF16; residual: undefined or FP32 of x's shape.
+// x: the normalized input (norm_forward's y where it had a residual); kernels: the forward's.
 NormBackward norm_backward(const torch::Tensor& g, const torch::Tensor& x, const torch::Tensor& mean,
                            const torch::Tensor& rstd, const torch::Tensor& w, const torch::Tensor& residual,
-                           bool want_bf16);
+                           bool want_bf16, bool kernels);
 
 // LayerNorm(x) * w in FP32 as an autograd op over the kernels (the module path's).
 torch::Tensor norm_module(const torch::Tensor& x, const torch::Tensor& w);

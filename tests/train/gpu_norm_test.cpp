@@ -51,15 +51,15 @@ TEST_F(GpuNorm, KernelsMatchFp64AndTheirOwnFusedForms) {
     // residual added in the kernel = added after it; dx_bf16 = dx rounded.
     const torch::Tensor g = torch::randn({4, 250, C}, f32).to(torch::kBFloat16);
     const torch::Tensor res = torch::randn({4, 250, C}, f32);
-    const NormBackward b = norm_backward(g, x, f.mean, f.rstd, w, torch::Tensor(), true);
+    const NormBackward b = norm_backward(g, x, f.mean, f.rstd, w, torch::Tensor(), true, true);
     const torch::Tensor xd = x.to(torch::kFloat64).requires_grad_(), wd = w.to(torch::kFloat64).requires_grad_();
     at::layer_norm(xd, {C}, wd, {}, 1e-5).backward(g.to(torch::kFloat64));
     EXPECT_LT(max_diff(b.dx, xd.grad()), 2e-5);
     EXPECT_LT(max_diff(b.dw, wd.grad()) / (wd.grad().abs().max().item<double>() + 1), 2e-5);
     EXPECT_TRUE(torch::equal(b.dx_bf16, b.dx.to(torch::kBFloat16)));
-    const NormBackward b32 = norm_backward(g.to(torch::kFloat32), x, f.mean, f.rstd, w, torch::Tensor(), false);
+    const NormBackward b32 = norm_backward(g.to(torch::kFloat32), x, f.mean, f.rstd, w, torch::Tensor(), false, true);
     EXPECT_TRUE(torch::equal(b32.dx, b.dx) && torch::equal(b32.dw, b.dw));
-    const NormBackward br = norm_backward(g, x, f.mean, f.rstd, w, res, true);
+    const NormBackward br = norm_backward(g, x, f.mean, f.rstd, w, res, true, true);
     EXPECT_TRUE(torch::equal(br.dx, res + b.dx));
     EXPECT_TRUE(torch::equal(br.dx_bf16, br.dx.to(torch::kBFloat16)));
     EXPECT_TRUE(torch::equal(br.dw, b.dw));
@@ -71,11 +71,27 @@ TEST_F(GpuNorm, KernelsMatchFp64AndTheirOwnFusedForms) {
     out.backward(g.to(torch::kFloat32));
     EXPECT_TRUE(torch::equal(xm.grad(), b.dx) && torch::equal(wm.grad(), b.dw));
 
+    // REWIND_FUSED_NORM=0: the same calls run LibTorch's LayerNorm, with the add and the
+    // roundings around it as separate ops, within the kernels' distance of FP64.
+    set_fused_norm(false);
+    const NormForward lf = norm_forward(x, r, w, true);
+    const NormBackward lb = norm_backward(g, lf.y, lf.mean, lf.rstd, w, res, true, lf.kernels);
+    set_fused_norm(true);
+    EXPECT_FALSE(lf.kernels);
+    EXPECT_TRUE(fr.kernels);
+    EXPECT_TRUE(torch::equal(lf.y, y));
+    EXPECT_TRUE(torch::equal(lf.out, std::get<0>(at::native_layer_norm(y, {C}, w, {}, 1e-5)).to(torch::kBFloat16)));
+    EXPECT_LE(max_diff(lf.out, fr.out), 0.0625);  // one BF16 unit at |out| < 8 where roundings differ
+    const NormBackward kb = norm_backward(g, fr.y, fr.mean, fr.rstd, w, res, true, true);
+    EXPECT_LT(max_diff(lb.dx, kb.dx), 4e-5);
+    EXPECT_LT(max_diff(lb.dw, kb.dw) / (kb.dw.abs().max().item<double>() + 1), 4e-5);
+    EXPECT_TRUE(torch::equal(lb.dx_bf16, lb.dx.to(torch::kBFloat16)));
+
     // Bitwise repeatable.
     for (int rep = 0; rep < 3; ++rep) {
       const NormForward f2 = norm_forward(x, r, w, true);
       EXPECT_TRUE(torch::equal(f2.out, fr.out) && torch::equal(f2.y, fr.y) && torch::equal(f2.rstd, fr.rstd));
-      const NormBackward b2 = norm_backward(g, x, f.mean, f.rstd, w, res, true);
+      const NormBackward b2 = norm_backward(g, x, f.mean, f.rstd, w, res, true, true);
       EXPECT_TRUE(torch::equal(b2.dx, br.dx) && torch::equal(b2.dw, br.dw));
     }
   }
