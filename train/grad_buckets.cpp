@@ -67,6 +67,11 @@ int64_t GradBuckets::bytes_from_env() {
   return static_cast<int64_t>(mb * (1 << 20));
 }
 
+bool GradBuckets::in_graph_from_env() {
+  const char* v = std::getenv("REWIND_GRAPH_BUCKETS");
+  return v != nullptr && std::string(v) == "1";
+}
+
 GradBuckets::GradBuckets(Comm& comm, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
                          bool on_hooks_thread)
     : comm_(comm), params_(params), bucket_of_(params.size()), inline_(on_hooks_thread) {

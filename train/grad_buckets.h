@@ -53,6 +53,8 @@ class GradBuckets {
   // The environment's bucket size in bytes: REWIND_GRAD_BUCKET_MB (MiB, fractions allowed;
   // default 25, as DDP); 0 turns the overlap off (one exchange after the backward).
   static int64_t bytes_from_env();
+  // REWIND_GRAPH_BUCKETS=1: a rank's CUDA graph holds its bucketed exchange (step_graph.h).
+  static bool in_graph_from_env();
 
  private:
   struct Stream;  // the side stream and its events on CUDA (opaque: no CUDA header here)

@@ -193,11 +193,7 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   const bool graphable = graph_ && capture_layers.empty() && !phase_enabled_;
   const bool capture_due = graphable && graph_->capture_due(plan, share);
   if (capture_due && buckets_) buckets_.reset();
-  static const bool env_graph_buckets = [] {
-    const char* v = std::getenv("REWIND_GRAPH_BUCKETS");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  const int64_t bucket_bytes = ranks && graph_buckets_ && env_graph_buckets ? GradBuckets::bytes_from_env() : 0;
+  const int64_t bucket_bytes = buckets_in_graph_ ? GradBuckets::bytes_from_env() : 0;
   const StepGraph::Queue in_graph = [&](const std::vector<torch::Tensor>& xd, const std::vector<torch::Tensor>& yd) {
     if (bucket_bytes > 0) buckets_ = std::make_unique<GradBuckets>(*comm_, params_, bucket_bytes, /*on_hooks_thread=*/true);
     return queue_passes(plan, capture_layers, xd, yd, /*use_buckets=*/bucket_bytes > 0);
@@ -210,7 +206,7 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   if (capture_due && bucket_bytes > 0) {
     const std::vector<int64_t> ok = comm_->host_allgather_int64(graph_->captures() > captures_before ? 1 : 0);
     if (std::find(ok.begin(), ok.end(), 0) != ok.end()) {
-      graph_buckets_ = false;
+      buckets_in_graph_ = false;
       graph_->discard();
       std::fprintf(stderr, "warning: a rank's gradient exchange could not be captured with its passes; "
                            "the ranks exchange after each graph replay instead (same bits)\n");

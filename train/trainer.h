@@ -158,7 +158,7 @@ class Trainer {
   bool want_digest_ = false;  // set_want_digest
   Comm* comm_ = nullptr;
   std::unique_ptr<GradBuckets> buckets_;  // world > 1 and REWIND_GRAD_BUCKET_MB > 0 (made anew for a capture)
-  bool graph_buckets_ = true;             // ranks capture their bucketed exchange (REWIND_GRAPH_BUCKETS)
+  bool buckets_in_graph_ = false;         // ranks capture their bucketed exchange (set_comm)
   std::unique_ptr<StepGraph> graph_;      // CUDA graphs of the passes (null: off)
 
   enum { kPhaseData, kPhaseForward, kPhaseBackward, kPhaseLoss, kPhaseExchange, kPhaseGradNorm,

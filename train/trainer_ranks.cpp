@@ -17,6 +17,7 @@ void Trainer::set_comm(Comm* comm) {
   const int64_t bucket_bytes = GradBuckets::bytes_from_env();
   if (comm != nullptr && comm->world() > 1 && bucket_bytes > 0)
     buckets_ = std::make_unique<GradBuckets>(*comm, params_, bucket_bytes);
+  buckets_in_graph_ = buckets_ != nullptr && GradBuckets::in_graph_from_env();
 }
 
 void Trainer::reduce_across_ranks(StepResult& r, float& loss_sum, std::vector<uint64_t>& batch_hashes,
