@@ -132,12 +132,13 @@ bool retention_options(const cxxopts::ParseResult& r, train::RunSpec& spec) {
 }
 
 // The recording options a resumed or forked run takes from the command line when given
-// (--checkpoint-every, --digest-every, --batches, --keep-last, --keep-every); otherwise the
-// recorded ones.
+// (--checkpoint-every, --digest-every, --monitor-every, --batches, --keep-last, --keep-every);
+// otherwise the recorded ones.
 void recording_options(const cxxopts::ParseResult& r, train::RunSpec& spec) {
   retention_options(r, spec);
   if (r.count("checkpoint-every")) spec.checkpoint_every = r["checkpoint-every"].as<int>();
   if (r.count("digest-every")) spec.digest_every = r["digest-every"].as<int>();
+  if (r.count("monitor-every")) spec.monitor_every = r["monitor-every"].as<int>();
   if (r.count("batches")) {
     const std::string batches = r["batches"].as<std::string>();
     if (batches != "offsets" && batches != "full") throw UsageError("--batches must be offsets or full");
@@ -226,6 +227,9 @@ int run_train(int argc, char** argv) {
                     "as newer ones are stored (recorded with the run: a resume keeps it)", cxxopts::value<int>())
       ("keep-every", "retention: and beyond the last K, the first checkpoint of every M steps", cxxopts::value<int>())
       ("digest-every", "parameter digest every N steps", cxxopts::value<int>()->default_value("1"))
+      ("monitor-every", "per-head monitors every N steps, from step 0 (recorded with the run; the "
+                        "attention forward of the other steps skips their counts)",
+       cxxopts::value<int>()->default_value("1"))
       ("batches", "offsets (sample offsets + hash) | full (store tokens)", cxxopts::value<std::string>()->default_value("offsets"))
       ("capture", "attention tensors to keep, e.g. 'steps=10:12;L1.H*'", cxxopts::value<std::string>()->default_value(""))
       ("zstd-level", "zstd level of the store", cxxopts::value<int>()->default_value("1"))
@@ -325,7 +329,8 @@ int run_train(int argc, char** argv) {
               : "no step recorded yet";
     set_total(r, spec, next, run + " is recorded to step " + std::to_string(next) + " (" + recorded + ")");
     recording_options(r, spec);
-    // A retention given here is the run's from now on (stored), so a later resume keeps it.
+    // A retention or monitor schedule given here is the run's from now on (stored), so a later
+    // resume keeps it.
     const bool new_retention = r.count("keep-last") || r.count("keep-every");
     const bool plan_changed = resume_plan(spec, r, next);
     set_threads(spec.threads);
@@ -341,7 +346,7 @@ int run_train(int argc, char** argv) {
     std::printf("resuming %s from its checkpoint at step %lld (%s%s); training steps %lld..%lld\n", run.c_str(),
                 static_cast<long long>(ckpts.back()), recorded.c_str(), rerun.c_str(), static_cast<long long>(next),
                 static_cast<long long>(spec.config.max_iters - 1));
-    if (new_retention && env.rank == 0) spec.store_retention(*st);
+    if ((new_retention || r.count("monitor-every")) && env.rank == 0) spec.store_resume_options(*st);
     if (plan_changed) {
       // Recorded as a change of the run's schedule at `next`, so replay and bisect of the
       // resumed steps use the plan they were trained under.
@@ -369,6 +374,7 @@ int run_train(int argc, char** argv) {
     spec.data_fingerprint = data->fingerprint();
     spec.checkpoint_every = r["checkpoint-every"].as<int>();
     spec.digest_every = r["digest-every"].as<int>();
+    spec.monitor_every = r["monitor-every"].as<int>();
     retention_options(r, spec);
     const std::string batches = r["batches"].as<std::string>();
     if (batches != "offsets" && batches != "full") throw UsageError("--batches must be offsets or full");
@@ -389,6 +395,7 @@ int run_train(int argc, char** argv) {
     }
   }
 
+  trainer->set_monitor_every(spec.monitor_every);
   std::unique_ptr<train::Recorder> rec;
   if (st && env.rank == 0) {
     train::RecordOptions ro;

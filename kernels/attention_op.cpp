@@ -32,6 +32,7 @@ struct OpState : torch::CustomClassHolder {
   std::vector<HeadFlags> flags;
   AttentionParams params;  // params.flags points into `flags`; stats unused here
   std::shared_ptr<AttentionCapture> capture;
+  torch::Tensor stats_on;   // AttentionOptions::stats_on
   bool need_o_f32 = false;  // some head reads unrounded O (o=fp32 or delta=fp32)
   bool need_f32_inputs = false;  // some head has an FP32 op: pass the FP32 q, k, v twins
   bool need_do_f32 = false;      // some head reads unrounded dO (bwd=fp32 or delta=fp32)
@@ -78,6 +79,7 @@ c10::intrusive_ptr<OpState> make_state(const Tensor& q, const Tensor& k, const T
   st->flags = opt.flags.empty() ? std::vector<HeadFlags>(heads) : opt.flags;
   st->params = params_for(q.sizes(), opt);
   st->capture = std::move(capture);
+  st->stats_on = opt.stats_on;
   st->need_o_f32 = any_head(st->flags, Op::kO, Prec::kFp32) || any_head(st->flags, Op::kDelta, Prec::kFp32);
   for (int op = 0; op < kNumOps; ++op)
     st->need_f32_inputs |= any_head(st->flags, static_cast<Op>(op), Prec::kFp32);
@@ -195,6 +197,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
       a.o_f32 = f32_ptr(o_f32);
       a.lse = lse.data_ptr<float>();
       a.stats = p.stats;  // null without a capture: the kernels then skip all tie counting
+      if (p.stats && st->stats_on.defined()) a.stats_on = st->stats_on.data_ptr<int>();
       a.host_flags = st->flags.data();  // same contents as flags_d: no device->host sync
       // The split-BF16 planes of the FP32 operands (empty unless some head promotes qk, pv or
       // softmax).
@@ -381,6 +384,7 @@ Tensor attention_bf16_forward(const Tensor& qkv, const AttentionOptions& opt,
   a.o = bf16_ptr(o);
   a.lse = lse.data_ptr<float>();
   a.stats = p.stats;
+  if (p.stats && opt.stats_on.defined()) a.stats_on = opt.stats_on.data_ptr<int>();
   a.host_flags = flags.data();
   check_cuda(cuda::attention_forward(p, a, at::cuda::getCurrentCUDAStream().stream()), "forward");
   if (capture) {

@@ -17,6 +17,10 @@ struct AttentionOptions {
   bool naive = false;  // materialized S (one tile), same rounding points
   int block_q = 64, block_k = 64;
   std::vector<HeadFlags> flags;  // one per head; empty means every head at the defaults
+  // CUDA: an int32 on the device, read by the forward when a capture asks for stats: 0 leaves
+  // the plain BF16 heads' stats untouched (no monitors this step). The trainer's sampled
+  // monitors: one graph serves both kinds of step. Undefined: stats always collected.
+  torch::Tensor stats_on;
 };
 
 // Filled when passed to attention(): q, k, v, o, lse and stats in the forward, d_o and delta

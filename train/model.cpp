@@ -96,6 +96,7 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
   opt.block_q = plan.block_q;
   opt.block_k = plan.block_k;
   opt.flags = lp.heads;
+  opt.stats_on = stats_on;
   if (impl == AttentionImpl::kRewind && fast != FastPath::kOff && (x.is_cuda() || fast == FastPath::kOn) &&
       fast_block_applies(lp, ln_1_bias.defined(), capture.get())) {
     BlockWeights w{ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj};
@@ -220,6 +221,10 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
 
 void GPTImpl::set_attention_impl(AttentionImpl impl) {
   for (auto& b : blocks_) b->impl = impl;
+}
+
+void GPTImpl::set_stats_flag(const torch::Tensor& flag) {
+  for (auto& b : blocks_) b->stats_on = flag;
 }
 
 void GPTImpl::keep_bf16_weights(bool on) {

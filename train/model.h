@@ -57,6 +57,7 @@ class BlockImpl : public torch::nn::Module {
 
   AttentionImpl impl = AttentionImpl::kRewind;
   FastPath fast = FastPath::kAuto;
+  torch::Tensor stats_on;  // GPTImpl::set_stats_flag
   torch::Tensor ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj;  // weights, nanoGPT order
   // Biases ("<weight>_bias"), registered only when Config::bias; undefined otherwise.
   torch::Tensor ln_1_bias, c_attn_bias, c_proj_bias, ln_2_bias, c_fc_bias, mlp_proj_bias;
@@ -89,6 +90,9 @@ class GPTImpl : public torch::nn::Module {
   void set_attention_impl(AttentionImpl impl);
   void set_fast_path(FastPath fast);
   void set_fused_loss(FastPath fused) { fused_loss_ = fused; }
+  // Sampled monitors (Trainer::set_monitor_every): every block's attention reads this device
+  // int32 when it collects stats, 0 meaning "not this step" (kernels::AttentionOptions).
+  void set_stats_flag(const torch::Tensor& flag);
   // Between keep_bf16_weights(true) and (false), the fast block and head cast each GEMM weight
   // to BF16 once and reuse the cast in every later forward (the same values while the weights
   // stay unchanged: the trainer brackets one step's micro-batches, before its update). A step

@@ -64,6 +64,7 @@ RunMeta RunMeta::parse(const std::string& text) {
   read_string(j, "attention", m.attention);
   read_int(j, "checkpoint_every", 0, kMax, m.checkpoint_every);
   read_int(j, "digest_every", 0, kMax, m.digest_every);
+  read_int(j, "monitor_every", 1, kMax, m.monitor_every);
   read_bool(j, "full_batches", m.full_batches);
   read_int(j, "world_size", 1, 65536, m.world_size);
   read_int(j, "keep_last", 0, kMax, m.keep_last);

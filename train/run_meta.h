@@ -19,6 +19,9 @@ struct RunMeta {
   std::string attention = "rewind";  // "rewind" (our kernels, plan) or "sdpa" (baseline)
   int checkpoint_every = 0;
   int digest_every = 1;
+  // Per-head monitors recorded on every N-th step from step 0 (train --monitor-every; the other
+  // steps store none). 1: every step, as in stores older than the key.
+  int monitor_every = 1;
   bool full_batches = false;
   int world_size = 1;                // data-parallel ranks (--nproc-per-node / torchrun)
   // Checkpoint retention while recording (train --keep-last / --keep-every; 0: off), kept with

@@ -132,6 +132,7 @@ std::string RunSpec::meta_json() const {
   j["data_fingerprint"] = data_fingerprint;
   j["checkpoint_every"] = checkpoint_every;
   j["digest_every"] = digest_every;
+  j["monitor_every"] = monitor_every;
   j["full_batches"] = full_batches;
   j["world_size"] = world_size;
   j["keep_last"] = keep_last;
@@ -139,13 +140,14 @@ std::string RunSpec::meta_json() const {
   return j.dump();
 }
 
-void RunSpec::store_retention(store::Store& s) const {
+void RunSpec::store_resume_options(store::Store& s) const {
   const std::optional<store::RunInfo> info = s.run(run_id);
   if (!info) throw Error(ExitCode::kData, "store '" + s.path() + "' has no run " + std::to_string(run_id));
-  // Only the two keys: the rest says what recorded the run and stays as it was.
+  // Only these keys: the rest says what recorded the run and stays as it was.
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(info->meta);
   j["keep_last"] = keep_last;
   j["keep_every"] = keep_every;
+  j["monitor_every"] = monitor_every;
   s.update_run_meta(run_id, j.dump());
 }
 

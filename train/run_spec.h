@@ -28,9 +28,9 @@ struct RunSpec : RunMeta {
   PlanSchedule plan;
 
   std::string meta_json() const;  // everything but config and plan, plus versions
-  // Writes keep_last and keep_every into the stored meta of run_id (train --resume with
-  // another retention), leaving its other keys as recorded.
-  void store_retention(store::Store& s) const;
+  // Writes keep_last, keep_every and monitor_every into the stored meta of run_id (train
+  // --resume with another retention or monitor schedule), leaving its other keys as recorded.
+  void store_resume_options(store::Store& s) const;
   static RunSpec load(store::Store& s, int64_t run_id);  // run_id 0 = the last run
 };
 

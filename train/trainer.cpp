@@ -132,7 +132,7 @@ Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& 
 
 QueuedPasses Trainer::queue_passes(const plan::Plan& plan, const std::vector<int>& capture_layers,
                                    const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& ys,
-                                   bool use_buckets) {
+                                   bool use_buckets, bool monitors) {
   const int accum = config_.gradient_accumulation_steps;
   const int share = static_cast<int>(xs.size());
   const int first = comm_ ? comm_->rank() * share : 0;
@@ -147,14 +147,15 @@ QueuedPasses Trainer::queue_passes(const plan::Plan& plan, const std::vector<int
   for (int i = 0; i < share; ++i) {
     ForwardTap tap;
     if (first + i == 0) tap.tensor_layers = capture_layers;
-    torch::Tensor loss = model_->loss(xs[i], ys[i], plan, &tap);
+    const bool tapped = monitors || !tap.tensor_layers.empty();
+    torch::Tensor loss = model_->loss(xs[i], ys[i], plan, tapped ? &tap : nullptr);
     phase_mark(kPhaseForward);
     const bool last = i == share - 1;
     if (last && buckets) buckets->arm();  // exchange each bucket as its gradients complete
     (loss / accum).backward();
     if (last && buckets) buckets->finish();
     phase_mark(kPhaseBackward);
-    if (!q.wq_norms.defined()) q.wq_norms = wq_spectral_norms_queued();
+    if (monitors && !q.wq_norms.defined()) q.wq_norms = wq_spectral_norms_queued();
     if (last && !ranks) q.norm = grad_norm_queued();  // the gradients are complete
     q.losses.push_back(loss.detach());
     q.taps.push_back(std::move(tap));
@@ -191,6 +192,10 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   // capture needs them made anew on its own stream, so the buckets are dropped before it and
   // made again inside it. Without them in the graph, ranks exchange after the replay.
   const bool graphable = graph_ && capture_layers.empty() && !phase_enabled_;
+  // Sampled monitors: a graph is captured with them, and the kernels read this step's choice
+  // from stats_flag_ (written here, before the replay, on the same stream).
+  const bool monitored = !capture_layers.empty() || monitor_due(monitor_every_, step_);
+  if (stats_flag_.defined()) stats_flag_.fill_(monitored ? 1 : 0);
   const bool capture_due = graphable && graph_->capture_due(plan, share);
   if (capture_due && buckets_) buckets_.reset();
   const int64_t bucket_bytes = buckets_in_graph_ ? GradBuckets::bytes_from_env() : 0;
@@ -219,7 +224,7 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
       yd.push_back(batch_on(ys[i], rows, cols, device_));
     }
     for (auto& p : params_) p.mutable_grad() = torch::Tensor();
-    q = queue_passes(plan, capture_layers, xd, yd, buckets_ != nullptr);
+    q = queue_passes(plan, capture_layers, xd, yd, buckets_ != nullptr, monitored);
     if (graphable) graph_->ran_eagerly(plan, share);
   }
   torch::Tensor norm = q.norm;
@@ -230,10 +235,12 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   const torch::Tensor host_losses = q.losses.empty() ? torch::Tensor() : torch::stack(q.losses).to(torch::kCPU);
   std::vector<kernels::AttentionCapture*> pending;
   for (const ForwardTap& tap : taps)
-    for (const auto& c : tap.layers) pending.push_back(c.get());
+    for (const auto& c : tap.layers)
+      if (monitored) pending.push_back(c.get());
   kernels::fetch_stats(pending);
   for (size_t m = 0; m < taps.size(); ++m) {
     loss_sum += host_losses[static_cast<int64_t>(m)].item<float>();
+    if (!monitored) continue;  // a graph's taps hold stats the kernels left untouched
     const ForwardTap& tap = taps[m];
     for (size_t l = 0; l < tap.layers.size(); ++l) {
       if (m == 0) {
@@ -256,7 +263,7 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   if (!norm.defined()) norm = grad_norm_queued();
   r.grad_norm = static_cast<float>(norm.item<double>());  // global, in FP64
   phase_mark(kPhaseGradNorm);
-  r.monitors = monitors(all_caps, q.wq_norms);
+  if (monitored) r.monitors = monitors(all_caps, q.wq_norms);
   phase_mark(kPhaseMonitors);
   return r;
 }
@@ -293,6 +300,16 @@ std::vector<HeadMonitor> Trainer::monitors(
     }
   }
   return out;
+}
+
+void Trainer::set_monitor_every(int n) {
+  if (n < 1) throw UsageError("--monitor-every must be at least 1");
+  monitor_every_ = n;
+  stats_flag_ = n > 1 && device_.is_cuda()
+                    ? torch::ones({1}, torch::TensorOptions().dtype(torch::kInt).device(device_))
+                    : torch::Tensor();
+  model_->set_stats_flag(stats_flag_);
+  if (graph_) graph_->discard();  // a graph captured before reads no flag
 }
 
 StepResult Trainer::train_step(const std::vector<int>& capture_layers) {

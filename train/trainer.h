@@ -21,6 +21,9 @@
 
 namespace rwd::train {
 
+// Whether a run trained with --monitor-every n records the monitors of `step`.
+inline bool monitor_due(int monitor_every, int64_t step) { return monitor_every <= 1 || step % monitor_every == 0; }
+
 // Per-(layer, head) monitors of one step (DESIGN.md §6).
 struct HeadMonitor {
   int layer = 0, head = 0;
@@ -90,6 +93,12 @@ class Trainer {
   // Whether train_step fills StepResult::digest (the digest after its update; on a GPU summed
   // by the fused AdamW pass itself, which has the parameters in registers).
   void set_want_digest(bool want) { want_digest_ = want; }
+  // Sampled monitors: train_step fills StepResult::monitors only on steps monitor_due(n, step)
+  // (every n-th, from step 0); the others run the attention without its monitor counts and
+  // skip the W_Q norms' read. n = 1 (the default; replays and probes): every step. On a GPU one
+  // graph serves both kinds of step (a device flag read by the kernels). The bits of the
+  // training are the same for every n.
+  void set_monitor_every(int n);
   // With REWIND_PHASE_TIMES=1 in the environment: mean milliseconds per train step spent in
   // data, forward, backward, loss+stats, grad norm, monitors and optimizer; "" otherwise.
   std::string phase_report() const;
@@ -115,9 +124,11 @@ class Trainer {
   // device), eagerly or inside a graph's capture: nothing in it waits for the device.
   // use_buckets: the last backward exchanges the gradients in buckets as they complete (ranks,
   // eagerly: the exchange waits on the host, which a graph's capture cannot).
+  // monitors: false leaves the attention's stats and the W_Q norms out (taps only for
+  // capture_layers).
   QueuedPasses queue_passes(const plan::Plan& plan, const std::vector<int>& capture_layers,
                             const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& ys,
-                            bool use_buckets);
+                            bool use_buckets, bool monitors = true);
   // clip_coef > 0: the gradients are scaled by it first (clipping). digest_sums (optional, one
   // int64 per parameter on the device, zeroed): the fused update adds the updated parameters'
   // digest word sums into it; returns whether it did (false: LibTorch's ops ran).
@@ -156,6 +167,8 @@ class Trainer {
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   int64_t step_ = 0;
   bool want_digest_ = false;  // set_want_digest
+  int monitor_every_ = 1;     // set_monitor_every
+  torch::Tensor stats_flag_;  // CUDA, monitor_every_ > 1: the kernels' stats_on (one int32)
   Comm* comm_ = nullptr;
   std::unique_ptr<GradBuckets> buckets_;  // world > 1 and REWIND_GRAD_BUCKET_MB > 0 (made anew for a capture)
   bool buckets_in_graph_ = false;         // ranks capture their bucketed exchange (set_comm)

@@ -99,8 +99,10 @@ Summary bench(int B, int H, int T, int D) {
   // monitors: per-head stats collected (p.stats set), as in a recorded training step.
   // simt: FP32 heads on the SIMT reference kernels (the path before the split-BF16 variant).
   // ds_dq: BackwardArgs::ds_dq (-1 default; 0 dQ recomputed per tile pair; 1 from stored dS).
+  // monitors: 0 none, 1 collected, 2 requested but switched off by the stats_on flag (a step
+  // without monitors under --monitor-every, as a CUDA graph captured with them runs it).
   auto run_ours = [&](const std::string& name, std::vector<HeadFlags> flag_list,
-                      bool monitors = false, bool simt = false, int ds_dq = -1) {
+                      int monitors = 0, bool simt = false, int ds_dq = -1) {
     auto flags = std::make_shared<std::vector<HeadFlags>>(std::move(flag_list));
     auto flags_d = torch::empty({static_cast<int64_t>(flags->size() * sizeof(HeadFlags))},
                                 torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
@@ -128,6 +130,8 @@ Summary bench(int B, int H, int T, int D) {
     fa.lse = lse.data_ptr<float>();
     fa.host_flags = flags->data();
     fa.simt_fp32 = simt;
+    auto stats_off = torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kInt32));
+    if (monitors == 2) fa.stats_on = stats_off.data_ptr<int>();
     auto ws = torch::empty({static_cast<int64_t>(kc::forward_workspace_bytes(p, flags->data()))},
                            torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
     fa.workspace = ws.numel() ? ws.data_ptr() : nullptr;
@@ -155,7 +159,7 @@ Summary bench(int B, int H, int T, int D) {
                             torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
     ba.workspace = bws.numel() ? bws.data_ptr() : nullptr;
     // Owns copies of the parameters and keeps the flags alive for paired_ratio below.
-    fwd_of.push_back([p, fa, flags, flags_d, stats_d, ws] { check(kc::attention_forward(p, fa, nullptr), "forward"); });
+    fwd_of.push_back([p, fa, flags, flags_d, stats_d, ws, stats_off] { check(kc::attention_forward(p, fa, nullptr), "forward"); });
     const double f = time_ms(fwd_of.back());
     const double b = time_ms([&] { check(kc::attention_backward(p, ba, nullptr), "backward"); });
     rows.push_back({name, f, b});
@@ -199,11 +203,13 @@ Summary bench(int B, int H, int T, int D) {
   std::vector<HeadFlags> stable(H);
   for (auto& fl : stable) fl.stable = true;
   run_ours("rewind_stable", stable);
-  run_ours("rewind_stable_monitors", stable, true);
+  run_ours("rewind_stable_monitors", stable, 1);
+  run_ours("rewind_std_monitors", std::vector<HeadFlags>(H), 1);  // what training runs
+  run_ours("rewind_std_monitors_off", std::vector<HeadFlags>(H), 2);
   // The forwards on mma.sync instead of wgmma (same bits).
   setenv("REWIND_ATTN_WGMMA", "0", 1);
   run_ours("rewind_standard_mma", std::vector<HeadFlags>(H));
-  run_ours("rewind_stable_mon_mma", stable, true);
+  run_ours("rewind_stable_mon_mma", stable, 1);
   unsetenv("REWIND_ATTN_WGMMA");
   // The other way to dQ than the default for this D (recomputing S, dP, dS per tile pair, or
   // reading the dS tiles the dK/dV kernel stored): same bits, different speed.
@@ -227,7 +233,7 @@ Summary bench(int B, int H, int T, int D) {
       }
       const std::string tag = "fp32_heads_" + std::to_string(n);
       run_ours(tag, fl);
-      run_ours(tag + "_simt", fl, false, true);
+      run_ours(tag + "_simt", fl, 0, true);
     }
     // The split matmuls alone: qk and pv promoted in every head, softmax low.
     std::vector<HeadFlags> qkpv(H);
@@ -241,6 +247,8 @@ Summary bench(int B, int H, int T, int D) {
   // rows: [sdpa_flash, sdpa_cudnn,] rewind_standard, rewind_stable, ...; fwd_of starts at
   // rewind_standard.
   const double stable_x = paired_ratio(fwd_of[0], fwd_of[1]);
+  const double monitors_x = paired_ratio(fwd_of[0], fwd_of[3]);
+  const double monitors_off_x = paired_ratio(fwd_of[0], fwd_of[4]);
 
   const double base_f = rows[0].fwd_ms, base_b = rows[0].bwd_ms;
   std::printf("\nB=%d H=%d T=%d D=%d causal  (baseline: %s)\n", B, H, T, D, rows[0].name.c_str());
@@ -256,6 +264,10 @@ Summary bench(int B, int H, int T, int D) {
   }
   std::printf("stable/standard forward, alternating 20-launch bursts: %.3f (median of 41 pairs)\n",
               stable_x);
+  std::printf("standard+monitors/standard forward, alternating 20-launch bursts: %.3f (median of 41 pairs)\n",
+              monitors_x);
+  std::printf("standard, monitors switched off by stats_on / standard forward, alternating bursts: %.3f\n",
+              monitors_off_x);
   // The same paired measure for the tensor-core FP32 rows (forward; fwd_of[i] is the forward
   // of rows[i + first], first = n_base).
   const size_t first = rows.size() - fwd_of.size();

@@ -359,9 +359,56 @@ __device__ __forceinline__ void count_bf16_ones_mma(const uint32_t (&pa)[4][4], 
     mma_bf16(acc, flags, kBf16OnePair, kBf16OnePair);
   }
 }
+// The monitors' running max of a row and how often it occurred, after a tile whose max r_m
+// occurs `ties` times.
+__device__ __forceinline__ void track_max(float& run_max, int& run_cnt, float r_m, int ties) {
+  if (r_m > run_max) {
+    run_max = r_m;
+    run_cnt = ties;
+  } else if (r_m == run_max) {
+    run_cnt += ties;
+  }
+}
+// Below this |max| the exponent residual of P̄ = ex2(fma(S, log2e, -fl(m log2e))) at S = m is at
+// most 2^-10 (half an ulp of m log2e < 2^15), so P̄ rounds to BF16 1.
+constexpr float kTieProxyMax = 16384.0f;
 // Row r's (0: lane/4, 1: lane/4 + 8) count from count_ties_mma's accumulators (exact: <= 64).
 __device__ __forceinline__ int tie_count(const float (&acc)[2][4], int r) {
   return static_cast<int>(acc[0][2 * r] + acc[1][2 * r]);
+}
+
+// The monitors of one m16 block of a head that is not stabilized, after its exponentials: the
+// P̄ == 1 count of the tile (into ones_acc) and the exact ties of each row's tile max r_m (into
+// run_max / run_cnt, lanes lane % 4 == 0 of live rows). There m_new = max(m_old, r_m), and the
+// ties matter only where r_m = m_new, where each of them has bf16(P̄) = 1 (|r_m| <
+// kTieProxyMax). So a row with at most one P̄ == 1 in the tile has exactly one tie, its max, and
+// only a warp where some live row has more (rare: a near-tie within ~0.002) compares every
+// score with r_m. The counts equal counting first, with fewer instructions per score.
+__device__ __forceinline__ void count_ties_after_exp(const float (&s)[8][4], const float (&r_m)[2],
+                                                     const uint32_t (&pa)[4][4], bool live0, bool live1,
+                                                     float (&ones_acc)[4], float (&run_max)[2],
+                                                     int (&run_cnt)[2]) {
+  const bool live[2] = {live0, live1};
+  float tile_ones[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  count_bf16_ones_mma(pa, tile_ones);
+  bool ok = true;
+  int ties[2] = {1, 1};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    ones_acc[2 * r] += tile_ones[2 * r];
+    ok &= !live[r] || (tile_ones[2 * r] <= 1.0f && fabsf(r_m[r]) < kTieProxyMax);
+  }
+  if (!__all_sync(0xffffffffu, ok)) {
+    float eq[2][4];
+    count_ties_mma(s, r_m[0], r_m[1], eq);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) ties[r] = r_m[r] == -INFINITY ? 0 : tie_count(eq, r);
+  }
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if ((lane % 4) == 0 && live[r]) track_max(run_max[r], run_cnt[r], r_m[r], ties[r]);
+  }
 }
 
 }  // namespace rwd::kernels::cuda

@@ -23,6 +23,10 @@ struct ForwardArgs {
   float* o_f32 = nullptr;        // optional: FP32 O (Ō/l before rounding), written when non-null
   float* lse = nullptr;          // (B,H,T) FP32 log-sum-exp, always written
   HeadStats* stats = nullptr;    // optional device array of `heads` entries (zeroed by caller)
+  // Optional device int read by the kernels with stats: 0 runs the plain BF16 heads without
+  // their monitors (stats left as they are). Lets one CUDA graph, captured with stats, serve
+  // steps with monitors and steps without (sampled monitors); null: always collected.
+  const int* stats_on = nullptr;
   // Optional HOST copy of p.flags (same contents). Without it the launcher reads the flags
   // back from the device, which synchronizes the stream on every call.
   const HeadFlags* host_flags = nullptr;

@@ -28,6 +28,15 @@ __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0, kWg>::kThreads
   constexpr bool kStats = (V & kFwdStats) != 0;
   constexpr bool kTies = (V & kFwdStable) != 0;
   constexpr bool kF32 = (V & kFwdF32) != 0;
+  // The monitored plain BF16 heads (what training runs) skip their monitors where the step's
+  // stats_on flag says so: the plain key loop, inlined beside the monitored one (same blocks
+  // per SM: the register cap is the launch bounds'). The other monitored variants always count.
+  if constexpr (V == kFwdStats) {
+    if (a.stats_on != nullptr && *a.stats_on == 0) {
+      forward_block<D, false, false, false, false, kWg>(a, f, smem, q_tile);
+      return;
+    }
+  }
   forward_block<D, kExtras, kTies, kStats, kF32, kWg>(a, f, smem, q_tile);
 }
 
@@ -77,7 +86,7 @@ int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t st
                  {kF | kX | kS, launch_variant<D, kF | kX | kS>},
                  {kF | kX | kM, launch_variant<D, kF | kX | kM>},
                  {0, launch_variant<D, 0>},           {kS, launch_variant<D, kS>},
-                 {kM, launch_variant<D, kM>},         {kX, launch_variant<D, kX>},
+                 {kFwdStats, launch_variant<D, kFwdStats>}, {kM, launch_variant<D, kM>},         {kX, launch_variant<D, kX>},
                  {kX | kS, launch_variant<D, kX | kS>}, {kX | kM, launch_variant<D, kX | kM>}};
   for (const auto& l : kLaunch) {
     if ((variants >> l.v) & 1u) {
@@ -127,6 +136,7 @@ int attention_forward(const AttentionParams& p, const ForwardArgs& fa, void* str
   a.tiling_off = plan.tiling_off;
   a.flags = p.flags;
   a.stats = fa.stats != nullptr ? fa.stats : p.stats;
+  a.stats_on = fa.stats_on;
   a.q = fa.q;
   a.k = fa.k;
   a.v = fa.v;

@@ -33,9 +33,10 @@ namespace rwd::kernels::cuda {
 
 // The key loop of one block. kExtras: the head uses s_bf16, acc_bf16 or a qk / softmax / pv
 // fault (else those branches compile away). kTies: the head is stabilized or stats are
-// collected (else no tie bookkeeping at all). kStats: the monitors are collected (a.stats set;
-// implies kTies). Each is a separate specialization: a runtime test inside the unrolled loops
-// still costs instructions per element. In the mma C layout a thread holds, per m16
+// collected with extras or FP32 operands (else no tie counting before the exponentials). kStats:
+// the monitors are collected (a.stats set); without kTies (a plain BF16 head, what training
+// runs) the ties are counted after the exponentials (count_ties_after_exp). Each is a separate
+// specialization: a runtime test inside the unrolled loops still costs instructions per element. In the mma C layout a thread holds, per m16
 // block mt, rows r_a = 16 mt + lane/4 and r_a + 8 of its warp, columns 8 nb + 2 (lane%4) + {0,1}.
 // kF32: the head promotes qk, pv or softmax (FP32 variant). Its FP32 operands enter as three
 // BF16 planes each (a.q_pl, a.k_pl, a.v_pl: x = x0 + x1 + x2 exactly), in shared memory side by
@@ -356,6 +357,8 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     // (-inf) entries count only in a row with no visible key in this tile (r_m = -inf), which
     // stable_max leaves alone and the monitors skip.
     constexpr bool kSpec = REWIND_STABLE_SPEC && kTies && !kStats && !kExtras;
+    constexpr bool kTiesAfterExp = kStats && !kTies;
+    static_assert(!kTiesAfterExp || (!kExtras && !kF32), "ties after the exponentials: plain BF16 heads");
     float m_new[kMt][2];
     float tie_cnt[kMt][2][4];  // C fragments of two tie-count accumulators per m16 block
     // With monitors the exact ties (eps 0) are counted anyway; they are r_s too unless the head
@@ -399,12 +402,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
             st.neg += branch == 2;
             st.guard += guarded;
             st.max_logit = fmaxf(st.max_logit, r_m[mt][r]);
-            if (r_m[mt][r] > run_max[mt][r]) {
-              run_max[mt][r] = r_m[mt][r];
-              run_cnt[mt][r] = ties[r];
-            } else if (r_m[mt][r] == run_max[mt][r]) {
-              run_cnt[mt][r] += ties[r];
-            }
+            if constexpr (!kTiesAfterExp) track_max(run_max[mt][r], run_cnt[mt][r], r_m[mt][r], ties[r]);
           }
         }
       }
@@ -417,7 +415,15 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     exp_pass(s, m_new, pa, rowsum);
     if constexpr (kStats && !kExtras) {
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) count_bf16_ones_mma(pa[0][mt], ones_acc[mt]);
+      for (int mt = 0; mt < kMt; ++mt) {
+        const int row_a = w_row0 + mt * 16 + lane / 4;
+        if constexpr (kTiesAfterExp) {
+          count_ties_after_exp(s[mt], r_m[mt], pa[0][mt], row_a < T, row_a + 8 < T, ones_acc[mt], run_max[mt],
+                               run_cnt[mt]);
+        } else {
+          count_bf16_ones_mma(pa[0][mt], ones_acc[mt]);
+        }
+      }
     }
 
     if constexpr (kSpec) {

@@ -19,6 +19,7 @@ struct KernelArgs {
   bool tiling_off = false;  // stable rule once per full row (two passes over the keys)
   const HeadFlags* flags = nullptr;
   HeadStats* stats = nullptr;
+  const int* stats_on = nullptr;  // forward: see ForwardArgs::stats_on
   const uint16_t* q = nullptr;
   const uint16_t* k = nullptr;
   const uint16_t* v = nullptr;
@@ -81,7 +82,8 @@ int dispatch_head_dim(int dim, Fn&& fn) {
 static_assert(sizeof(kCudaHeadDims) / sizeof(kCudaHeadDims[0]) == 6, "dispatch_head_dim lists every dim");
 
 // Specializations of the tensor-core forward (attention_forward.cu), one kernel each: bits of
-// a variant number. kFwdStats (monitors requested) always comes with kFwdStable (tie counting).
+// a variant number. kFwdStats (monitors requested) comes with kFwdStable (ties counted before
+// the exponentials) except on a plain BF16 head, whose ties are counted after them.
 // kFwdF32: qk, pv or softmax promoted: split-BF16 operands (attention_split.cuh).
 constexpr int kFwdStable = 1, kFwdStats = 2, kFwdExtras = 4, kFwdF32 = 8, kFwdVariants = 16;
 
@@ -102,8 +104,9 @@ __host__ __device__ inline int forward_variant(const HeadFlags& f, bool stats, b
   if (f32 && simt_fp32) return -1;
   const bool extras = f.s_bf16 || f.acc_bf16 || qk == Prec::kFault || sm == Prec::kFault ||
                       pv == Prec::kFault;
-  return (f32 ? kFwdF32 : 0) | (extras ? kFwdExtras : 0) |
-         (stats ? kFwdStats | kFwdStable : 0) | (f.stable ? kFwdStable : 0);
+  const bool ties_first = f.stable || (stats && (extras || f32));
+  return (f32 ? kFwdF32 : 0) | (extras ? kFwdExtras : 0) | (stats ? kFwdStats : 0) |
+         (ties_first ? kFwdStable : 0);
 }
 
 // What the host learned from the per-head flags (copied once from the device).

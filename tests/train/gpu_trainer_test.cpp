@@ -211,6 +211,46 @@ TEST_F(GpuTrainer, GraphStepsEqualEagerStepsBitwise) {
     EXPECT_TRUE(torch::equal(g.view(torch::kInt32), gg.at(name).view(torch::kInt32))) << "probe gradient of " << name;
 }
 
+// Sampled monitors (--monitor-every 3) in CUDA graphs: one graph, captured with the monitors,
+// serves steps with and without them (the kernels read the step's flag); every step has the
+// bits of an eager run that monitors every step, the due steps its monitors, the others none.
+// Then a plan with a stabilized head (whose variant counts regardless of the flag).
+TEST_F(GpuTrainer, SampledMonitorsInAGraphKeepTheBitsAndTheDueStepsMonitors) {
+  TokenFile data(path_);
+  const plan::Plan p0 = plan::Plan::defaults(config_.n_layer, config_.n_head);
+  const plan::Plan p1 = plan::parse("L0.H1.softmax=stable(beta=2)", config_.n_layer, config_.n_head);
+  setenv("REWIND_CUDA_GRAPHS", "0", 1);
+  Trainer every(config_, p0, data, device_);
+  setenv("REWIND_CUDA_GRAPHS", "1", 1);
+  Trainer sampled(config_, p0, data, device_);
+  unsetenv("REWIND_CUDA_GRAPHS");
+  sampled.set_monitor_every(3);
+  for (const plan::Plan* p : {&p0, &p1}) {
+    every.set_plan(*p);
+    sampled.set_plan(*p);
+    for (int i = 0; i < 7; ++i) {
+      const StepResult x = every.train_step(), y = sampled.train_step();
+      SCOPED_TRACE(testing::Message() << "step " << x.step);
+      EXPECT_EQ(std::memcmp(&x.loss, &y.loss, sizeof x.loss), 0);
+      EXPECT_EQ(std::memcmp(&x.grad_norm, &y.grad_norm, sizeof x.grad_norm), 0);
+      if (!monitor_due(3, x.step)) {
+        EXPECT_TRUE(y.monitors.empty());
+        continue;
+      }
+      ASSERT_EQ(x.monitors.size(), y.monitors.size());
+      for (size_t m = 0; m < x.monitors.size(); ++m) {
+        EXPECT_EQ(x.monitors[m].max_logit, y.monitors[m].max_logit) << "monitor " << m;
+        EXPECT_EQ(x.monitors[m].repmax_rate, y.monitors[m].repmax_rate) << "monitor " << m;
+        EXPECT_EQ(x.monitors[m].pbar_one, y.monitors[m].pbar_one) << "monitor " << m;
+        EXPECT_EQ(x.monitors[m].wq_sn, y.monitors[m].wq_sn) << "monitor " << m;
+      }
+    }
+  }
+  EXPECT_EQ(sampled.step_graph()->captures(), 2);
+  EXPECT_EQ(sampled.step_graph()->replays(), 12);
+  expect_same_state(sampled, every, "after 14 steps");
+}
+
 // With a digest wanted, the fused AdamW pass sums the digest of the parameters it writes
 // (kernels/cuda/optimizer.cu); that digest, read back behind the step, equals the one computed
 // from the parameters afterwards, and moves with every step.

@@ -76,6 +76,31 @@ TEST_F(ResumeCli, CheckpointDigestAndCaptureSettingsApplyOnResume) {
   EXPECT_EQ(v.code, 0) << v.out;
 }
 
+// --monitor-every 4: per-head monitors stored on steps 0, 4, 8 only, the choice in the run's
+// metadata, kept by a resume (12) and replaced by one (--monitor-every 3: 15, 18, and the
+// metadata says 3 from then on); replay --verify passes over steps without monitors.
+TEST_F(ResumeCli, SampledMonitorsAreRecordedAsSuchAndKeptOnResume) {
+  const std::string db = dir_ + "/sampled.db";
+  Cmd c = rewind_cmd("train --data " + data_ + " --record " + db + " --steps 10 --checkpoint-every 10 "
+                     "--checkpoint-wait --monitor-every 4" + kModel);
+  ASSERT_EQ(c.code, 0) << c.out;
+  Cmd r1 = resume(db, "--steps 14");
+  ASSERT_EQ(r1.code, 0) << r1.out;
+  EXPECT_EQ(nlohmann::json::parse(open(db).run(1)->meta).value("monitor_every", 0), 4);
+  Cmd r2 = resume(db, "--steps 20 --monitor-every 3");
+  ASSERT_EQ(r2.code, 0) << r2.out;
+  rwd::store::Store st = open(db);
+  EXPECT_EQ(nlohmann::json::parse(st.run(1)->meta).value("monitor_every", 0), 3);
+  std::vector<int64_t> monitored;
+  for (const auto& m : st.metrics(1, 0, 19, "L0.H0.max_logit")) monitored.push_back(m.step);
+  EXPECT_EQ(monitored, (std::vector<int64_t>{0, 4, 8, 12, 15, 18}));
+  Cmd v = rewind_cmd("replay --store " + db + " --from 0 --to 19 --verify");
+  EXPECT_EQ(v.code, 0) << v.out;
+  Cmd bad = rewind_cmd("train --data " + data_ + " --steps 2 --monitor-every 0" + kModel);
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--monitor-every must be at least 1"), std::string::npos) << bad.out;
+}
+
 TEST_F(ResumeCli, PlanAppliesFromTheResumeStepAndIsRecorded) {
   const std::string plain = record("plain", 20), fixed = record("fixed", 20), later = record("later", 20);
   ASSERT_EQ(resume(plain, "--steps 30").code, 0);

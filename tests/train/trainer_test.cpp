@@ -336,6 +336,36 @@ TEST_F(TrainerTest, MonitorsArePopulated) {
   }
 }
 
+// --monitor-every 3: monitors on steps 0 and 3 only, equal to an every-step run's there, and
+// the same loss, gradient norm and parameters on every step (the monitors change no bit).
+TEST_F(TrainerTest, SampledMonitorsOnlyOnDueStepsAndTheSameBits) {
+  TokenFile data(path_);
+  const plan::Plan plan = plan::Plan::defaults(config_.n_layer, config_.n_head);
+  Trainer every(config_, plan, data), sampled(config_, plan, data);
+  sampled.set_monitor_every(3);
+  EXPECT_THROW(sampled.set_monitor_every(0), std::exception);
+  sampled.set_monitor_every(3);
+  for (int s = 0; s < 6; ++s) {
+    SCOPED_TRACE(s);
+    const StepResult a = every.train_step(), b = sampled.train_step();
+    EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof a.loss), 0);
+    EXPECT_EQ(std::memcmp(&a.grad_norm, &b.grad_norm, sizeof a.grad_norm), 0);
+    EXPECT_EQ(monitor_due(3, s), s % 3 == 0);
+    if (!monitor_due(3, s)) {
+      EXPECT_TRUE(b.monitors.empty());
+      continue;
+    }
+    ASSERT_EQ(b.monitors.size(), a.monitors.size());
+    for (size_t i = 0; i < a.monitors.size(); ++i) {
+      EXPECT_EQ(b.monitors[i].max_logit, a.monitors[i].max_logit);
+      EXPECT_EQ(b.monitors[i].repmax_rate, a.monitors[i].repmax_rate);
+      EXPECT_EQ(b.monitors[i].pbar_one, a.monitors[i].pbar_one);
+      EXPECT_EQ(b.monitors[i].wq_sn, a.monitors[i].wq_sn);
+    }
+  }
+  EXPECT_EQ(every.param_digest(), sampled.param_digest());
+}
+
 TEST(LrSchedule, WarmupThenCosineToMin) {
   Config c;
   c.learning_rate = 1e-3;
