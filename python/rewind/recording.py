@@ -150,9 +150,12 @@ class Recorder:
     --cmd`, replays a window of a recording). Use rec.start as the loop's first iteration."""
 
     def __init__(self, path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None,
-                 plan_from=None, checkpoint_wait=False, start=0):
+                 plan_from=None, checkpoint_wait=False, start=0, monitor_every=1):
         if checkpoint_every < 1:
             raise ValueError("rewind.record: checkpoint_every must be at least 1")
+        if int(monitor_every) < 1:
+            raise ValueError("rewind.record: monitor_every must be at least 1")
+        self.monitor_every = int(monitor_every)
         if int(start) < 0:
             raise ValueError("rewind.record: start must be >= 0")
         self._ranks = ranks.world()  # None, or a data-parallel script's ranks (rank 0 writes the store)
@@ -196,7 +199,7 @@ class Recorder:
                 "parameters": _parameters(self.model), "torch": torch.__version__,
                 "python": sys.version.split()[0], "threads": torch.get_num_threads(),
                 "deterministic": torch.are_deterministic_algorithms_enabled(),
-                "checkpoint_every": self.checkpoint_every}
+                "checkpoint_every": self.checkpoint_every, "monitor_every": self.monitor_every}
         params = list(self.model.parameters())
         meta["device"] = str(params[0].device) if params else "cpu"
         r = self._ranks
@@ -391,7 +394,7 @@ class Recorder:
         # (the first step always: a resumed loop's start need not fall on the schedule)
         if self._rec.checkpoint_due(self.step_index) or self.step_index == self._first_step:
             self._checkpoint()  # written after the steps queued before it
-        _C.take_monitor_stats()  # drops what ran outside a step (e.g. an evaluation)
+        self._monitor_this_step()  # and drops what ran outside a step (e.g. an evaluation)
         out = get_batch(*args, **kwargs)
         tensors, desc = describe_batch(out, str)
         self._pending = ([to_host(t) for t in tensors], desc, _rng_state(), t0)
@@ -407,7 +410,7 @@ class Recorder:
             before = r.states(_rng_state(), device)  # every rank's generators before the step
             if r.root():
                 self._checkpoint(before)
-        _C.take_monitor_stats()
+        self._monitor_this_step()
         out = get_batch(*args, **kwargs)
         tensors, desc = describe_batch(out, lambda d: d.type)  # cuda:1 on rank 1 is its cuda
         if self._desc is None:  # the first step: every rank's description, once (a host exchange)
@@ -429,6 +432,12 @@ class Recorder:
         else:
             self._pending = (None, None, None, t0)
         return out
+
+    def _monitor_this_step(self):
+        """Recording: rewind.attention collects its per-head monitors in this step only on
+        steps 0, monitor_every, 2 monitor_every, ... (rank 0's), and drops what it collected
+        before (outside a step)."""
+        _C.set_monitoring(self._rec is not None and self.step_index % self.monitor_every == 0)
 
     def step(self, loss, grad_norm=None, lr=None, **metrics):
         """Ends the step begun by rec.batch, after optimizer.step(): records the loss and
@@ -550,7 +559,7 @@ def _schedule(plan, plan_from):
 
 
 def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None, plan_from=None,
-           checkpoint_wait=False, start=0):
+           checkpoint_wait=False, start=0, monitor_every=1):
     """Records the training loop of `model` and `optimizer` into a new store at `path` (never
     overwritten: an existing non-empty file is a rewind.RewindError), or, when `rewind replay
     --cmd` started this script, replays the asked window from that store instead.
@@ -567,7 +576,11 @@ def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, st
     train --plan-from), e.g. {20: "L1.H0.pv=fault(strength=25600)"} to plant a fault for a test.
     start: the number of the first step recorded, for a loop resumed from its own checkpoint
     (nanoGPT's iter_num after --init_from=resume): steps and checkpoints keep the run's numbering.
+    monitor_every: the per-head monitors of rewind.attention are recorded on steps 0, N, 2N, ...
+    only (recorded with the run); the other steps skip their counts, about a fifth of the
+    attention forward on an H200. Replays report them on every step.
 
         rec = rewind.record("run.db", model, optimizer, checkpoint_every=5)
     """
-    return Recorder(path, model, optimizer, checkpoint_every, plan, config, state, plan_from, checkpoint_wait, start)
+    return Recorder(path, model, optimizer, checkpoint_every, plan, config, state, plan_from, checkpoint_wait, start,
+                    monitor_every)

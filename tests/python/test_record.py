@@ -153,6 +153,25 @@ class RecordReplay(RecordedRun):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("verified: every step from 7 to 12", r.stdout)
 
+    def test_sampled_monitors_are_recorded_as_such_and_replays_verify(self):
+        # monitor_every=4: per-head monitors on steps 0, 4, 8, ... only, the choice in the run's meta;
+        # the losses are the every-step recording's, and replay --verify passes.
+        store = os.path.join(self.dir, "sampled.db")
+        cmd = script(store, "--steps", "20", "--monitor-every", "4")
+        self.assertEqual(subprocess.run(cmd, shell=True, capture_output=True).returncode, 0)
+        run = rewind.open(store).run()
+        self.assertEqual(run.meta["monitor_every"], 4)
+        m = run.metrics(prefix="L0.H0.max_logit")
+        self.assertEqual(m["step"].tolist(), [0, 4, 8, 12, 16])
+        every = rewind.open(self.store).run()
+        self.assertEqual(run.steps()["loss"].tolist(), every.steps()["loss"].tolist())
+        r = self.rewind_cli("replay", "--cmd", cmd, "--store", store, "--from", "2", "--to", "9", "--verify")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        bad = subprocess.run(script(os.path.join(self.dir, "bad.db"), "--monitor-every", "0"), shell=True,
+                             capture_output=True, text=True)
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("monitor_every must be at least 1", bad.stderr)
+
     def test_script_checkpoint_is_the_scripts_state(self):
         run = rewind.open(self.store).run()
         ck = run.script_checkpoint(5)

@@ -91,6 +91,7 @@ def main():
     ap.add_argument("--store", required=True)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--checkpoint-every", type=int, default=5)
+    ap.add_argument("--monitor-every", type=int, default=1)
     ap.add_argument("--no-checkpoint-wait", action="store_true",
                     help="defer a checkpoint due while the writer is busy (the default of rewind.record; "
                          "the tests wait, for checkpoints at exactly 0, K, 2K, ...)")
@@ -150,7 +151,8 @@ def main():
     rec = rewind.record(a.store, raw_model, opt, checkpoint_every=a.checkpoint_every, plan=a.plan,
                         plan_from=plan_from, config=None if a.no_config else config,
                         state={"sched": sched} if sched else None,
-                        checkpoint_wait=not a.no_checkpoint_wait, start=a.start)  # rewind
+                        checkpoint_wait=not a.no_checkpoint_wait, start=a.start,
+                        monitor_every=a.monitor_every)  # rewind
     for it in range(rec.start, a.steps):  # rewind: rec.start (0, or the checkpoint a replay starts at)
         lr = a.lr * min(1.0, (it + 1) / 5) * 0.5 * (1 + math.cos(math.pi * it / a.steps))
         if sched:
