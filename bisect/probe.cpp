@@ -241,8 +241,12 @@ Series window_start(store::Store& s, const ProbeSpec& p, const train::RunSpec& r
   auto range = s.step_range(run.run_id);
   if (range && range->first < p.from) {
     Series before = recorded_series(s, run.run_id, range->first, p.from - 1, &used);
+    // A series with a value on every recorded step; a monitor of a run recorded with
+    // --monitor-every N > 1 has gaps, and its values would sit at the wrong steps: no history.
+    const size_t steps = before.values["loss"].size();
     for (const auto& key : used)
-      if (before.values.count(key)) series.history[key] = std::move(before.values[key]);
+      if (before.values.count(key) && before.values[key].size() == steps)
+        series.history[key] = std::move(before.values[key]);
   }
   return series;
 }
