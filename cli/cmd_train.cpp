@@ -131,6 +131,13 @@ bool retention_options(const cxxopts::ParseResult& r, train::RunSpec& spec) {
   return last || every;
 }
 
+// --monitor-every, checked where it is read: before a store is created or its meta rewritten.
+int monitor_every_option(const cxxopts::ParseResult& r) {
+  const int n = r["monitor-every"].as<int>();
+  if (n < 1) throw UsageError("--monitor-every must be at least 1");
+  return n;
+}
+
 // The recording options a resumed or forked run takes from the command line when given
 // (--checkpoint-every, --digest-every, --monitor-every, --batches, --keep-last, --keep-every);
 // otherwise the recorded ones.
@@ -138,7 +145,7 @@ void recording_options(const cxxopts::ParseResult& r, train::RunSpec& spec) {
   retention_options(r, spec);
   if (r.count("checkpoint-every")) spec.checkpoint_every = r["checkpoint-every"].as<int>();
   if (r.count("digest-every")) spec.digest_every = r["digest-every"].as<int>();
-  if (r.count("monitor-every")) spec.monitor_every = r["monitor-every"].as<int>();
+  if (r.count("monitor-every")) spec.monitor_every = monitor_every_option(r);
   if (r.count("batches")) {
     const std::string batches = r["batches"].as<std::string>();
     if (batches != "offsets" && batches != "full") throw UsageError("--batches must be offsets or full");
@@ -374,7 +381,7 @@ int run_train(int argc, char** argv) {
     spec.data_fingerprint = data->fingerprint();
     spec.checkpoint_every = r["checkpoint-every"].as<int>();
     spec.digest_every = r["digest-every"].as<int>();
-    spec.monitor_every = r["monitor-every"].as<int>();
+    spec.monitor_every = monitor_every_option(r);
     retention_options(r, spec);
     const std::string batches = r["batches"].as<std::string>();
     if (batches != "offsets" && batches != "full") throw UsageError("--batches must be offsets or full");

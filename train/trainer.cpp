@@ -147,8 +147,7 @@ QueuedPasses Trainer::queue_passes(const plan::Plan& plan, const std::vector<int
   for (int i = 0; i < share; ++i) {
     ForwardTap tap;
     if (first + i == 0) tap.tensor_layers = capture_layers;
-    const bool tapped = monitors || !tap.tensor_layers.empty();
-    torch::Tensor loss = model_->loss(xs[i], ys[i], plan, tapped ? &tap : nullptr);
+    torch::Tensor loss = model_->loss(xs[i], ys[i], plan, monitors ? &tap : nullptr);
     phase_mark(kPhaseForward);
     const bool last = i == share - 1;
     if (last && buckets) buckets->arm();  // exchange each bucket as its gradients complete
@@ -234,9 +233,9 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   // The losses in one copy, then every layer's statistics in another.
   const torch::Tensor host_losses = q.losses.empty() ? torch::Tensor() : torch::stack(q.losses).to(torch::kCPU);
   std::vector<kernels::AttentionCapture*> pending;
-  for (const ForwardTap& tap : taps)
-    for (const auto& c : tap.layers)
-      if (monitored) pending.push_back(c.get());
+  if (monitored)
+    for (const ForwardTap& tap : taps)
+      for (const auto& c : tap.layers) pending.push_back(c.get());
   kernels::fetch_stats(pending);
   for (size_t m = 0; m < taps.size(); ++m) {
     loss_sum += host_losses[static_cast<int64_t>(m)].item<float>();

@@ -124,8 +124,8 @@ class Trainer {
   // device), eagerly or inside a graph's capture: nothing in it waits for the device.
   // use_buckets: the last backward exchanges the gradients in buckets as they complete (ranks,
   // eagerly: the exchange waits on the host, which a graph's capture cannot).
-  // monitors: false leaves the attention's stats and the W_Q norms out (taps only for
-  // capture_layers).
+  // monitors: false leaves the attention's stats and the W_Q norms out (no taps: a step with
+  // capture_layers is always monitored).
   QueuedPasses queue_passes(const plan::Plan& plan, const std::vector<int>& capture_layers,
                             const std::vector<torch::Tensor>& xs, const std::vector<torch::Tensor>& ys,
                             bool use_buckets, bool monitors = true);
