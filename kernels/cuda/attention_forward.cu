@@ -18,7 +18,7 @@ namespace rwd::kernels::cuda {
 template <int D, int V, bool kWg>
 __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0, kWg>::kThreads,
                                   FwdTr<D, (V & kFwdF32) != 0, kWg>::kMinBlocks)
-    flash_forward_kernel(KernelArgs a) {
+    flash_forward_kernel(KernelArgs a, const __grid_constant__ TmaMaps tm) {
   const HeadFlags& hf = a.flags[blockIdx.y % a.heads];
   if (forward_variant(hf, a.stats != nullptr, a.simt_fp32) != V) return;  // SIMT heads: -1
   const FlagView f = decode_flags(hf);
@@ -33,11 +33,11 @@ __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0, kWg>::kThreads
   // per SM: the register cap is the launch bounds'). The other monitored variants always count.
   if constexpr (V == kFwdStats) {
     if (a.stats_on != nullptr && *a.stats_on == 0) {
-      forward_block<D, false, false, false, false, kWg>(a, f, smem, q_tile);
+      forward_block<D, false, false, false, false, kWg>(a, f, smem, q_tile, &tm);
       return;
     }
   }
-  forward_block<D, kExtras, kTies, kStats, kF32, kWg>(a, f, smem, q_tile);
+  forward_block<D, kExtras, kTies, kStats, kF32, kWg>(a, f, smem, q_tile, &tm);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -52,8 +52,14 @@ int launch_kernel(const KernelArgs& a, cudaStream_t stream) {
   cudaError_t err = cudaFuncSetAttribute(flash_forward_kernel<D, V, kWg>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
   if (err != cudaSuccess) return err;
+  // The TMA kernels' tensor maps (the others get them unset and never read them).
+  TmaMaps tm{};
+  if constexpr (Shape::kTma) {
+    err = static_cast<cudaError_t>(encode_tma_maps(a, D, &tm));
+    if (err != cudaSuccess) return err;
+  }
   const dim3 grid((a.seq + Shape::kRows - 1) / Shape::kRows, a.batch * a.heads);
-  flash_forward_kernel<D, V, kWg><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(a);
+  flash_forward_kernel<D, V, kWg><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(a, tm);
   return cudaGetLastError();
 }
 

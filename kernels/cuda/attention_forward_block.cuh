@@ -27,6 +27,7 @@
 #include "kernels/cuda/attention_forward_output.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/attention_split.cuh"
+#include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace rwd::kernels::cuda {
@@ -51,9 +52,11 @@ namespace rwd::kernels::cuda {
 // The bits are the same: wgmma's k16 products and FP32 accumulation equal mma.sync's
 // (experiments/cuda_bench/wgmma_probe.cu), each accumulator sees the same k-steps in the same
 // order, and every row the same key tiles (AttentionCuda.WgmmaKernelsEqualMmaKernelsBitwise).
+// Shape::kTma (D = 128): two warpgroups, K/V by TMA through a ring of mbarrier-guarded stages
+// (tm: the tensor maps); each warpgroup skips, votes and releases on its own.
 template <int D, bool kExtras, bool kTies, bool kStats, bool kF32, bool kWg = false>
 __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagView& f,
-                                              uint16_t* smem_in, int q_tile) {
+                                              uint16_t* smem_in, int q_tile, const TmaMaps* tm = nullptr) {
   using Tr = FwdTr<D, kF32, kWg>;
   using Shape = FwdShape<D, kF32, kWg>;
   using Acc = std::conditional_t<kF32, double, float>;  // l and the row sums
@@ -68,8 +71,10 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   uint16_t* s_q = smem;                          // [kPl][kRows][kStride]
   uint16_t* s_k = smem + kPl * kRows * kStride;  // [kStages][kPl][64][kStride]
   uint16_t* s_v = s_k + kStages * kPl * kKvTile; // [kStages][kPl][64][kStride]
+  constexpr bool kTma = Shape::kTma, kPingPong = kTma && REWIND_FWD_PINGPONG;
+  const KvRing<D, kStages, Tr::kWarps> ring{reinterpret_cast<uint64_t*>(s_v + kStages * kPl * kKvTile), s_k, s_v};
 
-  const int T = a.seq, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int T = a.seq, warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   const size_t base = static_cast<size_t>(bh) * T * D;
   const int n_all = (T + kBlockK - 1) / kBlockK;
   const int n_kt = a.causal ? min(n_all, (q0 + kRows - 1) / kBlockK + 1) : n_all;
@@ -99,18 +104,44 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       }
     }
   };
-  if constexpr (kWg) {
-    load_tile_sw128<D, kRows, kNThr>(s_q, a.q + base, q0, T);
+  // TMA: the producer thread (the first of the last warpgroup: the one that trails under
+  // ping-pong, so its wait for the other's release rarely stalls) loads Q and K/V tiles
+  // 0 ... kStages - 2, then tile j + kStages - 1 at the top of iteration j, into the stage
+  // of tile j - 1 once all kWarps warps released it.
+  constexpr int kProducer = (Tr::kWarps / 4 - 1) * 128;
+  if constexpr (kTma) {
+    static_assert(kKvTile == kBlockK * D && kPl == 1, "TMA ring: dense BF16 tiles");
+    ring.init();
+    if (threadIdx.x == kProducer) {
+      ring.template load_q<kRows>(s_q, tm, q0, bh);
+      for (int t = 0; t < kStages - 1; ++t) ring.produce(tm, t, n_kt, bh);
+    }
+    // Ping-pong: the first warpgroup issues first.
+    if (kPingPong && wg == 1) named_bar_arrive(3, 256);
   } else {
+    if constexpr (kWg) {
+      load_tile_sw128<D, kRows, kNThr>(s_q, a.q + base, q0, T);
+    } else {
 #pragma unroll
-    for (int i = 0; i < kPl; ++i) {
-      if (i == 0 || qk32) {
-        load_tile_async<D, kRows, kNThr>(s_q + i * kRows * kStride, plane(a.q, a.q_pl, qk32, i), q0, T);
+      for (int i = 0; i < kPl; ++i) {
+        if (i == 0 || qk32) {
+          load_tile_async<D, kRows, kNThr>(s_q + i * kRows * kStride, plane(a.q, a.q_pl, qk32, i), q0, T);
+        }
       }
     }
+    load_kv(0, 0);
+    cp_async_commit();
   }
-  load_kv(0, 0);
-  cp_async_commit();
+  // Ping-pong turns: a warpgroup issues its S = Q K^T after the other issued its own; the last
+  // warpgroup does not hand over after its last tile (no barrier is left with an arrival).
+  auto turn_begin = [&] {
+    if constexpr (kPingPong) named_bar_sync(3 + wg, 256);
+  };
+  auto turn_end = [&](int j) {
+    if constexpr (kPingPong) {
+      if (wg == 0 || j + 1 < n_kt) named_bar_arrive(3 + (1 - wg), 256);
+    }
+  };
 
   uint32_t qf[Tr::kQRegs ? kPl : 1][Tr::kQRegs ? kMt : 1][Tr::kQRegs ? D / 16 : 1][4];
   float o[kMt][D / 8][4];
@@ -143,7 +174,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   // S of key tile j for this warp (K tile in k_t): Q K^T on the tensor cores, then scale,
   // optional qk fault and BF16 rounding, mask. Also called again, on the same tile, by the
   // stabilized kernel's rare redo (see below), so both passes give the same bits.
-  auto scores = [&](float (&s)[kMt][8][4], const uint16_t* k_t, int j) {
+  auto scores = [&](float (&s)[kMt][8][4], const uint16_t* k_t, int j, bool turn) {
     // S = Q K^T: (16 kMt rows x 64 keys) per warp; each K fragment feeds kMt mma. FP32 qk:
     // the five small products in s_lo, added to s at the end.
     float s_lo[kF32 ? kMt : 1][4][2][4];
@@ -158,7 +189,17 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
         }
       }
     }
-    if constexpr (kWg) wgmma_scores<D>(reinterpret_cast<float(&)[32]>(s[0]), s_q, k_t);
+    if constexpr (kWg) {
+      float(&s32)[32] = reinterpret_cast<float(&)[32]>(s[0]);
+      if (turn) turn_begin();
+      if constexpr (Tr::kQRegs) {  // Q from registers: half the shared-memory reads of S
+        wgmma_scores_rs_issue<D>(s32, qf[0][0], k_t);
+      } else {
+        wgmma_scores_issue<D, kRows>(s32, s_q + wg * 64 * 64, k_t);  // this warpgroup's 64 rows
+      }
+      if (turn) turn_end(j);
+      wgmma_scores_wait(s32);
+    }
 #pragma unroll
     for (int kk = 0; kk < (kWg ? 0 : D / 16); ++kk) {
       uint32_t qa[kPl][kMt][4];
@@ -288,21 +329,28 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   };
 
   for (int j = 0; j < n_kt; ++j) {
-    if (kStages == 1 && j > 0) {  // one buffer: every warp is done with tile j - 1
+    const int stage = j % kStages;
+    if constexpr (kTma) {
+      if (threadIdx.x == kProducer) ring.produce(tm, j + kStages - 1, n_kt, bh);
+      __syncwarp();
+      if (j == 0) ring.wait_q();
+      ring.wait(j);
+    } else {
+      if (kStages == 1 && j > 0) {  // one buffer: every warp is done with tile j - 1
+        __syncthreads();
+        load_kv(0, j);
+        cp_async_commit();
+      }
+      cp_async_wait_all();
+      if constexpr (kWg) fence_proxy_async();  // the tiles, to wgmma's (async) proxy
       __syncthreads();
-      load_kv(0, j);
-      cp_async_commit();
+      if (kStages == 2 && j + 1 < n_kt) {  // prefetch the next K, V tile into the other buffer
+        load_kv((j + 1) & 1, j + 1);
+        cp_async_commit();
+      }
     }
-    cp_async_wait_all();
-    if constexpr (kWg) fence_proxy_async();  // the tiles, to wgmma's (async) proxy
-    __syncthreads();
-    const int stage = kStages == 2 ? (j & 1) : 0;
     const uint16_t* k_t = s_k + stage * kPl * kKvTile;
     const uint16_t* v_t = s_v + stage * kPl * kKvTile;
-    if (kStages == 2 && j + 1 < n_kt) {  // prefetch the next K, V tile into the other buffer
-      load_kv((j + 1) & 1, j + 1);
-      cp_async_commit();
-    }
     if constexpr (Tr::kQRegs) {
       if (j == 0) {
 #pragma unroll
@@ -312,10 +360,10 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
           for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
+              const int row = warp * 16 * kMt + mt * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+              const int col = kk * 16 + (lane / 16) * 8;
               ldmatrix_x4(qf[i][mt][kk], s_q + i * kRows * kStride +
-                                             (warp * 16 * kMt + mt * 16 + (lane % 8) +
-                                              ((lane / 8) % 2) * 8) * kStride +
-                                             kk * 16 + (lane / 16) * 8);
+                                             (kWg ? sw128_offset(row, col, kRows) / 2 : row * kStride + col));
             }
           }
         }
@@ -323,10 +371,17 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     }
     // Causal: a key tile entirely right of this warp's last row is masked for all its rows;
     // skipping it changes nothing (m, l, Ō and the monitors are unchanged by an empty tile).
-    if (a.causal && j * kBlockK > w_row_last) continue;
+    if (a.causal && j * kBlockK > w_row_last) {
+      if constexpr (kPingPong) {
+        turn_begin();
+        turn_end(j);
+      }
+      if constexpr (kTma) ring.release(j);
+      continue;
+    }
 
     float s[kMt][8][4];
-    scores(s, k_t, j);
+    scores(s, k_t, j, true);
 
     // Row max r_m with two partial maxima per row (even / odd n-blocks: shorter dependency
     // chains).
@@ -441,9 +496,9 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
           any_tie |= r_s[mt][r] > 1;
         }
       }
-      // wgmma runs per warpgroup (this block): with kWg the redo is decided for the block, and
+      // wgmma runs per warpgroup: with kWg the redo is decided for the warpgroup, and
       // warps whose max did not change recompute the same S and P̄ (same bits).
-      if (kWg ? __syncthreads_or(any_tie) != 0 : __any_sync(0xffffffffu, any_tie)) {
+      if (kWg ? warpgroup_any(any_tie, 1 + wg) : __any_sync(0xffffffffu, any_tie)) {
         bool changed = false;
 #pragma unroll
         for (int mt = 0; mt < kMt; ++mt) {
@@ -457,47 +512,15 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
             m_new[mt][r] = m_fix;
           }
         }
-        if (kWg ? __syncthreads_or(changed) != 0 : __any_sync(0xffffffffu, changed)) {
+        if (kWg ? warpgroup_any(changed, 1 + wg) : __any_sync(0xffffffffu, changed)) {
           float s2[kMt][8][4];
-          scores(s2, k_t, j);
+          scores(s2, k_t, j, false);
           exp_pass(s2, m_new, pa, rowsum);
         }
       }
     }
 
-    // l = exp(m_old - m_new) l + rowsum(P̄), Ō rescaled by the same factor. Ō is rescaled only
-    // when some row of the warp changed its max (corr != 1): multiplying by exactly 1 is the
-    // identity, so skipping it changes no bit.
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-      float corr[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        Acc corr_l;  // softmax=fp32: the rescale of l in double, Ō's in FP32 (CPU twin)
-        if (kF32 && sm64) {
-          corr_l = m[mt][r] == -INFINITY ? 0.0 : exp(static_cast<double>(m[mt][r]) - m_new[mt][r]);
-          corr[r] = static_cast<float>(corr_l);
-        } else {
-          corr[r] = rescale_factor(m[mt][r], m_new[mt][r]);
-          corr_l = corr[r];
-        }
-        m[mt][r] = m_new[mt][r];
-        Acc sum = rowsum[mt][r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        l[mt][r] = l[mt][r] * corr_l + sum;
-        if (kExtras && f.acc_bf16) l[mt][r] = round_bf16(static_cast<float>(l[mt][r]));
-      }
-      if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
-#pragma unroll
-        for (int i = 0; i < D / 8; ++i) {
-          o[mt][i][0] *= corr[0];
-          o[mt][i][1] *= corr[0];
-          o[mt][i][2] *= corr[1];
-          o[mt][i][3] *= corr[1];
-        }
-      }
-    }
+    rescale_rows<D, kMt, kF32, kExtras>(f, m, l, o, m_new, rowsum, sm64);
 
     // Ō += bf16(P̄) V: A = P from registers, B = V (keys x D) through ldmatrix.trans; each V
     // fragment feeds kMt mma. FP32 pv: the five small products of the tile in o_lo, added to
@@ -514,6 +537,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       }
     }
     if constexpr (kWg) wgmma_pv<D>(reinterpret_cast<float(&)[D / 2]>(o[0]), pa[0][0], v_t);
+    if constexpr (kTma) ring.release(j);  // K and V of this tile read (the products waited for)
 #pragma unroll
     for (int kk = 0; kk < (kWg ? 0 : 4); ++kk) {
 #pragma unroll
@@ -560,26 +584,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   }
 
   write_forward_rows<D, kMt, kF32>(a, f, o, m, l, w_row0, base, bh, sm64);
-  if (kStats) {
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if constexpr (kExtras) {
-          ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 1);
-          ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 2);
-        } else {
-          ones[mt][r] = static_cast<int>(ones_acc[mt][2 * r]);
-        }
-        if ((lane % 4) == 0 && w_row0 + mt * 16 + lane / 4 + 8 * r < T) {
-          st.rows += 1;
-          st.repeated += run_cnt[mt][r] > 1;
-          st.pbar_one += ones[mt][r] > 1 ? ones[mt][r] - 1 : 0;
-        }
-      }
-    }
-    flush_stats(st, a.stats + h);
-  }
+  if constexpr (kStats) finish_monitors<kMt, kExtras>(a, st, ones, ones_acc, run_cnt, w_row0, h);
 }
 
 }  // namespace rwd::kernels::cuda

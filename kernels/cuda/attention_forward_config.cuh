@@ -88,15 +88,35 @@ template <>
 struct FwdF32Traits<96> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
 template <>
 struct FwdF32Traits<128> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
-// The BF16 variants on wgmma (kWg, forward_block): one warpgroup of 4 warps x 16 rows, the
-// tile of one wgmma; D = 64 as the mma.sync configuration, D = 128 at 2 blocks per SM. Only
-// these two dims (wgmma_head_dim, attention_internal.cuh).
+// The BF16 variants on wgmma (kWg, forward_block): warpgroups of 4 warps x 16 rows, the tile
+// of one wgmma. D = 64 as the mma.sync configuration (one warpgroup, cp.async loads). D = 128
+// with REWIND_FWD_TMA: two warpgroups (128 query rows) share each K/V tile, which one thread
+// loads by TMA into a ring of REWIND_FWD_TMA_STAGES buffers (mbarriers, no block-wide barrier
+// in the key loop), 1 block per SM; with REWIND_FWD_PINGPONG the two take turns to issue S = Q
+// K^T (FlashAttention-3's ping-pong: one's softmax under the other's products). Without TMA:
+// one warpgroup, 2 blocks per SM. Only these two dims (wgmma_head_dim, attention_internal.cuh).
+#ifndef REWIND_FWD_TMA
+#define REWIND_FWD_TMA 1
+#endif
+#ifndef REWIND_FWD_TMA_STAGES
+#define REWIND_FWD_TMA_STAGES 3
+#endif
+#ifndef REWIND_FWD_PINGPONG
+#define REWIND_FWD_PINGPONG 0
+#endif
+// D = 128 holds Q in registers (Q = 1): S = Q K^T then reads only K from shared memory (with
+// Q there too, the 64-key products read 128 bytes a clock, all an SM's shared memory gives).
+// D = 64 keeps Q in shared memory: with Q in registers at its 128-register cap (4 blocks an
+// SM) its monitored variants spilled and its results were wrong (experiments/cuda_bench/RESULTS.md,
+// run 31).
 #ifndef REWIND_FWD64_WG_CONFIG
 #define REWIND_FWD64_WG_CONFIG 4140
 #endif
 #ifndef REWIND_FWD128_WG_CONFIG
-#define REWIND_FWD128_WG_CONFIG 4120
+#define REWIND_FWD128_WG_CONFIG (REWIND_FWD_TMA ? 8111 : 4121)
 #endif
+// Whether the wgmma forward of dim D loads by TMA (two warpgroups, see above).
+constexpr bool fwd_tma(int dim) { return REWIND_FWD_TMA != 0 && dim == 128; }
 template <int D>
 struct FwdWgTraits;
 template <>
@@ -111,15 +131,18 @@ struct FwdShape {
   using Tr = FwdTr<D, kF32, kWg>;
   static constexpr int kRows = Tr::kWarps * 16 * Tr::kMt;  // query rows
   static constexpr int kThreads = Tr::kWarps * 32;
+  static constexpr bool kTma = kWg && fwd_tma(D);
   static constexpr int kPlanes = kF32 ? 3 : 1;  // BF16 planes per operand
-  static constexpr int kStages = kF32 ? 1 : 2;  // K/V buffers
+  static constexpr int kStages = kF32 ? 1 : kTma ? REWIND_FWD_TMA_STAGES : 2;  // K/V buffers
   // Row stride of the tiles in elements: padded for ldmatrix, dense in the swizzled wgmma tiles
-  // (which start 1024-byte aligned: the slack is allocated).
+  // (which start 1024-byte aligned: the slack is allocated). TMA: 1 + 2 kStages mbarriers after
+  // the tiles (Q; per stage full and empty).
   static constexpr int kStride = kWg ? D : D + 8;
   static constexpr int kSmemBytes =
-      kPlanes * (kRows + 2 * kStages * 64) * kStride * static_cast<int>(sizeof(uint16_t)) + (kWg ? 1024 : 0);
-  static_assert(!kWg || (!kF32 && Tr::kWarps == 4 && Tr::kMt == 1 && !Tr::kQRegs),
-                "wgmma: one warpgroup of 16-row warps, Q from shared memory");
+      kPlanes * (kRows + 2 * kStages * 64) * kStride * static_cast<int>(sizeof(uint16_t)) + (kWg ? 1024 : 0) +
+      (kTma ? 8 * (1 + 2 * kStages) : 0);
+  static_assert(!kWg || (!kF32 && Tr::kWarps == (kTma ? 8 : 4) && Tr::kMt == 1),
+                "wgmma: warpgroups of 16-row warps (two with TMA, else one)");
 };
 
 }  // namespace rwd::kernels::cuda

@@ -1,6 +1,7 @@
-// The forward's outputs (forward_block, attention_forward_block.cuh): per query row of a warp,
-// O = bf16(Ō / l) (o_output: optionally faulted), o_f32 = Ō / l where requested, and
-// LSE = m + log(l). FP32 variant: Ō / l divided as the CPU twin divides (in double for
+// The forward's row state and outputs (forward_block, attention_forward_block.cuh): the rescale
+// after each key tile (rescale_rows), the monitors' totals (finish_monitors), and per query
+// row of a warp O = bf16(Ō / l) (o_output: optionally faulted), o_f32 = Ō / l where
+// requested, and LSE = m + log(l). FP32 variant: Ō / l divided as the CPU twin divides (in double for
 // softmax=fp32), l summed in double (Acc).
 #pragma once
 
@@ -56,6 +57,75 @@ __device__ __forceinline__ void write_forward_rows(const KernelArgs& a, const Fl
       }
     }
   }
+}
+
+// After key tile j: l = exp(m_old - m_new) l + rowsum(P̄) (rowsum: this thread's columns,
+// summed over the row's 4 threads here), Ō rescaled by the same factor, m = m_new. Ō is
+// rescaled only when some row of the warp changed its max (corr != 1): multiplying by exactly 1
+// is the identity, so skipping it changes no bit. softmax=fp32 (sm64): l's rescale in double,
+// Ō's in FP32 (CPU twin).
+template <int D, int kMt, bool kF32, bool kExtras, class Acc>
+__device__ __forceinline__ void rescale_rows(const FlagView& f, float (&m)[kMt][2], Acc (&l)[kMt][2],
+                                             float (&o)[kMt][D / 8][4], const float (&m_new)[kMt][2],
+                                             const Acc (&rowsum)[kMt][2], bool sm64) {
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      Acc corr_l;
+      if (kF32 && sm64) {
+        corr_l = m[mt][r] == -INFINITY ? 0.0 : exp(static_cast<double>(m[mt][r]) - m_new[mt][r]);
+        corr[r] = static_cast<float>(corr_l);
+      } else {
+        corr[r] = rescale_factor(m[mt][r], m_new[mt][r]);
+        corr_l = corr[r];
+      }
+      m[mt][r] = m_new[mt][r];
+      Acc sum = rowsum[mt][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      l[mt][r] = l[mt][r] * corr_l + sum;
+      if (kExtras && f.acc_bf16) l[mt][r] = round_bf16(static_cast<float>(l[mt][r]));
+    }
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        o[mt][i][0] *= corr[0];
+        o[mt][i][1] *= corr[0];
+        o[mt][i][2] *= corr[1];
+        o[mt][i][3] *= corr[1];
+      }
+    }
+  }
+}
+
+// The monitors of a warp's rows after its key loop, added to the head's stats (flush_stats):
+// rows, rows whose max repeated (run_cnt > 1) and P̄ == 1 beyond the first per row (counted
+// per thread in `ones` with extras, else on the tensor cores in every C column of ones_acc).
+template <int kMt, bool kExtras>
+__device__ __forceinline__ void finish_monitors(const KernelArgs& a, StatAcc st, int (&ones)[kMt][2],
+                                                const float (&ones_acc)[kMt][4], const int (&run_cnt)[kMt][2],
+                                                int w_row0, int h) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if constexpr (kExtras) {
+        ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 1);
+        ones[mt][r] += __shfl_xor_sync(0xffffffffu, ones[mt][r], 2);
+      } else {
+        ones[mt][r] = static_cast<int>(ones_acc[mt][2 * r]);
+      }
+      if ((lane % 4) == 0 && w_row0 + mt * 16 + lane / 4 + 8 * r < a.seq) {
+        st.rows += 1;
+        st.repeated += run_cnt[mt][r] > 1;
+        st.pbar_one += ones[mt][r] > 1 ? ones[mt][r] - 1 : 0;
+      }
+    }
+  }
+  flush_stats(st, a.stats + h);
 }
 
 }  // namespace rwd::kernels::cuda

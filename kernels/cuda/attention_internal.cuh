@@ -11,6 +11,8 @@
 
 namespace rwd::kernels::cuda {
 
+struct TmaMaps;  // tma.cuh
+
 // Everything a kernel reads, passed by value. Shapes: q,k,v,o,d_o (B,H,T,D); lse, delta (B,H,T).
 struct KernelArgs {
   int batch = 0, heads = 0, seq = 0;
@@ -148,6 +150,11 @@ int launch_split(KernelArgs& a, int dim, void* ws, bool backward, cudaStream_t s
 // Whether the BF16 tensor-core kernels run their products on wgmma (sm_90a; same bits as
 // mma.sync): unless REWIND_ATTN_WGMMA=0 (attention_plan.cu).
 bool wgmma_on();
+
+// The TMA tensor maps of a.q, a.k and a.v (struct TmaMaps, tma.cuh): (dim, seq, batch * heads)
+// BF16, boxes of 64 x 64 x 1, 128-byte swizzle, zeros past seq. Returns 0 or a cudaError_t
+// (cudaErrorNotSupported when the driver has no cuTensorMapEncodeTiled).
+int encode_tma_maps(const KernelArgs& a, int dim, TmaMaps* out);
 
 // SIMT kernels (attention_simt.cu): one query (or key) row per thread, FP32 FMAs, the
 // same rounding points as the tensor-core kernels. all_heads: run every head (tiling off),

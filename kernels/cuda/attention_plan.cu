@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_internal.cuh"
+#include "kernels/cuda/tma.cuh"
 
 namespace rwd::kernels::cuda {
 
@@ -62,6 +63,38 @@ int launch_beside(cudaStream_t stream, const std::function<int(cudaStream_t)>& s
   if (err == 0) err = main_work(stream);
   if (err == 0) err = cudaStreamWaitEvent(stream, side->join, 0);
   return err;
+}
+
+int encode_tma_maps(const KernelArgs& a, int dim, TmaMaps* out) {
+  // The driver's encoder through the runtime (no link against libcuda), looked up once.
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      return static_cast<Encode>(nullptr);
+    }
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(a.seq),
+                              static_cast<cuuint64_t>(a.batch) * a.heads};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(dim) * sizeof(uint16_t),
+                                 static_cast<cuuint64_t>(a.seq) * dim * sizeof(uint16_t)};
+  const cuuint32_t box[3] = {64, 64, 1}, unit[3] = {1, 1, 1};
+  CUtensorMap* maps[3] = {&out->q, &out->k, &out->v};
+  const uint16_t* src[3] = {a.q, a.k, a.v};
+  for (int i = 0; i < 3; ++i) {
+    const CUresult r = encode(maps[i], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(src[i]), dims,
+                              strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
 }
 
 bool wgmma_on() {

@@ -33,6 +33,13 @@ __device__ __forceinline__ uint64_t wgmma_desc(const void* smem, uint32_t lbo, u
   return d;
 }
 
+// The descriptor of the same tile `bytes` further on: only the start address field (bits 0-13,
+// address / 16) moves, and shared addresses stay below 256 KB, so the low word takes the add
+// without a carry. One add per k-step instead of rebuilding every field.
+__device__ __forceinline__ uint64_t wgmma_desc_step(uint64_t d, uint32_t bytes) {
+  return (d & ~uint64_t{0xffffffffu}) | static_cast<uint32_t>(static_cast<uint32_t>(d) + (bytes >> 4));
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -67,20 +74,22 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t da, 
       : "l"(da), "l"(db), "r"(accumulate));
 }
 
-// d (64 x 64: 32 floats a thread) += A B, A 64 x 16 in registers, B 16 x 64 from shared
-// memory, MN-major (transposed).
-__device__ __forceinline__ void wgmma_m64n64k16_rs_tb(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+// d (64 x 64: 32 floats a thread) (+)= A B, A 64 x 16 in registers, B 16 x 64 from shared
+// memory, MN-major (kTransB: Ō += P̄ V) or K-major (S = Q K^T); accumulate = 0: d = A B.
+template <int kTransB = 1>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
+                                                   int accumulate = 1) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
       "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
-      "{%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      "{%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(kTransB));
 }
 
 // d (64 x 128: 64 floats a thread) += A B, A 64 x 16 in registers (per warp the mma.sync A
@@ -122,35 +131,58 @@ __device__ __forceinline__ void load_tile_sw128(uint16_t* tile, const uint16_t* 
 }
 
 // S (64 x 64 per warpgroup) = Q K^T over D / 16 k-steps, accumulated into s from its values
-// (zeros: the mma.sync kernels' start) and waited for. q, k: swizzle-128 tiles of 64 rows.
-template <int D>
-__device__ __forceinline__ void wgmma_scores(float (&s)[32], const uint16_t* q, const uint16_t* k) {
-  const uint8_t* qb = reinterpret_cast<const uint8_t*>(q);
-  const uint8_t* kb = reinterpret_cast<const uint8_t*>(k);
+// (zeros: the mma.sync kernels' start): issued (wgmma_scores_issue), then waited for
+// (wgmma_scores_wait); wgmma_scores does both. q: this warpgroup's 64 rows of a swizzle-128 Q
+// tile of kQRows rows; k: a swizzle-128 tile of 64 keys.
+template <int D, int kQRows = 64>
+__device__ __forceinline__ void wgmma_scores_issue(float (&s)[32], const uint16_t* q, const uint16_t* k) {
+  const uint64_t dq = wgmma_desc(q, 16, 1024), dk = wgmma_desc(k, 16, 1024);
   wgmma_fence_operand(s);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    const int off = (kk / 4) * 64 * 128 + (kk % 4) * 32;
-    wgmma_m64n64k16_ss(s, wgmma_desc(qb + off, 16, 1024), wgmma_desc(kb + off, 16, 1024), 1);
+    const int col = (kk % 4) * 32;  // bytes into the 128-byte swizzle row
+    wgmma_m64n64k16_ss(s, wgmma_desc_step(dq, (kk / 4) * kQRows * 128 + col),
+                       wgmma_desc_step(dk, (kk / 4) * 64 * 128 + col), 1);
   }
   wgmma_commit();
+}
+__device__ __forceinline__ void wgmma_scores_wait(float (&s)[32]) {
   wgmma_wait<0>();
   wgmma_fence_operand(s);
+}
+// The same with Q from registers: qf[kk] the mma.sync A fragment of this warp's 16 rows for
+// k-step kk (ldmatrix from the swizzled tile).
+template <int D>
+__device__ __forceinline__ void wgmma_scores_rs_issue(float (&s)[32], const uint32_t (&qf)[D / 16][4],
+                                                      const uint16_t* k) {
+  const uint64_t dk = wgmma_desc(k, 16, 1024);
+  wgmma_fence_operand(s);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    wgmma_m64n64k16_rs<0>(s, qf[kk], wgmma_desc_step(dk, (kk / 4) * 64 * 128 + (kk % 4) * 32));
+  }
+  wgmma_commit();
+}
+template <int D, int kQRows = 64>
+__device__ __forceinline__ void wgmma_scores(float (&s)[32], const uint16_t* q, const uint16_t* k) {
+  wgmma_scores_issue<D, kQRows>(s, q, k);
+  wgmma_scores_wait(s);
 }
 
 // o (64 x D per warpgroup) += P V over 4 k-steps of 16 keys, P as mma A fragments pa[kk], V a
 // swizzle-128 tile of 64 keys; waited for.
 template <int D>
 __device__ __forceinline__ void wgmma_pv(float (&o)[D / 2], const uint32_t (&pa)[4][4], const uint16_t* v) {
-  const uint8_t* vb = reinterpret_cast<const uint8_t*>(v);
+  const uint64_t dv0 = wgmma_desc(v, 64 * 128, 1024);
   wgmma_fence_operand(o);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    const uint64_t dv = wgmma_desc(vb + kk * 2048, 64 * 128, 1024);
+    const uint64_t dv = wgmma_desc_step(dv0, kk * 2048);
     if constexpr (D == 64) {
-      wgmma_m64n64k16_rs_tb(o, pa[kk], dv);
+      wgmma_m64n64k16_rs<1>(o, pa[kk], dv);
     } else {
       wgmma_m64n128k16_rs_tb(o, pa[kk], dv);
     }
