@@ -25,6 +25,8 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_forward_config.cuh"
 #include "kernels/cuda/attention_forward_output.cuh"
+#include "kernels/cuda/attention_forward_pipe.cuh"
+#include "kernels/cuda/attention_forward_tile.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/attention_split.cuh"
 #include "kernels/cuda/tma.cuh"
@@ -60,6 +62,10 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   using Tr = FwdTr<D, kF32, kWg>;
   using Shape = FwdShape<D, kF32, kWg>;
   using Acc = std::conditional_t<kF32, double, float>;  // l and the row sums
+  if constexpr (Shape::kTma && Tr::kQRegs && REWIND_FWD_PIPE && !kExtras && !kTies && !kStats) {
+    forward_block_pipelined<D>(a, f, smem_in, q_tile, tm);  // plain heads: attention_forward_pipe.cuh
+    return;
+  }
   constexpr int kMt = Tr::kMt, kRows = Shape::kRows, kNThr = Shape::kThreads;
   constexpr int kPl = Shape::kPlanes, kStages = Shape::kStages;
   constexpr int kStride = Shape::kStride, kKvTile = kBlockK * kStride;
@@ -193,7 +199,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       float(&s32)[32] = reinterpret_cast<float(&)[32]>(s[0]);
       if (turn) turn_begin();
       if constexpr (Tr::kQRegs) {  // Q from registers: half the shared-memory reads of S
-        wgmma_scores_rs_issue<D>(s32, qf[0][0], k_t);
+        wgmma_scores_rs_issue<D>(s32, qf[0][0], wgmma_desc(k_t, 16, 1024));
       } else {
         wgmma_scores_issue<D, kRows>(s32, s_q + wg * 64 * 64, k_t);  // this warpgroup's 64 rows
       }
@@ -251,81 +257,12 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       }
     }
 
-    // Scale, optional qk fault and BF16 rounding of S, mask (causal and T tail) -> -inf. The
-    // mask is a separate pass, taken only by tiles that need it: inside the element loop a
-    // runtime test costs a branch per element even where it is false.
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[mt][nb][e] = kExtras ? finish_score(s[mt][nb][e], a.scale, f)
-                                 : __fmul_rn(a.scale, s[mt][nb][e]);
-        }
-      }
-    }
-    const bool need_mask = (a.causal && j * kBlockK + kBlockK - 1 > w_row0) || (j + 1) * kBlockK > T;
-    if (need_mask) {
-      const int col0 = j * kBlockK + (lane % 4) * 2;
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        const int row_a = w_row0 + mt * 16 + lane / 4;
-        // Last visible column of each of the thread's two rows.
-        const int last[2] = {a.causal ? min(row_a, T - 1) : T - 1,
-                             a.causal ? min(row_a + 8, T - 1) : T - 1};
-#pragma unroll
-        for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = col0 + nb * 8 + (e & 1);
-            s[mt][nb][e] = col > last[e / 2] ? -INFINITY : s[mt][nb][e];
-          }
-        }
-      }
-    }
+    finish_tile<kMt, kExtras>(s, a, f, j, w_row0);
   };
 
-  // P̄ = exp(S - mn) of one tile (FP32, fast_exp_shifted), this thread's part of each row's
-  // sum of the unrounded P̄, and the P̄V operand packed as mma A fragments.
-  // FP32 variant: plane 0 of pa is bf16(P̄V operand); a pv=fp32 head also gets planes 1, 2
-  // (the exact split of P̄); the row sums are double.
   auto exp_pass = [&](const float (&s)[kMt][8][4], const float (&mn)[kMt][2],
                       uint32_t (&pa)[kPl][kMt][4][4], Acc (&rowsum)[kMt][2]) {
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-      rowsum[mt][0] = rowsum[mt][1] = 0.0f;
-      const float m_log2[2] = {__fmul_rn(mn[mt][0], kLog2e), __fmul_rn(mn[mt][1], kLog2e)};
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) {
-        float p[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          // The faults test P̄ < 1, which needs P̄ = 1 exactly at S = m: exact S - m there.
-          float pbar = kF32 && sm64 ? exp_diff_accurate(s[mt][nb][e], mn[mt][e / 2])
-                     : kF32    ? expf(__fsub_rn(s[mt][nb][e], mn[mt][e / 2]))
-                     : kExtras ? fast_exp(__fsub_rn(s[mt][nb][e], mn[mt][e / 2]))
-                               : fast_exp_shifted(s[mt][nb][e], m_log2[e / 2]);
-          if constexpr (kExtras) pbar = softmax_fault(pbar, f);
-          rowsum[mt][e / 2] += pbar;
-          p[e] = pbar;
-          if constexpr (kExtras) p[e] = pv_operand(pbar, f);
-          if (kStats && kExtras && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
-        }
-        // pack_bf16x2 rounds to nearest even: the PV operand bf16(P̄ (1 + c)).
-        pa[0][mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(p[0], p[1]);
-        pa[0][mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(p[2], p[3]);
-        if constexpr (kF32) {
-          if (pv32) {
-            const Split3 x[4] = {split3(p[0]), split3(p[1]), split3(p[2]), split3(p[3])};
-            pa[1][mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(x[0].x1, x[1].x1);
-            pa[1][mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(x[2].x1, x[3].x1);
-            pa[2][mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(x[0].x2, x[1].x2);
-            pa[2][mt][nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(x[2].x2, x[3].x2);
-          }
-        }
-      }
-    }
+    exp_tile<kMt, kPl, kF32, kExtras, kStats>(s, mn, pa, rowsum, ones, f, sm64, pv32);
   };
 
   for (int j = 0; j < n_kt; ++j) {
@@ -383,24 +320,8 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     float s[kMt][8][4];
     scores(s, k_t, j, true);
 
-    // Row max r_m with two partial maxima per row (even / odd n-blocks: shorter dependency
-    // chains).
     float r_m[kMt][2];
-#pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
-      float mx[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // [row][nb parity]
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) mx[e / 2][nb & 1] = fmaxf(mx[e / 2][nb & 1], s[mt][nb][e]);
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        r_m[mt][r] = fmaxf(mx[r][0], mx[r][1]);
-        r_m[mt][r] = fmaxf(r_m[mt][r], __shfl_xor_sync(0xffffffffu, r_m[mt][r], 1));
-        r_m[mt][r] = fmaxf(r_m[mt][r], __shfl_xor_sync(0xffffffffu, r_m[mt][r], 2));
-      }
-    }
+    tile_row_max(s, r_m);
 
     // Running max of each row after this tile (m_new), stabilized per tile when the head asks
     // for it, and the monitors. Ties are counted on the tensor cores (count_ties_mma): r_s =

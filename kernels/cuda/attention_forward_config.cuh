@@ -107,8 +107,8 @@ struct FwdF32Traits<128> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
 // D = 128 holds Q in registers (Q = 1): S = Q K^T then reads only K from shared memory (with
 // Q there too, the 64-key products read 128 bytes a clock, all an SM's shared memory gives).
 // D = 64 keeps Q in shared memory: with Q in registers at its 128-register cap (4 blocks an
-// SM) its monitored variants spilled and its results were wrong (experiments/cuda_bench/RESULTS.md,
-// run 31).
+// SM) its monitored variants spilled and its results were wrong, cause not found
+// (experiments/cuda_bench/RESULTS.md, run 31).
 #ifndef REWIND_FWD64_WG_CONFIG
 #define REWIND_FWD64_WG_CONFIG 4140
 #endif

@@ -54,6 +54,15 @@ __device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for A fragments in registers (S = Q K^T with Q in registers, Ō += P̄ V): pinned
+// from the issue to the wait, so that no register of an operand the tensor cores still read is
+// reused or spilled in between (FlashAttention-3 fences its register operands the same way).
+template <int N>
+__device__ __forceinline__ void wgmma_fence_operand_u32(uint32_t (&a)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
+
 // Shared memory written by the generic proxy (st.shared, cp.async) becomes visible to wgmma.
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -152,13 +161,16 @@ __device__ __forceinline__ void wgmma_scores_wait(float (&s)[32]) {
   wgmma_fence_operand(s);
 }
 // The same with Q from registers: qf[kk] the mma.sync A fragment of this warp's 16 rows for
-// k-step kk (ldmatrix from the swizzled tile).
-template <int D>
-__device__ __forceinline__ void wgmma_scores_rs_issue(float (&s)[32], const uint32_t (&qf)[D / 16][4],
-                                                      const uint16_t* k) {
-  const uint64_t dk = wgmma_desc(k, 16, 1024);
-  wgmma_fence_operand(s);
-  wgmma_fence();
+// k-step kk (ldmatrix from the swizzled tile); dk: the K tile's descriptor, wgmma_desc(k, 16,
+// 1024). kFence false: the caller fences the operands and issues wgmma.fence (one for several
+// batches issued together).
+template <int D, bool kFence = true>
+__device__ __forceinline__ void wgmma_scores_rs_issue(float (&s)[32], uint32_t (&qf)[D / 16][4], uint64_t dk) {
+  if constexpr (kFence) {
+    wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[D / 4]>(qf));
+    wgmma_fence_operand(s);
+    wgmma_fence();
+  }
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     wgmma_m64n64k16_rs<0>(s, qf[kk], wgmma_desc_step(dk, (kk / 4) * 64 * 128 + (kk % 4) * 32));
@@ -172,12 +184,15 @@ __device__ __forceinline__ void wgmma_scores(float (&s)[32], const uint16_t* q, 
 }
 
 // o (64 x D per warpgroup) += P V over 4 k-steps of 16 keys, P as mma A fragments pa[kk], V a
-// swizzle-128 tile of 64 keys; waited for.
-template <int D>
-__device__ __forceinline__ void wgmma_pv(float (&o)[D / 2], const uint32_t (&pa)[4][4], const uint16_t* v) {
-  const uint64_t dv0 = wgmma_desc(v, 64 * 128, 1024);
-  wgmma_fence_operand(o);
-  wgmma_fence();
+// swizzle-128 tile of 64 keys: issued (wgmma_pv_issue; pa and o untouched until waited for),
+// or issued and waited for (wgmma_pv). dv0: the V tile's descriptor, wgmma_desc(v, 64 * 128,
+// 1024); kFence as for wgmma_scores_rs_issue.
+template <int D, bool kFence = true>
+__device__ __forceinline__ void wgmma_pv_issue(float (&o)[D / 2], const uint32_t (&pa)[4][4], uint64_t dv0) {
+  if constexpr (kFence) {
+    wgmma_fence_operand(o);
+    wgmma_fence();
+  }
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     const uint64_t dv = wgmma_desc_step(dv0, kk * 2048);
@@ -188,8 +203,14 @@ __device__ __forceinline__ void wgmma_pv(float (&o)[D / 2], const uint32_t (&pa)
     }
   }
   wgmma_commit();
+}
+template <int D>
+__device__ __forceinline__ void wgmma_pv(float (&o)[D / 2], uint32_t (&pa)[4][4], const uint16_t* v) {
+  wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[16]>(pa));
+  wgmma_pv_issue<D>(o, pa, wgmma_desc(v, 64 * 128, 1024));
   wgmma_wait<0>();
   wgmma_fence_operand(o);
+  wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[16]>(pa));
 }
 
 }  // namespace rwd::kernels::cuda

@@ -1,0 +1,149 @@
+// The plain BF16 forward of the TMA kernels (D = 128: two warpgroups, K/V through the KvRing)
+// with FlashAttention-3's overlap within a warpgroup: S of key tile j + 1 and Ō += P̄ V of
+// tile j are issued together, and the softmax of tile j + 1 runs while P̄V of tile j is on the
+// tensor cores. forward_block takes this loop for plain heads (no extras, ties or monitors)
+// unless REWIND_FWD_PIPE=0. Same bits as the unpipelined loop: every row sees the same tiles in
+// the same order, and Ō is rescaled by tile j + 1's factor after P̄V of tile j is added and
+// before P̄V of tile j + 1 is, as there (AttentionCuda.WgmmaKernelsEqualMmaKernelsBitwise).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/attention_forward_config.cuh"
+#include "kernels/cuda/attention_forward_output.cuh"
+#include "kernels/cuda/attention_forward_tile.cuh"
+#include "kernels/cuda/tma.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+#ifndef REWIND_FWD_PIPE
+#define REWIND_FWD_PIPE 1
+#endif
+
+namespace rwd::kernels::cuda {
+
+template <int D>
+__device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, const FlagView& f,
+                                                        uint16_t* smem_in, int q_tile, const TmaMaps* tm) {
+  using Tr = FwdWgTraits<D>;
+  using Shape = FwdShape<D, false, true>;
+  static_assert(Shape::kTma && Tr::kQRegs && Tr::kMt == 1 && Shape::kStages >= 2,
+                "pipelined loop: TMA kernels with Q in registers, a ring of two stages or more");
+  constexpr int kRows = Shape::kRows, kStages = Shape::kStages, kTile = kBlockK * D;
+  uint16_t* smem = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(smem_in) + 1023) & ~uintptr_t{1023});
+  uint16_t* s_q = smem;              // [kRows][D], swizzle-128
+  uint16_t* s_k = smem + kRows * D;  // [kStages][64][D]
+  uint16_t* s_v = s_k + kStages * kTile;
+  const KvRing<D, kStages, Tr::kWarps> ring{reinterpret_cast<uint64_t*>(s_v + kStages * kTile), s_k, s_v};
+  const int bh = blockIdx.y, q0 = q_tile * kRows, T = a.seq;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t base = static_cast<size_t>(bh) * T * D;
+  const int n_all = (T + kBlockK - 1) / kBlockK;
+  const int n_kt = a.causal ? min(n_all, (q0 + kRows - 1) / kBlockK + 1) : n_all;
+  const int w_row0 = q0 + warp * 16;
+  // This warpgroup's tiles: causal tiles right of its last row are skipped (the same count for
+  // its 4 warps: warpgroups are 64-row aligned).
+  const int n_mine = a.causal ? min(n_kt, (w_row0 + 15) / kBlockK + 1) : n_kt;
+
+  constexpr int kProducer = (Tr::kWarps / 4 - 1) * 128;  // as in forward_block
+  ring.init();
+  if (threadIdx.x == kProducer) {
+    ring.template load_q<kRows>(s_q, tm, q0, bh);
+    for (int t = 0; t < kStages - 1; ++t) ring.produce(tm, t, n_kt, bh);
+  }
+
+  float o[1][D / 8][4];
+  float(&o_flat)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o[0]);
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o_flat[i] = 0.0f;
+  float m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
+  int ones[1][2] = {{0, 0}};  // unused: no extras
+  uint32_t qf[D / 16][4];
+  uint32_t pa[1][1][4][4], pa_next[1][1][4][4];
+  float s[1][8][4];
+  float(&s32)[32] = reinterpret_cast<float(&)[32]>(s[0]);
+
+  // The softmax of tile j on s (waited for): the running max after it, P̄ packed into p, the
+  // row sums of the unrounded P̄.
+  auto softmax = [&](int j, uint32_t (&p)[1][1][4][4], float (&m_new)[1][2], float (&rowsum)[1][2]) {
+    finish_tile<1, false>(s, a, f, j, w_row0);
+    float r_m[1][2];
+    tile_row_max(s, r_m);
+    m_new[0][0] = fmaxf(m[0][0], r_m[0][0]);
+    m_new[0][1] = fmaxf(m[0][1], r_m[0][1]);
+    exp_tile<1, 1, false, false, false>(s, m_new, p, rowsum, ones, f, false, false);
+  };
+
+  // Tile 0: Q into registers (mma A fragments from the swizzled tile), S, softmax.
+  ring.wait_q();
+  ring.wait(0);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int row = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, col = kk * 16 + (lane / 16) * 8;
+    ldmatrix_x4(qf[kk], s_q + sw128_offset(row, col, kRows) / 2);
+  }
+#pragma unroll
+  for (int i = 0; i < 32; ++i) s32[i] = 0.0f;
+  wgmma_scores_rs_issue<D>(s32, qf, wgmma_desc(s_k, 16, 1024));
+  wgmma_scores_wait(s32);
+  {
+    float m_new[1][2], rowsum[1][2];
+    softmax(0, pa, m_new, rowsum);
+    rescale_rows<D, 1, false, false>(f, m, l, o, m_new, rowsum, false);
+  }
+  // One step, tile j < n_mine - 1: S of tile j + 1 and P̄V of tile j (P̄ in cur) in flight
+  // together, behind one wgmma.fence with every register operand fenced before it; the softmax
+  // of tile j + 1 writes nxt meanwhile. No accumulator or operand register is written between
+  // the two issues and no branch sits around them (ptxas would serialize them: C7513, C7514,
+  // C7520), hence two P̄ buffers taking turns instead of a copy.
+  auto step = [&](int j, uint32_t (&cur)[1][1][4][4], uint32_t (&nxt)[1][1][4][4]) {
+    if (threadIdx.x == kProducer) ring.produce(tm, j + kStages - 1, n_kt, bh);
+    __syncwarp();
+    ring.wait(j + 1);
+    const uint64_t dk = wgmma_desc(s_k + ((j + 1) % kStages) * kTile, 16, 1024);
+    const uint64_t dv = wgmma_desc(s_v + (j % kStages) * kTile, 64 * 128, 1024);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s32[i] = 0.0f;
+    wgmma_fence_operand(s32);
+    wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[D / 4]>(qf));
+    wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[16]>(cur[0][0]));
+    wgmma_fence_operand(o_flat);
+    wgmma_fence();
+    wgmma_scores_rs_issue<D, false>(s32, qf, dk);
+    wgmma_pv_issue<D, false>(o_flat, cur[0][0], dv);
+    wgmma_wait<1>();  // S of tile j + 1 (committed first); P̄V of tile j may still run
+    wgmma_fence_operand(s32);
+    float m_new[1][2], rowsum[1][2];
+    softmax(j + 1, nxt, m_new, rowsum);
+    wgmma_wait<0>();
+    wgmma_fence_operand(o_flat);
+    wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[16]>(cur[0][0]));  // read until here
+    ring.release(j);
+    rescale_rows<D, 1, false, false>(f, m, l, o, m_new, rowsum, false);
+  };
+  // The last tile's P̄V. Every tile was loaded by now: the producer's warpgroup runs all n_kt
+  // tiles, and its step j loaded tile j + kStages - 1 >= j + 1.
+  auto last = [&](uint32_t (&cur)[1][1][4][4]) {
+    wgmma_pv<D>(o_flat, cur[0][0], s_v + ((n_mine - 1) % kStages) * kTile);
+    ring.release(n_mine - 1);
+  };
+  int j = 0;
+  for (; j + 2 < n_mine; j += 2) {
+    step(j, pa, pa_next);
+    step(j + 1, pa_next, pa);
+  }
+  if (j + 1 < n_mine) {
+    step(j, pa, pa_next);
+    last(pa_next);
+  } else {
+    last(pa);
+  }
+  // The other warpgroup's last tile, skipped here: released in order (after it arrived).
+  for (int t = n_mine; t < n_kt; ++t) {
+    ring.wait(t);
+    ring.release(t);
+  }
+  write_forward_rows<D, 1, false>(a, f, o, m, l, w_row0, base, bh, false);
+}
+
+}  // namespace rwd::kernels::cuda
