@@ -298,7 +298,11 @@ TEST_F(TrainerTest, KeptBf16WeightCastsGiveTheBitsOfFreshOnes) {
 }
 
 // The BF16 head and fused cross-entropy (fast_block.h), forced on the CPU, against the module
-// path's FP32 loss: the same loss to FP32 summation order, the same gradients to BF16 rounding.
+// path's FP32 loss: the same loss to FP32 summation order, the same gradients to the error of
+// the host's BF16 matmuls. That error depends on the CPU: LibTorch 1.13 on a CPU without
+// AVX512-BF16 sums BF16 products with 3.6% relative error (a 64 x 1024 x 256 product against
+// FP64, where FP32 sums rounded once give 0.17%), and the gradients here then differ by up to
+// 1.7% (under 1% on the machines where this test first ran); a plumbing error differs by O(1).
 TEST_F(TrainerTest, FusedLossMatchesTheModuleLossOnTheCpu) {
   TokenFile data(path_);
   const plan::Plan p = plan::Plan::defaults(config_.n_layer, config_.n_head);
@@ -311,7 +315,7 @@ TEST_F(TrainerTest, FusedLossMatchesTheModuleLossOnTheCpu) {
   ASSERT_EQ(gf.size(), gm.size());
   for (const auto& [name, g] : gm) {
     const torch::Tensor x = g.to(torch::kFloat64), y = gf.at(name).to(torch::kFloat64);
-    EXPECT_LT((y - x).norm().item<double>() / (x.norm().item<double>() + 1e-30), 1e-2) << "gradient of " << name;
+    EXPECT_LT((y - x).norm().item<double>() / (x.norm().item<double>() + 1e-30), 5e-2) << "gradient of " << name;
   }
 }
 
