@@ -77,7 +77,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   uint16_t* s_q = smem;                          // [kPl][kRows][kStride]
   uint16_t* s_k = smem + kPl * kRows * kStride;  // [kStages][kPl][64][kStride]
   uint16_t* s_v = s_k + kStages * kPl * kKvTile; // [kStages][kPl][64][kStride]
-  constexpr bool kTma = Shape::kTma, kPingPong = kTma && REWIND_FWD_PINGPONG;
+  constexpr bool kTma = Shape::kTma;
   const KvRing<D, kStages, Tr::kWarps> ring{reinterpret_cast<uint64_t*>(s_v + kStages * kPl * kKvTile), s_k, s_v};
 
   const int T = a.seq, warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
@@ -110,20 +110,11 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       }
     }
   };
-  // TMA: the producer thread (the first of the last warpgroup: the one that trails under
-  // ping-pong, so its wait for the other's release rarely stalls) loads Q and K/V tiles
-  // 0 ... kStages - 2, then tile j + kStages - 1 at the top of iteration j, into the stage
-  // of tile j - 1 once all kWarps warps released it.
-  constexpr int kProducer = (Tr::kWarps / 4 - 1) * 128;
+  // TMA: KvRing::start, then the producer loads tile j + kStages - 1 at the top of iteration j.
+  constexpr int kProducer = KvRing<D, kStages, Tr::kWarps>::kProducer;
   if constexpr (kTma) {
     static_assert(kKvTile == kBlockK * D && kPl == 1, "TMA ring: dense BF16 tiles");
-    ring.init();
-    if (threadIdx.x == kProducer) {
-      ring.template load_q<kRows>(s_q, tm, q0, bh);
-      for (int t = 0; t < kStages - 1; ++t) ring.produce(tm, t, n_kt, bh);
-    }
-    // Ping-pong: the first warpgroup issues first.
-    if (kPingPong && wg == 1) named_bar_arrive(3, 256);
+    ring.template start<kRows>(s_q, tm, q0, bh, n_kt);
   } else {
     if constexpr (kWg) {
       load_tile_sw128<D, kRows, kNThr>(s_q, a.q + base, q0, T);
@@ -138,16 +129,6 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     load_kv(0, 0);
     cp_async_commit();
   }
-  // Ping-pong turns: a warpgroup issues its S = Q K^T after the other issued its own; the last
-  // warpgroup does not hand over after its last tile (no barrier is left with an arrival).
-  auto turn_begin = [&] {
-    if constexpr (kPingPong) named_bar_sync(3 + wg, 256);
-  };
-  auto turn_end = [&](int j) {
-    if constexpr (kPingPong) {
-      if (wg == 0 || j + 1 < n_kt) named_bar_arrive(3 + (1 - wg), 256);
-    }
-  };
 
   uint32_t qf[Tr::kQRegs ? kPl : 1][Tr::kQRegs ? kMt : 1][Tr::kQRegs ? D / 16 : 1][4];
   float o[kMt][D / 8][4];
@@ -180,7 +161,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   // S of key tile j for this warp (K tile in k_t): Q K^T on the tensor cores, then scale,
   // optional qk fault and BF16 rounding, mask. Also called again, on the same tile, by the
   // stabilized kernel's rare redo (see below), so both passes give the same bits.
-  auto scores = [&](float (&s)[kMt][8][4], const uint16_t* k_t, int j, bool turn) {
+  auto scores = [&](float (&s)[kMt][8][4], const uint16_t* k_t, int j) {
     // S = Q K^T: (16 kMt rows x 64 keys) per warp; each K fragment feeds kMt mma. FP32 qk:
     // the five small products in s_lo, added to s at the end.
     float s_lo[kF32 ? kMt : 1][4][2][4];
@@ -197,13 +178,11 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     }
     if constexpr (kWg) {
       float(&s32)[32] = reinterpret_cast<float(&)[32]>(s[0]);
-      if (turn) turn_begin();
       if constexpr (Tr::kQRegs) {  // Q from registers: half the shared-memory reads of S
         wgmma_scores_rs_issue<D>(s32, qf[0][0], wgmma_desc(k_t, 16, 1024));
       } else {
         wgmma_scores_issue<D, kRows>(s32, s_q + wg * 64 * 64, k_t);  // this warpgroup's 64 rows
       }
-      if (turn) turn_end(j);
       wgmma_scores_wait(s32);
     }
 #pragma unroll
@@ -309,16 +288,12 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     // Causal: a key tile entirely right of this warp's last row is masked for all its rows;
     // skipping it changes nothing (m, l, Ō and the monitors are unchanged by an empty tile).
     if (a.causal && j * kBlockK > w_row_last) {
-      if constexpr (kPingPong) {
-        turn_begin();
-        turn_end(j);
-      }
       if constexpr (kTma) ring.release(j);
       continue;
     }
 
     float s[kMt][8][4];
-    scores(s, k_t, j, true);
+    scores(s, k_t, j);
 
     float r_m[kMt][2];
     tile_row_max(s, r_m);
@@ -435,7 +410,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
         }
         if (kWg ? warpgroup_any(changed, 1 + wg) : __any_sync(0xffffffffu, changed)) {
           float s2[kMt][8][4];
-          scores(s2, k_t, j, false);
+          scores(s2, k_t, j);
           exp_pass(s2, m_new, pa, rowsum);
         }
       }

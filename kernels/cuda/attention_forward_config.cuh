@@ -92,17 +92,12 @@ struct FwdF32Traits<128> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
 // of one wgmma. D = 64 as the mma.sync configuration (one warpgroup, cp.async loads). D = 128
 // with REWIND_FWD_TMA: two warpgroups (128 query rows) share each K/V tile, which one thread
 // loads by TMA into a ring of REWIND_FWD_TMA_STAGES buffers (mbarriers, no block-wide barrier
-// in the key loop), 1 block per SM; with REWIND_FWD_PINGPONG the two take turns to issue S = Q
-// K^T (FlashAttention-3's ping-pong: one's softmax under the other's products). Without TMA:
-// one warpgroup, 2 blocks per SM. Only these two dims (wgmma_head_dim, attention_internal.cuh).
+// in the key loop), 1 block per SM. Without TMA: one warpgroup, 2 blocks per SM. Only these two dims (wgmma_head_dim, attention_internal.cuh).
 #ifndef REWIND_FWD_TMA
 #define REWIND_FWD_TMA 1
 #endif
 #ifndef REWIND_FWD_TMA_STAGES
 #define REWIND_FWD_TMA_STAGES 3
-#endif
-#ifndef REWIND_FWD_PINGPONG
-#define REWIND_FWD_PINGPONG 0
 #endif
 // D = 128 holds Q in registers (Q = 1): S = Q K^T then reads only K from shared memory (with
 // Q there too, the 64-key products read 128 bytes a clock, all an SM's shared memory gives).

@@ -45,12 +45,8 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
   // its 4 warps: warpgroups are 64-row aligned).
   const int n_mine = a.causal ? min(n_kt, (w_row0 + 15) / kBlockK + 1) : n_kt;
 
-  constexpr int kProducer = (Tr::kWarps / 4 - 1) * 128;  // as in forward_block
-  ring.init();
-  if (threadIdx.x == kProducer) {
-    ring.template load_q<kRows>(s_q, tm, q0, bh);
-    for (int t = 0; t < kStages - 1; ++t) ring.produce(tm, t, n_kt, bh);
-  }
+  constexpr int kProducer = KvRing<D, kStages, Tr::kWarps>::kProducer;
+  ring.template start<kRows>(s_q, tm, q0, bh, n_kt);
 
   float o[1][D / 8][4];
   float(&o_flat)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o[0]);

@@ -86,7 +86,20 @@ struct KvRing {
   uint16_t* v;
   static constexpr uint32_t kTileBytes = 64 * D * sizeof(uint16_t);
 
-  // Thread 0 sets up the barriers; all threads of the block wait for it.
+  // The thread that loads: the first of the last warpgroup, which runs every tile (the first
+  // skips the last causal tile), so its wait for a stage's release rarely stalls it.
+  static constexpr int kProducer = (kWarps / 4 - 1) * 128;
+
+  // Thread 0 sets up the barriers; all threads of the block wait for it. Then the producer
+  // loads Q (kRows rows from q0) and K/V tiles 0 ... kStages - 2 of n_kt.
+  template <int kRows>
+  __device__ __forceinline__ void start(uint16_t* s_q, const TmaMaps* tm, int q0, int bh, int n_kt) const {
+    init();
+    if (threadIdx.x == kProducer) {
+      load_q<kRows>(s_q, tm, q0, bh);
+      for (int t = 0; t < kStages - 1; ++t) produce(tm, t, n_kt, bh);
+    }
+  }
   __device__ __forceinline__ void init() const {
     if (threadIdx.x == 0) {
       mbar_init(&bars[0], 1);
@@ -133,13 +146,6 @@ __device__ __forceinline__ bool warpgroup_any(bool pred, int id) {
       : "r"(static_cast<uint32_t>(pred)), "r"(id)
       : "memory");
   return out != 0;
-}
-// Named barriers of `n` threads: wait for the barrier (this warp counts), or only arrive at it.
-__device__ __forceinline__ void named_bar_sync(int id, int n) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void named_bar_arrive(int id, int n) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
 }  // namespace rwd::kernels::cuda
