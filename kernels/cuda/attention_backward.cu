@@ -54,9 +54,9 @@ template <int D, bool kF32>
 __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksDq) flash_dq_kernel(KernelArgs a) {
   constexpr int kTile = kBlockQ * (D + 8);
   constexpr int kPl = BwdShape<D, kF32>::kPl, kSt = BwdShape<D, kF32>::kDqStages;
-  // Causal: the last query tiles (most key tiles) start first.
-  const int q_tile = a.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : blockIdx.x;
-  const int bh = a.bh0 + blockIdx.y, h = bh % a.heads, q0 = q_tile * kBlockQ, T = a.seq;
+  // Causal: the last query tiles (most key tiles) start first (block_tile).
+  const BlockTile bt = block_tile(a.causal, true);
+  const int q_tile = bt.tile, bh = a.bh0 + bt.bh, h = bh % a.heads, q0 = q_tile * kBlockQ, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
   if (backward_variant(f, a.simt_fp32) != (kF32 ? 1 : 0)) return;
   if (!kF32 && a.ds_dq && !f.delta_dpp) return;  // dQ from the stored dS (flash_dq_ds_kernel)
@@ -197,16 +197,16 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
   constexpr int kTile = kBlockQ * (kWg ? D : D + 8);
   const int c0 = kN == D ? 0 : static_cast<int>(blockIdx.z) * kN;  // first dK / dV column here
   constexpr int kPl = BwdShape<D, kF32>::kPl, kSt = BwdShape<D, kF32>::kKvStages;
-  // Causal: the first key tiles (most query tiles) come first in the grid.
-  const int j = blockIdx.x;
-  const int bh = a.bh0 + blockIdx.y, h = bh % a.heads, k0 = j * kBlockK, T = a.seq;
+  // Causal: the first key tiles (most query tiles) start first (block_tile).
+  const BlockTile bt = block_tile(a.causal, false);
+  const int j = bt.tile, bh = a.bh0 + bt.bh, h = bh % a.heads, k0 = j * kBlockK, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
   if (backward_variant(f, a.simt_fp32) != (kF32 ? 1 : 0)) return;
   if (!kF32 && (kStoreDs || a.ds_dq) && kStoreDs == f.delta_dpp) return;  // the other kernel's head
   const PlaneUse u = plane_use<kF32>(f);
   // dS path: this head's tiles, [query tile i][key tile j] in ds_tile_index order.
   uint16_t* const ds_out =
-      kStoreDs ? a.ds + static_cast<size_t>(blockIdx.y) * ds_tiles_per_head(T, a.causal) * kDsTileElems
+      kStoreDs ? a.ds + static_cast<size_t>(bt.bh) * ds_tiles_per_head(T, a.causal) * kDsTileElems
                : nullptr;
   extern __shared__ __align__(16) uint16_t smem_raw[];
   uint16_t* smem = kWg ? reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &

@@ -65,8 +65,8 @@ template <int D, bool kWg = false>
 __global__ void __launch_bounds__(kThreads, DsDqShape<D, kWg>::kMinBlocks) flash_dq_ds_kernel(KernelArgs a) {
   using Sh = DsDqShape<D, kWg>;
   const int T = a.seq, n_t = (T + kBlockQ - 1) / kBlockQ;
-  const int q_tile = a.causal ? n_t - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
-  const int bh = a.bh0 + blockIdx.y, h = bh % a.heads;
+  const BlockTile bt = block_tile(a.causal, true);  // longest first
+  const int q_tile = bt.tile, bh = a.bh0 + bt.bh, h = bh % a.heads;
   const FlagView f = decode_flags(a.flags[h]);
   if (backward_variant(f, a.simt_fp32) != 0 || f.delta_dpp) return;
   extern __shared__ __align__(16) uint16_t smem_raw[];
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, DsDqShape<D, kWg>::kMinBlocks) flash
   // Tile (q_tile, j): the 16 bytes of key warp kk at k-step `warp` (this warp's query columns)
   // for each kk, transposed below.
   const uint4* ds = reinterpret_cast<const uint4*>(a.ds) +
-                    (static_cast<size_t>(blockIdx.y) * ds_tiles_per_head(T, a.causal) +
+                    (static_cast<size_t>(bt.bh) * ds_tiles_per_head(T, a.causal) +
                      ds_tile_index(q_tile, 0, T, a.causal)) * (kDsTileElems / 8) + warp * 32 + lane;
   auto load_ds = [&](int j, uint4 (&frag)[4]) {
 #pragma unroll

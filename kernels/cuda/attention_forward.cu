@@ -11,7 +11,8 @@ namespace rwd::kernels::cuda {
 // CUDA kernels
 
 // Grid (ceil(T/kRows), B*H), FwdShape<D>::kThreads threads. Causal blocks with the most key tiles
-// (the last query tiles) are started first, so the short ones fill the tail of the launch.
+// (the last query tiles) are started first, so the short ones fill the tail of the launch
+// (block_tile).
 // One kernel per specialization V (forward_variant): heads of other variants return at once,
 // so each kernel is register-allocated for its own key loop (the plain one is not held to the
 // registers of the monitor bookkeeping), and a launch runs only the variants its heads use.
@@ -19,11 +20,11 @@ template <int D, int V, bool kWg>
 __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0, kWg>::kThreads,
                                   FwdTr<D, (V & kFwdF32) != 0, kWg>::kMinBlocks)
     flash_forward_kernel(KernelArgs a, const __grid_constant__ TmaMaps tm) {
-  const HeadFlags& hf = a.flags[blockIdx.y % a.heads];
+  const BlockTile bt = block_tile(a.causal, true);
+  const HeadFlags& hf = a.flags[bt.bh % a.heads];
   if (forward_variant(hf, a.stats != nullptr, a.simt_fp32) != V) return;  // SIMT heads: -1
   const FlagView f = decode_flags(hf);
   extern __shared__ __align__(16) uint16_t smem[];
-  const int q_tile = a.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : blockIdx.x;
   constexpr bool kExtras = (V & kFwdExtras) != 0;
   constexpr bool kStats = (V & kFwdStats) != 0;
   constexpr bool kTies = (V & kFwdStable) != 0;
@@ -33,11 +34,11 @@ __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0, kWg>::kThreads
   // per SM: the register cap is the launch bounds'). The other monitored variants always count.
   if constexpr (V == kFwdStats) {
     if (a.stats_on != nullptr && *a.stats_on == 0) {
-      forward_block<D, false, false, false, false, kWg>(a, f, smem, q_tile, &tm);
+      forward_block<D, false, false, false, false, kWg>(a, f, smem, bt, &tm);
       return;
     }
   }
-  forward_block<D, kExtras, kTies, kStats, kF32, kWg>(a, f, smem, q_tile, &tm);
+  forward_block<D, kExtras, kTies, kStats, kF32, kWg>(a, f, smem, bt, &tm);
 }
 
 // ---------------------------------------------------------------------------------------------

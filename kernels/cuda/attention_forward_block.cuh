@@ -58,12 +58,12 @@ namespace rwd::kernels::cuda {
 // (tm: the tensor maps); each warpgroup skips, votes and releases on its own.
 template <int D, bool kExtras, bool kTies, bool kStats, bool kF32, bool kWg = false>
 __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagView& f,
-                                              uint16_t* smem_in, int q_tile, const TmaMaps* tm = nullptr) {
+                                              uint16_t* smem_in, BlockTile bt, const TmaMaps* tm = nullptr) {
   using Tr = FwdTr<D, kF32, kWg>;
   using Shape = FwdShape<D, kF32, kWg>;
   using Acc = std::conditional_t<kF32, double, float>;  // l and the row sums
-  if constexpr (Shape::kTma && Tr::kQRegs && REWIND_FWD_PIPE && !kExtras && !kTies && !kStats) {
-    forward_block_pipelined<D>(a, f, smem_in, q_tile, tm);  // plain heads: attention_forward_pipe.cuh
+  if constexpr (Shape::kTma && Tr::kQRegs && REWIND_FWD_PIPE && !kExtras && !kTies) {
+    forward_block_pipelined<D, kStats>(a, f, smem_in, bt, tm);  // plain heads: attention_forward_pipe.cuh
     return;
   }
   constexpr int kMt = Tr::kMt, kRows = Shape::kRows, kNThr = Shape::kThreads;
@@ -72,7 +72,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   uint16_t* smem = kWg ? reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(smem_in) + 1023) &
                                                      ~uintptr_t{1023})
                        : smem_in;
-  const int bh = blockIdx.y, h = bh % a.heads, q0 = q_tile * kRows;
+  const int bh = bt.bh, h = bh % a.heads, q0 = bt.tile * kRows;
   const bool qk32 = kF32 && f.qk_f32, pv32 = kF32 && f.pv_f32, sm64 = kF32 && f.sm_f64;
   uint16_t* s_q = smem;                          // [kPl][kRows][kStride]
   uint16_t* s_k = smem + kPl * kRows * kStride;  // [kStages][kPl][64][kStride]

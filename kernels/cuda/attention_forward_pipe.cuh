@@ -1,10 +1,12 @@
 // The plain BF16 forward of the TMA kernels (D = 128: two warpgroups, K/V through the KvRing)
 // with FlashAttention-3's overlap within a warpgroup: S of key tile j + 1 and Ō += P̄ V of
 // tile j are issued together, and the softmax of tile j + 1 runs while P̄V of tile j is on the
-// tensor cores. forward_block takes this loop for plain heads (no extras, ties or monitors)
+// tensor cores. forward_block takes this loop for plain heads (no extras or ties), with or
+// without the monitors (kStats: what training runs; counted after the exponentials, as there),
 // unless REWIND_FWD_PIPE=0. Same bits as the unpipelined loop: every row sees the same tiles in
 // the same order, and Ō is rescaled by tile j + 1's factor after P̄V of tile j is added and
-// before P̄V of tile j + 1 is, as there (AttentionCuda.WgmmaKernelsEqualMmaKernelsBitwise).
+// before P̄V of tile j + 1 is, as there (AttentionCuda.WgmmaKernelsEqualMmaKernelsBitwise); the
+// monitors count the same tiles (AttentionCuda.MonitorsCountExactlyOnIntegerLogits).
 #pragma once
 
 #include <cmath>
@@ -22,9 +24,9 @@
 
 namespace rwd::kernels::cuda {
 
-template <int D>
+template <int D, bool kStats>
 __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, const FlagView& f,
-                                                        uint16_t* smem_in, int q_tile, const TmaMaps* tm) {
+                                                        uint16_t* smem_in, BlockTile bt, const TmaMaps* tm) {
   using Tr = FwdWgTraits<D>;
   using Shape = FwdShape<D, false, true>;
   static_assert(Shape::kTma && Tr::kQRegs && Tr::kMt == 1 && Shape::kStages >= 2,
@@ -35,7 +37,7 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
   uint16_t* s_k = smem + kRows * D;  // [kStages][64][D]
   uint16_t* s_v = s_k + kStages * kTile;
   const KvRing<D, kStages, Tr::kWarps> ring{reinterpret_cast<uint64_t*>(s_v + kStages * kTile), s_k, s_v};
-  const int bh = blockIdx.y, q0 = q_tile * kRows, T = a.seq;
+  const int bh = bt.bh, q0 = bt.tile * kRows, T = a.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t base = static_cast<size_t>(bh) * T * D;
   const int n_all = (T + kBlockK - 1) / kBlockK;
@@ -54,13 +56,17 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
   for (int i = 0; i < D / 2; ++i) o_flat[i] = 0.0f;
   float m[1][2] = {{-INFINITY, -INFINITY}}, l[1][2] = {{0.0f, 0.0f}};
   int ones[1][2] = {{0, 0}};  // unused: no extras
+  // Monitors (kStats): as forward_block's plain monitored heads (count_ties_after_exp).
+  float run_max[1][2] = {{-INFINITY, -INFINITY}}, ones_acc[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+  int run_cnt[1][2] = {{0, 0}};
+  StatAcc st;
   uint32_t qf[D / 16][4];
   uint32_t pa[1][1][4][4], pa_next[1][1][4][4];
   float s[1][8][4];
   float(&s32)[32] = reinterpret_cast<float(&)[32]>(s[0]);
 
   // The softmax of tile j on s (waited for): the running max after it, P̄ packed into p, the
-  // row sums of the unrounded P̄.
+  // row sums of the unrounded P̄; then the tile's monitors.
   auto softmax = [&](int j, uint32_t (&p)[1][1][4][4], float (&m_new)[1][2], float (&rowsum)[1][2]) {
     finish_tile<1, false>(s, a, f, j, w_row0);
     float r_m[1][2];
@@ -68,6 +74,14 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
     m_new[0][0] = fmaxf(m[0][0], r_m[0][0]);
     m_new[0][1] = fmaxf(m[0][1], r_m[0][1]);
     exp_tile<1, 1, false, false, false>(s, m_new, p, rowsum, ones, f, false, false);
+    if constexpr (kStats) {
+      const int row_a = w_row0 + lane / 4;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if ((lane % 4) == 0 && row_a + 8 * r < T) st.max_logit = fmaxf(st.max_logit, r_m[0][r]);
+      }
+      count_ties_after_exp(s[0], r_m[0], p[0][0], row_a < T, row_a + 8 < T, ones_acc[0], run_max[0], run_cnt[0]);
+    }
   };
 
   // Tile 0: Q into registers (mma A fragments from the swizzled tile), S, softmax.
@@ -140,6 +154,7 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
     ring.release(t);
   }
   write_forward_rows<D, 1, false>(a, f, o, m, l, w_row0, base, bh, false);
+  if constexpr (kStats) finish_monitors<1, false>(a, st, ones, ones_acc, run_cnt, w_row0, bh % a.heads);
 }
 
 }  // namespace rwd::kernels::cuda
