@@ -274,29 +274,43 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
     const float* dlt = s_delta + buf * kBlockQ;
 
     float p[8][4], dp[8][4];
-#pragma unroll
-    for (int nb = 0; nb < 8; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) p[nb][e] = dp[nb][e] = 0.0f;
-    }
-    if constexpr (kWg) {
-      wgmma_scores<D>(reinterpret_cast<float(&)[32]>(p), s_k, q_t);     // S^T = K Q^T
-      wgmma_scores<D>(reinterpret_cast<float(&)[32]>(dp), s_v, do_t);   // dP^T = V dO^T
+    if constexpr (kWg) {  // S^T = K Q^T and dP^T = V dO^T, issued together (p, dp not read)
+      float(&p32)[32] = reinterpret_cast<float(&)[32]>(p);
+      float(&dp32)[32] = reinterpret_cast<float(&)[32]>(dp);
+      wgmma_fence_operand(p32);
+      wgmma_fence_operand(dp32);
+      wgmma_fence();
+      wgmma_scores_issue<D, kBlockK, false>(p32, s_k, q_t);
+      wgmma_scores_issue<D, kBlockK, false>(dp32, s_v, do_t);
+      wgmma_wait<0>();
+      wgmma_fence_operand(p32);
+      wgmma_fence_operand(dp32);
     } else {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p[nb][e] = dp[nb][e] = 0.0f;
+      }
       mma_abt_planes<D, kPl>(p, s_k, warp * 16, u.k_s, q_t, u.q_s, lane);    // S^T = K Q^T
       mma_abt_planes<D, kPl>(dp, s_v, warp * 16, u.v, do_t, u.do_, lane);    // dP^T = V dO^T
     }
     // P^T = exp(S^T - LSE) and dS^T = P^T (dP^T - delta); LSE and delta per query column, two
     // adjacent columns per float2. Masked entries (causal, T tails) -> 0 in a pass of their own.
+    // finish_score's fault and rounding tests only in heads that have them: the element loop
+    // of the others is alpha S alone.
+    auto exp_tile_t = [&](auto finish) {
 #pragma unroll
-    for (int nb = 0; nb < 8; ++nb) {
-      const int cq = nb * 8 + (lane % 4) * 2;
-      const float2 l2 = *reinterpret_cast<const float2*>(lse + cq);
-      const float lq[2] = {l2.x, l2.y};
+      for (int nb = 0; nb < 8; ++nb) {
+        const float2 l2 = *reinterpret_cast<const float2*>(lse + nb * 8 + (lane % 4) * 2);
+        const float lq[2] = {l2.x, l2.y};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        p[nb][e] = p_from_lse<kF32>(finish_score(p[nb][e], a.scale, f), lq[e & 1], f);
+        for (int e = 0; e < 4; ++e) p[nb][e] = p_from_lse<kF32>(finish(p[nb][e]), lq[e & 1], f);
       }
+    };
+    if (f.qk_fault || f.s_bf16) {
+      exp_tile_t([&](float x) { return finish_score(x, a.scale, f); });
+    } else {
+      exp_tile_t([&](float x) { return __fmul_rn(a.scale, x); });
     }
     const bool need_mask = (a.causal && i == j) || (i + 1) * kBlockQ > T || k0 + kBlockK > T;
     if (need_mask) {
@@ -333,8 +347,21 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
         pa[kk][0] = x.x, pa[kk][1] = x.y, pa[kk][2] = x.z, pa[kk][3] = x.w;
         da[kk][0] = y.x, da[kk][1] = y.y, da[kk][2] = y.z, da[kk][3] = y.w;
       }
-      wgmma_pv<D>(reinterpret_cast<float(&)[kN / 2]>(dv), pa, do_t);  // dV += bf16(P)^T dO
-      wgmma_pv<D>(reinterpret_cast<float(&)[kN / 2]>(dk), da, q_t);   // dK += bf16(dS)^T Q
+      // dV += bf16(P)^T dO and dK += bf16(dS)^T Q, issued together.
+      float(&dv32)[kN / 2] = reinterpret_cast<float(&)[kN / 2]>(dv);
+      float(&dk32)[kN / 2] = reinterpret_cast<float(&)[kN / 2]>(dk);
+      wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[16]>(pa));
+      wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[16]>(da));
+      wgmma_fence_operand(dv32);
+      wgmma_fence_operand(dk32);
+      wgmma_fence();
+      wgmma_pv_issue<D, false>(dv32, pa, wgmma_desc(do_t, 64 * 128, 1024));
+      wgmma_pv_issue<D, false>(dk32, da, wgmma_desc(q_t, 64 * 128, 1024));
+      wgmma_wait<0>();
+      wgmma_fence_operand(dv32);
+      wgmma_fence_operand(dk32);
+      wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[16]>(pa));
+      wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[16]>(da));
     } else {
       mma_cfrag_b_planes<D, kPl, kN>(dv, p, u.p, do_t + c0, u.do_, lane);   // dV += bf16(P)^T dO
       mma_cfrag_b_planes<D, kPl, kN>(dk, dp, u.ds, q_t + c0, u.q_g, lane);  // dK += bf16(dS)^T Q

@@ -166,7 +166,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     // the five small products in s_lo, added to s at the end.
     float s_lo[kF32 ? kMt : 1][4][2][4];
 #pragma unroll
-    for (int mt = 0; mt < kMt; ++mt) {
+    for (int mt = 0; mt < (kWg ? 0 : kMt); ++mt) {  // (wgmma writes s without reading it)
 #pragma unroll
       for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll

@@ -92,9 +92,7 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
     const int row = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8, col = kk * 16 + (lane / 16) * 8;
     ldmatrix_x4(qf[kk], s_q + sw128_offset(row, col, kRows) / 2);
   }
-#pragma unroll
-  for (int i = 0; i < 32; ++i) s32[i] = 0.0f;
-  wgmma_scores_rs_issue<D>(s32, qf, wgmma_desc(s_k, 16, 1024));
+  wgmma_scores_rs_issue<D>(s32, qf, wgmma_desc(s_k, 16, 1024));  // S = Q K^T (s not read)
   wgmma_scores_wait(s32);
   {
     float m_new[1][2], rowsum[1][2];
@@ -112,8 +110,6 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
     ring.wait(j + 1);
     const uint64_t dk = wgmma_desc(s_k + ((j + 1) % kStages) * kTile, 16, 1024);
     const uint64_t dv = wgmma_desc(s_v + (j % kStages) * kTile, 64 * 128, 1024);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) s32[i] = 0.0f;
     wgmma_fence_operand(s32);
     wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[D / 4]>(qf));
     wgmma_fence_operand_u32(reinterpret_cast<uint32_t(&)[16]>(cur[0][0]));

@@ -84,11 +84,12 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t da, 
 }
 
 // d (64 x 64: 32 floats a thread) (+)= A B, A 64 x 16 in registers, B 16 x 64 from shared
-// memory, MN-major (kTransB: Ō += P̄ V) or K-major (S = Q K^T).
+// memory, MN-major (kTransB: Ō += P̄ V) or K-major (S = Q K^T). accumulate = 0: d = A B.
 template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
+                                                   int accumulate = 1) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
       "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
       "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
@@ -97,7 +98,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(kTransB));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(kTransB), "r"(accumulate));
 }
 
 // d (64 x 128: 64 floats a thread) += A B, A 64 x 16 in registers (per warp the mma.sync A
@@ -138,20 +139,24 @@ __device__ __forceinline__ void load_tile_sw128(uint16_t* tile, const uint16_t* 
   }
 }
 
-// S (64 x 64 per warpgroup) = Q K^T over D / 16 k-steps, accumulated into s from its values
-// (zeros: the mma.sync kernels' start): issued (wgmma_scores_issue), then waited for
+// S (64 x 64 per warpgroup) = Q K^T over D / 16 k-steps into s (its values are not read: the
+// first k-step does not accumulate, which gives the bits of the mma.sync kernels' start from
+// zeros and spares the 32 moves that zero s): issued (wgmma_scores_issue), then waited for
 // (wgmma_scores_wait); wgmma_scores does both. q: this warpgroup's 64 rows of a swizzle-128 Q
-// tile of kQRows rows; k: a swizzle-128 tile of 64 keys.
-template <int D, int kQRows = 64>
+// tile of kQRows rows; k: a swizzle-128 tile of 64 keys. kFence false: the caller fences the
+// operands and issues wgmma.fence (one for several batches issued together).
+template <int D, int kQRows = 64, bool kFence = true>
 __device__ __forceinline__ void wgmma_scores_issue(float (&s)[32], const uint16_t* q, const uint16_t* k) {
   const uint64_t dq = wgmma_desc(q, 16, 1024), dk = wgmma_desc(k, 16, 1024);
-  wgmma_fence_operand(s);
-  wgmma_fence();
+  if constexpr (kFence) {
+    wgmma_fence_operand(s);
+    wgmma_fence();
+  }
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
     const int col = (kk % 4) * 32;  // bytes into the 128-byte swizzle row
     wgmma_m64n64k16_ss(s, wgmma_desc_step(dq, (kk / 4) * kQRows * 128 + col),
-                       wgmma_desc_step(dk, (kk / 4) * 64 * 128 + col), 1);
+                       wgmma_desc_step(dk, (kk / 4) * 64 * 128 + col), kk > 0);
   }
   wgmma_commit();
 }
@@ -161,8 +166,7 @@ __device__ __forceinline__ void wgmma_scores_wait(float (&s)[32]) {
 }
 // The same with Q from registers: qf[kk] the mma.sync A fragment of this warp's 16 rows for
 // k-step kk (ldmatrix from the swizzled tile); dk: the K tile's descriptor, wgmma_desc(k, 16,
-// 1024). kFence false: the caller fences the operands and issues wgmma.fence (one for several
-// batches issued together).
+// 1024).
 template <int D, bool kFence = true>
 __device__ __forceinline__ void wgmma_scores_rs_issue(float (&s)[32], uint32_t (&qf)[D / 16][4], uint64_t dk) {
   if constexpr (kFence) {
@@ -172,7 +176,7 @@ __device__ __forceinline__ void wgmma_scores_rs_issue(float (&s)[32], uint32_t (
   }
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    wgmma_m64n64k16_rs<0>(s, qf[kk], wgmma_desc_step(dk, (kk / 4) * 64 * 128 + (kk % 4) * 32));
+    wgmma_m64n64k16_rs<0>(s, qf[kk], wgmma_desc_step(dk, (kk / 4) * 64 * 128 + (kk % 4) * 32), kk > 0);
   }
   wgmma_commit();
 }
