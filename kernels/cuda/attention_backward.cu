@@ -231,10 +231,12 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
       load_operand<D, kPl>(s_q + buf * kPl * kTile, a.q, a.q_pl, u.q_s || u.q_g, base, i * kBlockQ, T);
       load_operand<D, kPl>(s_do + buf * kPl * kTile, a.d_o, a.do_pl, u.do_, base, i * kBlockQ, T);
     }
-    if (tid < kBlockQ) {
+    if (tid < kBlockQ) {  // LSE and delta of the tile's rows, 0 past T, by cp.async too (a load
+                          // waited for here held the loading warps for its latency every tile)
       const int q = i * kBlockQ + tid;
-      s_lse[buf * kBlockQ + tid] = q < T ? a.lse_in[row_base + q] : 0.0f;
-      s_delta[buf * kBlockQ + tid] = q < T ? a.delta[row_base + q] : 0.0f;
+      const size_t at = row_base + (q < T ? q : 0);
+      cp_async_4(s_lse + buf * kBlockQ + tid, a.lse_in + at, q < T);
+      cp_async_4(s_delta + buf * kBlockQ + tid, a.delta + at, q < T);
     }
   };
   if constexpr (kWg) {
