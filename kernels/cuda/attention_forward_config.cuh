@@ -96,8 +96,10 @@ struct FwdF32Traits<128> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
 #ifndef REWIND_FWD_TMA
 #define REWIND_FWD_TMA 1
 #endif
+// Four stages (160 KB with Q): with the pipelined loop 1-3% faster than three on the H200
+// (experiments/cuda_bench/results/bwd_lse_async_h200.txt), and a stage index without a division.
 #ifndef REWIND_FWD_TMA_STAGES
-#define REWIND_FWD_TMA_STAGES 3
+#define REWIND_FWD_TMA_STAGES 4
 #endif
 // D = 128 holds Q in registers (Q = 1): S = Q K^T then reads only K from shared memory (with
 // Q there too, the 64-key products read 128 bytes a clock, all an SM's shared memory gives).
