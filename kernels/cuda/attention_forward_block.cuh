@@ -66,7 +66,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     forward_block_pipelined<D, kStats>(a, f, smem_in, bt, tm);  // plain heads: attention_forward_pipe.cuh
     return;
   }
-  constexpr int kMt = Tr::kMt, kRows = Shape::kRows, kNThr = Shape::kThreads;
+  constexpr int kMt = Tr::kMt, kRows = Shape::kRows, kNThr = Tr::kWarps * 32;  // (not the producer warpgroup)
   constexpr int kPl = Shape::kPlanes, kStages = Shape::kStages;
   constexpr int kStride = Shape::kStride, kKvTile = kBlockK * kStride;
   uint16_t* smem = kWg ? reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(smem_in) + 1023) &
@@ -78,7 +78,8 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   uint16_t* s_k = smem + kPl * kRows * kStride;  // [kStages][kPl][64][kStride]
   uint16_t* s_v = s_k + kStages * kPl * kKvTile; // [kStages][kPl][64][kStride]
   constexpr bool kTma = Shape::kTma;
-  const KvRing<D, kStages, Tr::kWarps> ring{reinterpret_cast<uint64_t*>(s_v + kStages * kPl * kKvTile), s_k, s_v};
+  const KvRing<D, kStages, Tr::kWarps, Shape::kProducerWarp> ring{
+      reinterpret_cast<uint64_t*>(s_v + kStages * kPl * kKvTile), s_k, s_v};
 
   const int T = a.seq, warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
   const size_t base = static_cast<size_t>(bh) * T * D;
@@ -110,11 +111,12 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       }
     }
   };
-  // TMA: KvRing::start, then the producer loads tile j + kStages - 1 at the top of iteration j.
-  constexpr int kProducer = KvRing<D, kStages, Tr::kWarps>::kProducer;
+  // TMA: KvRing::start, then the producer warpgroup's loads (run_producer), or the producer thread's
+  // of tile j + kStages - 1 at the top of iteration j (produce_ahead).
   if constexpr (kTma) {
     static_assert(kKvTile == kBlockK * D && kPl == 1, "TMA ring: dense BF16 tiles");
     ring.template start<kRows>(s_q, tm, q0, bh, n_kt);
+    if (ring.run_producer(tm, n_kt, bh)) return;
   } else {
     if constexpr (kWg) {
       load_tile_sw128<D, kRows, kNThr>(s_q, a.q + base, q0, T);
@@ -247,8 +249,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   for (int j = 0; j < n_kt; ++j) {
     const int stage = j % kStages;
     if constexpr (kTma) {
-      if (threadIdx.x == kProducer) ring.produce(tm, j + kStages - 1, n_kt, bh);
-      __syncwarp();
+      ring.produce_ahead(tm, j, n_kt, bh);
       if (j == 0) ring.wait_q();
       ring.wait(j);
     } else {

@@ -98,6 +98,12 @@ struct FwdF32Traits<128> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
 #endif
 // Four stages (160 KB with Q): with the pipelined loop 1-3% faster than three on the H200
 // (experiments/cuda_bench/results/bwd_lse_async_h200.txt), and a stage index without a division.
+// 1: the TMA loads come from a warpgroup of their own (a third one, with 24 registers a thread
+// to the consumers' 240: KvRing kOwnWarp); 0: from the first thread of the second warpgroup at
+// the top of its tiles.
+#ifndef REWIND_FWD_PRODUCER_WARP
+#define REWIND_FWD_PRODUCER_WARP 1
+#endif
 #ifndef REWIND_FWD_TMA_STAGES
 #define REWIND_FWD_TMA_STAGES 4
 #endif
@@ -127,8 +133,9 @@ template <int D, bool kF32 = false, bool kWg = false>
 struct FwdShape {
   using Tr = FwdTr<D, kF32, kWg>;
   static constexpr int kRows = Tr::kWarps * 16 * Tr::kMt;  // query rows
-  static constexpr int kThreads = Tr::kWarps * 32;
   static constexpr bool kTma = kWg && fwd_tma(D);
+  static constexpr bool kProducerWarp = kTma && REWIND_FWD_PRODUCER_WARP != 0;
+  static constexpr int kThreads = Tr::kWarps * 32 + (kProducerWarp ? 128 : 0);
   static constexpr int kPlanes = kF32 ? 3 : 1;  // BF16 planes per operand
   static constexpr int kStages = kF32 ? 1 : kTma ? REWIND_FWD_TMA_STAGES : 2;  // K/V buffers
   // Row stride of the tiles in elements: padded for ldmatrix, dense in the swizzled wgmma tiles

@@ -36,7 +36,8 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
   uint16_t* s_q = smem;              // [kRows][D], swizzle-128
   uint16_t* s_k = smem + kRows * D;  // [kStages][64][D]
   uint16_t* s_v = s_k + kStages * kTile;
-  const KvRing<D, kStages, Tr::kWarps> ring{reinterpret_cast<uint64_t*>(s_v + kStages * kTile), s_k, s_v};
+  const KvRing<D, kStages, Tr::kWarps, Shape::kProducerWarp> ring{reinterpret_cast<uint64_t*>(s_v + kStages * kTile),
+                                                                 s_k, s_v};
   const int bh = bt.bh, q0 = bt.tile * kRows, T = a.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t base = static_cast<size_t>(bh) * T * D;
@@ -47,8 +48,8 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
   // its 4 warps: warpgroups are 64-row aligned).
   const int n_mine = a.causal ? min(n_kt, (w_row0 + 15) / kBlockK + 1) : n_kt;
 
-  constexpr int kProducer = KvRing<D, kStages, Tr::kWarps>::kProducer;
   ring.template start<kRows>(s_q, tm, q0, bh, n_kt);
+  if (ring.run_producer(tm, n_kt, bh)) return;  // the producer warpgroup's loads
 
   float o[1][D / 8][4];
   float(&o_flat)[D / 2] = reinterpret_cast<float(&)[D / 2]>(o[0]);
@@ -105,8 +106,7 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
   // the two issues and no branch sits around them (ptxas would serialize them: C7513, C7514,
   // C7520), hence two P̄ buffers taking turns instead of a copy.
   auto step = [&](int j, uint32_t (&cur)[1][1][4][4], uint32_t (&nxt)[1][1][4][4]) {
-    if (threadIdx.x == kProducer) ring.produce(tm, j + kStages - 1, n_kt, bh);
-    __syncwarp();
+    ring.produce_ahead(tm, j, n_kt, bh);
     ring.wait(j + 1);
     const uint64_t dk = wgmma_desc(s_k + ((j + 1) % kStages) * kTile, 16, 1024);
     const uint64_t dv = wgmma_desc(s_v + (j % kStages) * kTile, 64 * 128, 1024);
@@ -127,8 +127,7 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
     ring.release(j);
     rescale_rows<D, 1, false, false>(f, m, l, o, m_new, rowsum, false);
   };
-  // The last tile's P̄V. Every tile was loaded by now: the producer's warpgroup runs all n_kt
-  // tiles, and its step j loaded tile j + kStages - 1 >= j + 1.
+  // The last tile's P̄V (waited for by the step before, or at the start for a single tile).
   auto last = [&](uint32_t (&cur)[1][1][4][4]) {
     wgmma_pv<D>(o_flat, cur[0][0], s_v + ((n_mine - 1) % kStages) * kTile);
     ring.release(n_mine - 1);
