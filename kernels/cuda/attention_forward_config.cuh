@@ -91,16 +91,19 @@ struct FwdF32Traits<128> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
 // The BF16 variants on wgmma (kWg, forward_block): warpgroups of 4 warps x 16 rows, the tile
 // of one wgmma. D = 64 as the mma.sync configuration (one warpgroup, cp.async loads). D = 128
 // with REWIND_FWD_TMA: two warpgroups (128 query rows) share each K/V tile, which one thread
-// loads by TMA into a ring of REWIND_FWD_TMA_STAGES buffers (mbarriers, no block-wide barrier
-// in the key loop), 1 block per SM. Without TMA: one warpgroup, 2 blocks per SM. Only these two dims (wgmma_head_dim, attention_internal.cuh).
+// (of a third warpgroup with REWIND_FWD_PRODUCER_WARP) loads by TMA into a ring of
+// REWIND_FWD_TMA_STAGES buffers (mbarriers, no block-wide barrier in the key loop), 1 block per
+// SM. Without TMA: one warpgroup, 2 blocks per SM. Only these two dims (wgmma_head_dim,
+// attention_internal.cuh).
 #ifndef REWIND_FWD_TMA
 #define REWIND_FWD_TMA 1
 #endif
 // Four stages (160 KB with Q): with the pipelined loop 1-3% faster than three on the H200
 // (experiments/cuda_bench/results/bwd_lse_async_h200.txt), and a stage index without a division.
 // 1: the TMA loads come from a warpgroup of their own (a third one, with 24 registers a thread
-// to the consumers' 240: KvRing kOwnWarp); 0: from the first thread of the second warpgroup at
-// the top of its tiles.
+// to the consumers' 240: KvRing kOwnWarp; plain D128 forward 0.319 against 0.371-0.374 ms on the
+// H200, experiments/cuda_bench/results/producer_warpgroup_h200.txt); 0: from the first thread
+// of the second warpgroup at the top of its tiles.
 #ifndef REWIND_FWD_PRODUCER_WARP
 #define REWIND_FWD_PRODUCER_WARP 1
 #endif
