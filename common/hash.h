@@ -7,11 +7,7 @@
 #include <string>
 
 // Host and device code (kernels/cuda includes this header for the parameter digest).
-#if defined(__CUDACC__)
-#define RWD_HOST_DEVICE __host__ __device__
-#else
-#define RWD_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace rwd {
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/attention_params.h"
+#include "kernels/cuda/block_order.h"
 
 namespace rwd::kernels::cuda {
 
@@ -28,31 +29,10 @@ constexpr float kGuardMax = 16.0f;
 constexpr float kFaultUnit = 0.00390625f;  // fault strength unit: 2^-8 relative
 
 // ---------------------------------------------------------------------------------------------
-// Block order of a launch of grid (n tiles, n (batch, head) pairs): the GPU starts blocks in
-// linear order (x fastest), so this map decides which work runs first. Causal tiles differ in
-// work (tile k of n: k + 1 key tiles, or n - k for a key tile of the dK/dV kernel), and in head
-// order the last heads' longest tiles end the launch on a few SMs (a greedy simulation of the
-// D = 128 forward, 1024 blocks on 132 SMs: 13.6% over the ideal). Longest first across a group
-// of kOrderHeads heads (every head's longest tile, then every head's next ...) leaves the short
-// tiles for the tail (0.1% over in the same simulation) while the K/V a group reads stays in L2
-// (8 heads x 2 MB at T = 4096, D = 128). Non-causal launches keep head order (equal tiles).
-// No bits change: a block computes the same tile wherever it runs. -DREWIND_ORDER_HEADS=1
-// gives the head order with each head's longest tile first (the order before, for timing).
-#ifndef REWIND_ORDER_HEADS
-#define REWIND_ORDER_HEADS 8
-#endif
-constexpr int kOrderHeads = REWIND_ORDER_HEADS;
-struct BlockTile {
-  int tile, bh;  // tile index, (batch, head) of the launch's grid rows
-};
-// longest_last: the last tile has the most work (query tiles); else the first (key tiles).
+// This block's (tile, batch-head) in the block order of a causal launch (block_order.h).
 __device__ __forceinline__ BlockTile block_tile(bool causal, bool longest_last) {
-  const int n = static_cast<int>(gridDim.x), x = static_cast<int>(blockIdx.x), y = static_cast<int>(blockIdx.y);
-  if (!causal) return {x, y};
-  const int id = y * n + x, g0 = id / (n * kOrderHeads) * kOrderHeads;
-  const int g_size = min(kOrderHeads, static_cast<int>(gridDim.y) - g0), r = id - g0 * n;
-  const int rank = r / g_size;  // 0: the most work
-  return {longest_last ? n - 1 - rank : rank, g0 + r % g_size};
+  return block_tile_of(static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(gridDim.x),
+                       static_cast<int>(gridDim.y), causal, longest_last);
 }
 
 // ---------------------------------------------------------------------------------------------
