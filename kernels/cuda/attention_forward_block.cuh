@@ -78,7 +78,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   uint16_t* s_k = smem + kPl * kRows * kStride;  // [kStages][kPl][64][kStride]
   uint16_t* s_v = s_k + kStages * kPl * kKvTile; // [kStages][kPl][64][kStride]
   constexpr bool kTma = Shape::kTma;
-  const KvRing<D, kStages, Tr::kWarps, Shape::kProducerWarp> ring{
+  const KvRing<D, kStages, Tr::kWarps, Shape::kProducerGroup> ring{
       reinterpret_cast<uint64_t*>(s_v + kStages * kPl * kKvTile), s_k, s_v};
 
   const int T = a.seq, warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;

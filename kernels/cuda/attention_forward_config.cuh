@@ -98,15 +98,15 @@ struct FwdF32Traits<128> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
 #ifndef REWIND_FWD_TMA
 #define REWIND_FWD_TMA 1
 #endif
-// Four stages (160 KB with Q): with the pipelined loop 1-3% faster than three on the H200
-// (experiments/cuda_bench/results/bwd_lse_async_h200.txt), and a stage index without a division.
 // 1: the TMA loads come from a warpgroup of their own (a third one, with 24 registers a thread
-// to the consumers' 240: KvRing kOwnWarp; plain D128 forward 0.319 against 0.371-0.374 ms on the
-// H200, experiments/cuda_bench/results/producer_warpgroup_h200.txt); 0: from the first thread
-// of the second warpgroup at the top of its tiles.
+// to the consumers' 240: KvRing kProducerGroup; plain D128 forward 0.319 against 0.371-0.374 ms
+// on the H200, experiments/cuda_bench/results/producer_warpgroup_h200.txt); 0: from the first
+// thread of the second warpgroup at the top of its tiles.
 #ifndef REWIND_FWD_PRODUCER_WARP
 #define REWIND_FWD_PRODUCER_WARP 1
 #endif
+// Four stages (160 KB with Q): with the pipelined loop 1-3% faster than three on the H200
+// (experiments/cuda_bench/results/bwd_lse_async_h200.txt), and a stage index without a division.
 #ifndef REWIND_FWD_TMA_STAGES
 #define REWIND_FWD_TMA_STAGES 4
 #endif
@@ -137,8 +137,8 @@ struct FwdShape {
   using Tr = FwdTr<D, kF32, kWg>;
   static constexpr int kRows = Tr::kWarps * 16 * Tr::kMt;  // query rows
   static constexpr bool kTma = kWg && fwd_tma(D);
-  static constexpr bool kProducerWarp = kTma && REWIND_FWD_PRODUCER_WARP != 0;
-  static constexpr int kThreads = Tr::kWarps * 32 + (kProducerWarp ? 128 : 0);
+  static constexpr bool kProducerGroup = kTma && REWIND_FWD_PRODUCER_WARP != 0;
+  static constexpr int kThreads = Tr::kWarps * 32 + (kProducerGroup ? 128 : 0);
   static constexpr int kPlanes = kF32 ? 3 : 1;  // BF16 planes per operand
   static constexpr int kStages = kF32 ? 1 : kTma ? REWIND_FWD_TMA_STAGES : 2;  // K/V buffers
   // Row stride of the tiles in elements: padded for ldmatrix, dense in the swizzled wgmma tiles

@@ -36,8 +36,8 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
   uint16_t* s_q = smem;              // [kRows][D], swizzle-128
   uint16_t* s_k = smem + kRows * D;  // [kStages][64][D]
   uint16_t* s_v = s_k + kStages * kTile;
-  const KvRing<D, kStages, Tr::kWarps, Shape::kProducerWarp> ring{reinterpret_cast<uint64_t*>(s_v + kStages * kTile),
-                                                                 s_k, s_v};
+  const KvRing<D, kStages, Tr::kWarps, Shape::kProducerGroup> ring{
+      reinterpret_cast<uint64_t*>(s_v + kStages * kTile), s_k, s_v};
   const int bh = bt.bh, q0 = bt.tile * kRows, T = a.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t base = static_cast<size_t>(bh) * T * D;

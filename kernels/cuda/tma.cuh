@@ -78,11 +78,11 @@ __device__ __forceinline__ void tma_load_tile(uint16_t* tile, const CUtensorMap*
 // A ring of kStages K/V tile buffers (64 keys x D each, swizzle-128) filled by TMA: bars[0]
 // guards Q, bars[1 + s] the arrival of stage s, bars[1 + kStages + s] its release by the
 // kWarps consumer warps (one arrival each). Tile t sits in stage t % kStages; its n-th use of
-// a stage is phase n of both barriers. kOwnWarp: the loads come from a warpgroup of their own
-// (warps kWarps ... kWarps + 3, FlashAttention-3's producer: one of its threads loads, waiting for
-// each stage's release while the consumers compute; it gives its registers to the consumers,
-// setmaxnreg 24 / 240); else from a consumer thread at the top of each of its tiles.
-template <int D, int kStages, int kWarps, bool kOwnWarp = false>
+// a stage is phase n of both barriers. kProducerGroup: the loads come from a warpgroup of their
+// own (warps kWarps ... kWarps + 3, FlashAttention-3's producer: one of its threads loads,
+// waiting for each stage's release while the consumers compute; it gives its registers to the
+// consumers, setmaxnreg 24 / 240); else from a consumer thread at the top of each of its tiles.
+template <int D, int kStages, int kWarps, bool kProducerGroup = false>
 struct KvRing {
   uint64_t* bars;
   uint16_t* k;  // [kStages][64][D]
@@ -91,7 +91,7 @@ struct KvRing {
 
   // The thread that loads: the producer warpgroup's first, or the first of the last one, which
   // runs every tile (the first skips the last causal tile), so its waits rarely stall it.
-  static constexpr int kProducer = kOwnWarp ? kWarps * 32 : (kWarps / 4 - 1) * 128;
+  static constexpr int kProducer = kProducerGroup ? kWarps * 32 : (kWarps / 4 - 1) * 128;
 
   // Thread 0 sets up the barriers; all threads of the block wait for it. Then the producer
   // loads Q (kRows rows from q0) and K/V tiles 0 ... kStages - 2 of n_kt.
@@ -130,11 +130,11 @@ struct KvRing {
     tma_load_tile<D, 64>(k + st * 64 * D, &tm->k, &bars[1 + st], t * 64, bh);
     tma_load_tile<D, 64>(v + st * 64 * D, &tm->v, &bars[1 + st], t * 64, bh);
   }
-  // After start: the producer warpgroup (kOwnWarp) loads tiles kStages - 1 ... n_kt - 1 as
+  // After start: the producer warpgroup (kProducerGroup) loads tiles kStages - 1 ... n_kt - 1 as
   // their stages are released and is done; true for its threads, which then leave the block's
   // work. The consumers take the registers it gives back.
   __device__ __forceinline__ bool run_producer(const TmaMaps* tm, int n_kt, int bh) const {
-    if constexpr (!kOwnWarp) {
+    if constexpr (!kProducerGroup) {
       return false;
     } else {
       if (threadIdx.x < kWarps * 32) {
@@ -151,7 +151,7 @@ struct KvRing {
   // A consumer warp at the top of tile j: the producer thread among the consumers loads tile
   // j + kStages - 1 (nothing to do with a producer warpgroup).
   __device__ __forceinline__ void produce_ahead(const TmaMaps* tm, int j, int n_kt, int bh) const {
-    if constexpr (!kOwnWarp) {
+    if constexpr (!kProducerGroup) {
       if (threadIdx.x == kProducer) produce(tm, j + kStages - 1, n_kt, bh);
       __syncwarp();
     }

@@ -142,7 +142,7 @@ __device__ __forceinline__ void load_tile_sw128(uint16_t* tile, const uint16_t* 
 // S (64 x 64 per warpgroup) = Q K^T over D / 16 k-steps into s (its values are not read: the
 // first k-step does not accumulate, which gives the bits of the mma.sync kernels' start from
 // zeros and spares the 32 moves that zero s): issued (wgmma_scores_issue), then waited for
-// (wgmma_scores_wait); wgmma_scores does both. q: this warpgroup's 64 rows of a swizzle-128 Q
+// (wgmma_scores_wait). q: this warpgroup's 64 rows of a swizzle-128 Q
 // tile of kQRows rows; k: a swizzle-128 tile of 64 keys. kFence false: the caller fences the
 // operands and issues wgmma.fence (one for several batches issued together).
 template <int D, int kQRows = 64, bool kFence = true>
@@ -179,11 +179,6 @@ __device__ __forceinline__ void wgmma_scores_rs_issue(float (&s)[32], uint32_t (
     wgmma_m64n64k16_rs<0>(s, qf[kk], wgmma_desc_step(dk, (kk / 4) * 64 * 128 + (kk % 4) * 32), kk > 0);
   }
   wgmma_commit();
-}
-template <int D, int kQRows = 64>
-__device__ __forceinline__ void wgmma_scores(float (&s)[32], const uint16_t* q, const uint16_t* k) {
-  wgmma_scores_issue<D, kQRows>(s, q, k);
-  wgmma_scores_wait(s);
 }
 
 // o (64 x D per warpgroup) += P V over 4 k-steps of 16 keys, P as mma A fragments pa[kk], V a
