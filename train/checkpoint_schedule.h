@@ -22,20 +22,24 @@ class CheckpointSchedule {
     if (at_end || wait_ || writer_has_room) return true;
     if (deferred_from_ < 0) {
       deferred_from_ = step;
-      ++late_;
     } else if (scheduled) {
       ++folded_;  // due again before the deferred one was taken: one checkpoint for both
     }
     return false;
   }
   void taken(int64_t step) {
-    if (deferred_from_ >= 0) max_late_ = std::max(max_late_, step - deferred_from_);
+    if (deferred_from_ >= 0) {
+      ++late_;
+      max_late_ = std::max(max_late_, step - deferred_from_);
+    }
     deferred_from_ = -1;
   }
 
   int late() const { return late_; }              // checkpoints taken after their step
   int folded() const { return folded_; }          // due ones merged into a late one
   int64_t max_late() const { return max_late_; }  // the most steps one was late
+  // The step of a due checkpoint deferred and not taken (the run ended first), or -1.
+  int64_t pending() const { return deferred_from_; }
 
  private:
   int every_;

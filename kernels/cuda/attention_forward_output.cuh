@@ -60,26 +60,25 @@ __device__ __forceinline__ void write_forward_rows(const KernelArgs& a, const Fl
 }
 
 // After key tile j: l = exp(m_old - m_new) l + rowsum(P̄) (rowsum: this thread's columns,
-// summed over the row's 4 threads here), Ō rescaled by the same factor, m = m_new. Ō is
-// rescaled only when some row of the warp changed its max (corr != 1): multiplying by exactly 1
-// is the identity, so skipping it changes no bit. softmax=fp32 (sm64): l's rescale in double,
-// Ō's in FP32 (CPU twin).
-template <int D, int kMt, bool kF32, bool kExtras, class Acc>
-__device__ __forceinline__ void rescale_rows(const FlagView& f, float (&m)[kMt][2], Acc (&l)[kMt][2],
-                                             float (&o)[kMt][D / 8][4], const float (&m_new)[kMt][2],
-                                             const Acc (&rowsum)[kMt][2], bool sm64) {
+// summed over the row's 4 threads here), m = m_new; corr: the factor Ō takes (scale_rows).
+// softmax=fp32 (sm64): l's rescale in double, Ō's factor in FP32 (CPU twin). Returns whether
+// some row of the warp changed its max (corr != 1).
+template <int kMt, bool kF32, bool kExtras, class Acc>
+__device__ __forceinline__ bool update_rows(const FlagView& f, float (&m)[kMt][2], Acc (&l)[kMt][2],
+                                            const float (&m_new)[kMt][2], const Acc (&rowsum)[kMt][2], bool sm64,
+                                            float (&corr)[kMt][2]) {
+  bool changed = false;
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
-    float corr[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       Acc corr_l;
       if (kF32 && sm64) {
         corr_l = m[mt][r] == -INFINITY ? 0.0 : exp(static_cast<double>(m[mt][r]) - m_new[mt][r]);
-        corr[r] = static_cast<float>(corr_l);
+        corr[mt][r] = static_cast<float>(corr_l);
       } else {
-        corr[r] = rescale_factor(m[mt][r], m_new[mt][r]);
-        corr_l = corr[r];
+        corr[mt][r] = rescale_factor(m[mt][r], m_new[mt][r]);
+        corr_l = corr[mt][r];
       }
       m[mt][r] = m_new[mt][r];
       Acc sum = rowsum[mt][r];
@@ -87,17 +86,33 @@ __device__ __forceinline__ void rescale_rows(const FlagView& f, float (&m)[kMt][
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       l[mt][r] = l[mt][r] * corr_l + sum;
       if (kExtras && f.acc_bf16) l[mt][r] = round_bf16(static_cast<float>(l[mt][r]));
-    }
-    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        o[mt][i][0] *= corr[0];
-        o[mt][i][1] *= corr[0];
-        o[mt][i][2] *= corr[1];
-        o[mt][i][3] *= corr[1];
-      }
+      changed |= corr[mt][r] != 1.0f;
     }
   }
+  return __any_sync(0xffffffffu, changed);
+}
+// Ō *= corr, row by row.
+template <int D, int kMt>
+__device__ __forceinline__ void scale_rows(float (&o)[kMt][D / 8][4], const float (&corr)[kMt][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      o[mt][i][0] *= corr[mt][0];
+      o[mt][i][1] *= corr[mt][0];
+      o[mt][i][2] *= corr[mt][1];
+      o[mt][i][3] *= corr[mt][1];
+    }
+  }
+}
+// update_rows, then Ō rescaled where some row of the warp changed its max: multiplying by
+// exactly 1 is the identity, so skipping it changes no bit.
+template <int D, int kMt, bool kF32, bool kExtras, class Acc>
+__device__ __forceinline__ void rescale_rows(const FlagView& f, float (&m)[kMt][2], Acc (&l)[kMt][2],
+                                             float (&o)[kMt][D / 8][4], const float (&m_new)[kMt][2],
+                                             const Acc (&rowsum)[kMt][2], bool sm64) {
+  float corr[kMt][2];
+  if (update_rows<kMt, kF32, kExtras>(f, m, l, m_new, rowsum, sm64, corr)) scale_rows<D, kMt>(o, corr);
 }
 
 // The monitors of a warp's rows after its key loop, added to the head's stats (flush_stats):

@@ -117,4 +117,29 @@ __device__ __forceinline__ void exp_tile(const float (&s)[kMt][8][4], const floa
   }
 }
 
+// The plain BF16 heads' P̄ = exp(S - mn) of one row block in FP32 (fast_exp_shifted), and
+// this thread's part of each row's sum of the unrounded P̄: exp_tile's plain case without the
+// packing (the pipelined loop packs after P̄V of the tile before is waited for: pack_p_tile).
+__device__ __forceinline__ void exp_tile_fp32(const float (&s)[8][4], const float (&mn)[2], float (&p)[8][4],
+                                              float (&rowsum)[2]) {
+  rowsum[0] = rowsum[1] = 0.0f;
+  const float m_log2[2] = {__fmul_rn(mn[0], kLog2e), __fmul_rn(mn[1], kLog2e)};
+#pragma unroll
+  for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      p[nb][e] = fast_exp_shifted(s[nb][e], m_log2[e / 2]);
+      rowsum[e / 2] += p[nb][e];
+    }
+  }
+}
+// P̄ packed as the P̄V operand (BF16, nearest even), as exp_tile packs it.
+__device__ __forceinline__ void pack_p_tile(const float (&p)[8][4], uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int nb = 0; nb < 8; ++nb) {
+    pa[nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(p[nb][0], p[nb][1]);
+    pa[nb / 2][(nb % 2) * 2 + 1] = pack_bf16x2(p[nb][2], p[nb][3]);
+  }
+}
+
 }  // namespace rwd::kernels::cuda

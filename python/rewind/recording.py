@@ -512,12 +512,18 @@ class Recorder:
         if not self.replaying and not self._doctor and not self._closed and self._rec:
             self._closed = True
             _C.set_monitoring(False)
-            late, folded, max_late = self._rec.checkpoint_lateness()
+            late, folded, max_late, pending = self._rec.checkpoint_lateness()
             self._rec.close()
+            said = []
             if late:  # as rewind train says it
-                print(f"rewind.record: {late} checkpoint(s) taken late, by up to {max_late} step(s), because the "
-                      f"writer was busy ({folded} more due ones folded into them); checkpoint_wait=True keeps "
-                      f"them exactly {self.checkpoint_every} apart instead", file=sys.stderr)
+                said.append(f"{late} checkpoint(s) taken late, by up to {max_late} step(s), because the writer was "
+                            f"busy ({folded} more due ones folded into them)")
+            if pending >= 0:
+                said.append(f"the checkpoint due at step {pending} was not taken: the loop ended while the writer "
+                            f"was busy")
+            if said:
+                print(f"rewind.record: {'; '.join(said)}; checkpoint_wait=True keeps them exactly "
+                      f"{self.checkpoint_every} apart instead", file=sys.stderr)
 
     def __enter__(self):
         return self

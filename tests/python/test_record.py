@@ -337,20 +337,26 @@ class InProcess(unittest.TestCase):
             opt.step()
             opt.zero_grad()
             rec.step(loss=loss)
-        late, folded, max_late = rec._rec.checkpoint_lateness()
+        late, folded, max_late, pending = rec._rec.checkpoint_lateness()
         said = io.StringIO()
         with contextlib.redirect_stderr(said):
             rec.close()
             rec.close()  # once
         self.assertEqual(said.getvalue().count("\n"), 1)
-        self.assertIn(f"rewind.record: {late} checkpoint(s) taken late, by up to {max_late} step(s)", said.getvalue())
+        # Taken late, or (a loop that outran the writer only at its end) one left untaken.
+        self.assertTrue(late > 0 or pending >= 0)
+        if late:
+            self.assertIn(f"{late} checkpoint(s) taken late, by up to {max_late} step(s)", said.getvalue())
+            self.assertGreaterEqual(max_late, 1)
+        if pending >= 0:
+            self.assertIn(f"the checkpoint due at step {pending} was not taken", said.getvalue())
         run = rewind.open(store).run()
         steps = run.checkpoint_steps()
         self.assertEqual(steps[0], 0)
         self.assertLess(len(steps), 40)  # 3 MB of state a step: the writer cannot keep up
-        self.assertGreater(late, 0)
-        self.assertLessEqual(len(steps) + folded, 40)  # each due step taken or folded into a late one
-        self.assertTrue(all(a < b for a, b in zip(steps, steps[1:])) and steps[-1] < 40 and max_late >= 1)
+        # Each due step taken, folded into a late one, or the one left untaken.
+        self.assertLessEqual(len(steps) + folded + (pending >= 0), 40)
+        self.assertTrue(all(a < b for a, b in zip(steps, steps[1:])) and steps[-1] < 40)
         for c in steps:
             self.assertTrue(torch.equal(run.checkpoint(c)["model/0.weight"], before[c]), c)
         if os.path.exists(REWIND):

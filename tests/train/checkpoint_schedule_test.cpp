@@ -62,10 +62,13 @@ TEST(CheckpointSchedule, TheEndTakesADueOrDeferredCheckpointWhateverTheWriter) {
 
   CheckpointSchedule deferred(10, false);
   EXPECT_EQ(run(deferred, 35, {30, 31, 32, 33, 34}), (std::vector<int64_t>{0, 10, 20}));
+  EXPECT_EQ(deferred.late(), 0);  // deferred, not yet taken
+  EXPECT_EQ(deferred.pending(), 30);
   EXPECT_TRUE(deferred.due(35, false, /*at_end=*/true));
   deferred.taken(35);
   EXPECT_EQ(deferred.late(), 1);
   EXPECT_EQ(deferred.max_late(), 5);
+  EXPECT_EQ(deferred.pending(), -1);
 
   CheckpointSchedule never(0, false);  // K = 0: no checkpoints at all
   EXPECT_TRUE(run(never, 20, {}).empty());
