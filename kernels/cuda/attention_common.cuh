@@ -361,27 +361,30 @@ __device__ __forceinline__ void count_ties_mma(const float (&s)[8][4], float thr
 // Adds to acc (a C fragment) each row's number of keys whose packed BF16 P̄V operand (pa: the
 // four A fragments of one m16 block, 16 keys each) is exactly 1: one set.eq.bf16x2 per two
 // keys gives BF16 1.0 / 0.0 flags that are mma A registers as they stand (no pack), and 4 mma
-// against an all-ones B sum 64 keys exactly in FP32, the count in every column.
+// against an all-ones B sum 64 keys exactly in FP32, the count in every column. The 4 mma
+// start from zero each, not one after another (a chain of four mma latencies in the monitored
+// forward's critical path); counts up to 64 add exactly in any order.
 __device__ __forceinline__ void count_bf16_ones_mma(const uint32_t (&pa)[4][4], float (&acc)[4]) {
+  float part[4][4];
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     uint32_t flags[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       asm("set.eq.bf16x2.bf16x2 %0, %1, %2;\n" : "=r"(flags[i]) : "r"(pa[kk][i]), "r"(kBf16OnePair));
+      part[kk][i] = 0.0f;
     }
-    mma_bf16(acc, flags, kBf16OnePair, kBf16OnePair);
+    mma_bf16(part[kk], flags, kBf16OnePair, kBf16OnePair);
   }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc[i] += (part[0][i] + part[1][i]) + (part[2][i] + part[3][i]);
 }
 // The monitors' running max of a row and how often it occurred, after a tile whose max r_m
-// occurs `ties` times.
-__device__ __forceinline__ void track_max(float& run_max, int& run_cnt, float r_m, int ties) {
-  if (r_m > run_max) {
-    run_max = r_m;
-    run_cnt = ties;
-  } else if (r_m == run_max) {
-    run_cnt += ties;
-  }
+// occurs `ties` times, where `take` (else unchanged). Selects, no branch.
+__device__ __forceinline__ void track_max(float& run_max, int& run_cnt, float r_m, int ties, bool take = true) {
+  const bool gt = take && r_m > run_max, eq = take && r_m == run_max;
+  run_cnt = gt ? ties : eq ? run_cnt + ties : run_cnt;
+  run_max = gt ? r_m : run_max;
 }
 // Below this |max| the exponent residual of P̄ = ex2(fma(S, log2e, -fl(m log2e))) at S = m is at
 // most 2^-10 (half an ulp of m log2e < 2^15), so P̄ rounds to BF16 1.
@@ -410,7 +413,7 @@ __device__ __forceinline__ void count_ties_after_exp(const float (&s)[8][4], con
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     ones_acc[2 * r] += tile_ones[2 * r];
-    ok &= !live[r] || (tile_ones[2 * r] <= 1.0f && fabsf(r_m[r]) < kTieProxyMax);
+    ok &= !live[r] | ((tile_ones[2 * r] <= 1.0f) & (fabsf(r_m[r]) < kTieProxyMax));  // (no branch)
   }
   if (!__all_sync(0xffffffffu, ok)) {
     float eq[2][4];
@@ -421,7 +424,7 @@ __device__ __forceinline__ void count_ties_after_exp(const float (&s)[8][4], con
   const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if ((lane % 4) == 0 && live[r]) track_max(run_max[r], run_cnt[r], r_m[r], ties[r]);
+    track_max(run_max[r], run_cnt[r], r_m[r], ties[r], ((lane % 4) == 0) & live[r]);
   }
 }
 
