@@ -86,7 +86,9 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   const int n_all = (T + kBlockK - 1) / kBlockK;
   const int n_kt = a.causal ? min(n_all, (q0 + kRows - 1) / kBlockK + 1) : n_all;
   const int w_row0 = q0 + warp * 16 * kMt;  // first query row of this warp
-  const int w_row_last = w_row0 + 16 * kMt - 1;
+  // (through a shuffle: warp-uniform to ptxas, so the tile skip below keeps the wgmma
+  // descriptors in uniform registers)
+  const int w_row_last = __shfl_sync(0xffffffffu, w_row0 + 16 * kMt - 1, 0);
 
   // Plane pl of an operand: the BF16 input, or for an FP32 operand its split planes.
   auto plane = [&](const uint16_t* b16, const uint16_t* const (&pl)[3], bool f32, int i) {
