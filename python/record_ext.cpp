@@ -193,7 +193,6 @@ class ScriptRecording {
   // still being allocated is taken at the first later step where neither is so, unless `wait`.
   void schedule_checkpoints(int every, bool wait) { schedule_ = train::CheckpointSchedule(every, wait); }
   bool checkpoint_due(int64_t step) { return schedule_.due(step, checkpoints_->has_room() && stager_.ready()); }
-  // (checkpoints taken late, due ones folded into a late one, the most steps one was late)
   // Checkpoints taken late, due ones folded into them, the most steps one was late, and the
   // step of one deferred and never taken (the loop ended while the writer was busy) or -1.
   std::tuple<int, int, int64_t, int64_t> checkpoint_lateness() const {

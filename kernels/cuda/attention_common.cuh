@@ -380,7 +380,8 @@ __device__ __forceinline__ void count_bf16_ones_mma(const uint32_t (&pa)[4][4], 
   for (int i = 0; i < 4; ++i) acc[i] += (part[0][i] + part[1][i]) + (part[2][i] + part[3][i]);
 }
 // The monitors' running max of a row and how often it occurred, after a tile whose max r_m
-// occurs `ties` times, where `take` (else unchanged). Selects, no branch.
+// occurs `ties` times, where `take` (else unchanged); written as selects (ptxas may still
+// branch).
 __device__ __forceinline__ void track_max(float& run_max, int& run_cnt, float r_m, int ties, bool take = true) {
   const bool gt = take && r_m > run_max, eq = take && r_m == run_max;
   run_cnt = gt ? ties : eq ? run_cnt + ties : run_cnt;

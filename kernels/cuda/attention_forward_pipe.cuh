@@ -132,7 +132,7 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
     // The wait for P̄V of tile j sits in the branches after the vote: ptxas places a wgmma
     // wait at the top of its basic block, and in the softmax's block (where it was) that put it
     // ahead of the exponentials, out of the overlap. Plain forward unchanged by this, monitored
-    // 0.408-0.423 ms against 0.439-0.454 (H200, same calls).
+    // 0.413-0.429 ms against 0.439-0.454 (H200, same calls).
     float corr[1][2];
     if (update_rows<1, false, false>(f, m, l, m_new, rowsum, false, corr)) {
       wgmma_wait<0>();
