@@ -16,7 +16,8 @@ namespace rwd::kernels::cuda {
 // One kernel per specialization V (forward_variant): heads of other variants return at once,
 // so each kernel is register-allocated for its own key loop (the plain one is not held to the
 // registers of the monitor bookkeeping), and a launch runs only the variants its heads use.
-template <int D, int V, bool kWg>
+// Dg: the head dim in memory, computed as D (wgmma_fwd_dim: D = 80 and 96 on the D = 128 kernel).
+template <int D, int V, bool kWg, int Dg = D>
 __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0, kWg>::kThreads,
                                   FwdTr<D, (V & kFwdF32) != 0, kWg>::kMinBlocks)
     flash_forward_kernel(KernelArgs a, const __grid_constant__ TmaMaps tm) {
@@ -34,11 +35,11 @@ __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0, kWg>::kThreads
   // per SM: the register cap is the launch bounds'). The other monitored variants always count.
   if constexpr (V == kFwdStats) {
     if (a.stats_on != nullptr && *a.stats_on == 0) {
-      forward_block<D, false, false, false, false, kWg>(a, f, smem, bt, &tm);
+      forward_block<D, false, false, false, false, kWg, Dg>(a, f, smem, bt, &tm);
       return;
     }
   }
-  forward_block<D, kExtras, kTies, kStats, kF32, kWg>(a, f, smem, bt, &tm);
+  forward_block<D, kExtras, kTies, kStats, kF32, kWg, Dg>(a, f, smem, bt, &tm);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -46,25 +47,25 @@ __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0, kWg>::kThreads
 
 namespace {
 
-template <int D, int V, bool kWg>
+template <int D, int V, bool kWg, int Dg = D>
 int launch_kernel(const KernelArgs& a, cudaStream_t stream) {
   // Q tile plus the K and V buffers, per plane.
   using Shape = FwdShape<D, (V & kFwdF32) != 0, kWg>;
-  cudaError_t err = cudaFuncSetAttribute(flash_forward_kernel<D, V, kWg>,
+  cudaError_t err = cudaFuncSetAttribute(flash_forward_kernel<D, V, kWg, Dg>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
   if (err != cudaSuccess) return err;
   // The TMA kernels' tensor maps (the others get them unset and never read them).
   TmaMaps tm{};
   if constexpr (Shape::kTma) {
-    err = static_cast<cudaError_t>(encode_tma_maps(a, D, &tm));
+    err = static_cast<cudaError_t>(encode_tma_maps(a, Dg, &tm));  // columns past Dg: zeros
     if (err != cudaSuccess) return err;
   }
   const dim3 grid((a.seq + Shape::kRows - 1) / Shape::kRows, a.batch * a.heads);
-  flash_forward_kernel<D, V, kWg><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(a, tm);
+  flash_forward_kernel<D, V, kWg, Dg><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(a, tm);
   return cudaGetLastError();
 }
 
-// BF16 variants on wgmma where the dim has it (wgmma_head_dim), else mma.sync. FP32 variants
+// BF16 variants on wgmma where the dim has it (wgmma_fwd_dim), else mma.sync. FP32 variants
 // exist up to D = 128 (split_head_dim); plan_launch sends larger dims' FP32 heads to the SIMT
 // kernels (simt_fp32), so their bit is never set here.
 template <int D, int V>
@@ -72,8 +73,8 @@ int launch_variant(const KernelArgs& a, cudaStream_t stream) {
   if constexpr ((V & kFwdF32) != 0 && !split_head_dim(D)) {
     return cudaErrorNotSupported;
   } else {
-    if constexpr ((V & kFwdF32) == 0 && wgmma_head_dim(D)) {
-      if (wgmma_on()) return launch_kernel<D, V, true>(a, stream);
+    if constexpr ((V & kFwdF32) == 0 && wgmma_fwd_dim(D) != 0) {
+      if (wgmma_on()) return launch_kernel<wgmma_fwd_dim(D), V, true, D>(a, stream);
     }
     return launch_kernel<D, V, false>(a, stream);
   }

@@ -56,14 +56,17 @@ namespace rwd::kernels::cuda {
 // order, and every row the same key tiles (AttentionCuda.WgmmaKernelsEqualMmaKernelsBitwise).
 // Shape::kTma (D = 128): two warpgroups, K/V by TMA through a ring of mbarrier-guarded stages
 // (tm: the tensor maps); each warpgroup skips, votes and releases on its own.
-template <int D, bool kExtras, bool kTies, bool kStats, bool kF32, bool kWg = false>
+// Dg: the head dim in memory where the TMA kernel computes a smaller one padded to D
+// (wgmma_fwd_dim), else D.
+template <int D, bool kExtras, bool kTies, bool kStats, bool kF32, bool kWg = false, int Dg = D>
 __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagView& f,
                                               uint16_t* smem_in, BlockTile bt, const TmaMaps* tm = nullptr) {
   using Tr = FwdTr<D, kF32, kWg>;
   using Shape = FwdShape<D, kF32, kWg>;
   using Acc = std::conditional_t<kF32, double, float>;  // l and the row sums
+  static_assert(Dg == D || (Shape::kTma && Dg < D && Dg % 16 == 0), "a padded dim: TMA kernels only");
   if constexpr (Shape::kTma && Tr::kQRegs && REWIND_FWD_PIPE && !kExtras && !kTies) {
-    forward_block_pipelined<D, kStats>(a, f, smem_in, bt, tm);  // plain heads: attention_forward_pipe.cuh
+    forward_block_pipelined<D, kStats, Dg>(a, f, smem_in, bt, tm);  // plain heads: attention_forward_pipe.cuh
     return;
   }
   constexpr int kMt = Tr::kMt, kRows = Shape::kRows, kNThr = Tr::kWarps * 32;  // (not the producer warpgroup)
@@ -82,7 +85,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       reinterpret_cast<uint64_t*>(s_v + kStages * kPl * kKvTile), s_k, s_v};
 
   const int T = a.seq, warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
-  const size_t base = static_cast<size_t>(bh) * T * D;
+  const size_t base = static_cast<size_t>(bh) * T * Dg;
   const int n_all = (T + kBlockK - 1) / kBlockK;
   const int n_kt = a.causal ? min(n_all, (q0 + kRows - 1) / kBlockK + 1) : n_all;
   const int w_row0 = q0 + warp * 16 * kMt;  // first query row of this warp
@@ -482,7 +485,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     }
   }
 
-  write_forward_rows<D, kMt, kF32>(a, f, o, m, l, w_row0, base, bh, sm64);
+  write_forward_rows<D, kMt, kF32, Dg>(a, f, o, m, l, w_row0, base, bh, sm64);
   if constexpr (kStats) finish_monitors<kMt, kExtras>(a, st, ones, ones_acc, run_cnt, w_row0, h);
 }
 

@@ -94,7 +94,7 @@ struct FwdF32Traits<128> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
 // (of a third warpgroup with REWIND_FWD_PRODUCER_WARP) loads by TMA into a ring of
 // REWIND_FWD_TMA_STAGES buffers (mbarriers, no block-wide barrier in the key loop), 1 block per
 // SM. Without TMA: one warpgroup, 2 blocks per SM. Only these two dims (wgmma_head_dim,
-// attention_internal.cuh).
+// attention_internal.cuh), and the forward of 80 and 96 on the D = 128 kernel (wgmma_fwd_dim).
 #ifndef REWIND_FWD_TMA
 #define REWIND_FWD_TMA 1
 #endif
@@ -123,6 +123,15 @@ struct FwdF32Traits<128> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
 #endif
 // Whether the wgmma forward of dim D loads by TMA (two warpgroups, see above).
 constexpr bool fwd_tma(int dim) { return REWIND_FWD_TMA != 0 && dim == 128; }
+// The dim whose wgmma forward computes a BF16 head of dim `dim` (0: none, mma.sync): D = 80 and
+// 96 run the D = 128 TMA kernel. TMA fills a box's columns past the tensor's D with zeros, and
+// a k-step of zero products leaves an accumulator's bits as they are, so S, the softmax, Ō's
+// first D columns and the monitors are the mma.sync kernel's (WgmmaKernelsEqualMmaKernelsBitwise);
+// O is written for its D columns only (Dg in forward_block). The other dims' wgmma kernels are
+// their own (wgmma_head_dim); the backward of 80 and 96 stays on mma.sync.
+constexpr int wgmma_fwd_dim(int dim) {
+  return dim == 64 || dim == 128 ? dim : (dim == 80 || dim == 96) && fwd_tma(128) ? 128 : 0;
+}
 template <int D>
 struct FwdWgTraits;
 template <>

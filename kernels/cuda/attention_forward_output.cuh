@@ -15,8 +15,9 @@
 namespace rwd::kernels::cuda {
 
 // o, m, l: the warp's kMt m16 row blocks in the mma C layout, first row w_row0; rows >= T
-// are skipped. bh: the (batch, head) of the block; base: its offset in (B, H, T, D).
-template <int D, int kMt, bool kF32, class Acc>
+// are skipped. bh: the (batch, head) of the block; base: its offset in (B, H, T, Dg). Dg: the
+// head dim in memory, D the one computed (Dg < D: the columns past Dg are padding, not written).
+template <int D, int kMt, bool kF32, int Dg, class Acc>
 __device__ __forceinline__ void write_forward_rows(const KernelArgs& a, const FlagView& f,
                                                    const float (&o)[kMt][D / 8][4], const float (&m)[kMt][2],
                                                    const Acc (&l)[kMt][2], int w_row0, size_t base, int bh,
@@ -28,7 +29,7 @@ __device__ __forceinline__ void write_forward_rows(const KernelArgs& a, const Fl
     for (int r = 0; r < 2; ++r) {
       const int row = w_row0 + mt * 16 + lane / 4 + 8 * r;
       if (row >= T) continue;
-      const size_t off = base + static_cast<size_t>(row) * D;
+      const size_t off = base + static_cast<size_t>(row) * Dg;
       const float inv_l = 1.0f / static_cast<float>(l[mt][r]);
       // FP32 variant: Ō / l divided as the CPU twin divides (in double for softmax=fp32).
       auto div_l = [&](float x) {
@@ -40,6 +41,7 @@ __device__ __forceinline__ void write_forward_rows(const KernelArgs& a, const Fl
       };
 #pragma unroll
       for (int nb = 0; nb < D / 8; ++nb) {
+        if (nb * 8 >= Dg) break;  // padding columns (Dg is a multiple of 8)
         const int col = nb * 8 + (lane % 4) * 2;
         const float x0 = div_l(o[mt][nb][2 * r]), x1 = div_l(o[mt][nb][2 * r + 1]);
         const uint32_t packed =

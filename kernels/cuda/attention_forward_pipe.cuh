@@ -25,7 +25,7 @@
 
 namespace rwd::kernels::cuda {
 
-template <int D, bool kStats>
+template <int D, bool kStats, int Dg = D>
 __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, const FlagView& f,
                                                         uint16_t* smem_in, BlockTile bt, const TmaMaps* tm) {
   using Tr = FwdWgTraits<D>;
@@ -41,7 +41,7 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
       reinterpret_cast<uint64_t*>(s_v + kStages * kTile), s_k, s_v};
   const int bh = bt.bh, q0 = bt.tile * kRows, T = a.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t base = static_cast<size_t>(bh) * T * D;
+  const size_t base = static_cast<size_t>(bh) * T * Dg;  // Dg: forward_block
   const int n_all = (T + kBlockK - 1) / kBlockK;
   const int n_kt = a.causal ? min(n_all, (q0 + kRows - 1) / kBlockK + 1) : n_all;
   const int w_row0 = q0 + warp * 16;
@@ -158,7 +158,7 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
     ring.wait(t);
     ring.release(t);
   }
-  write_forward_rows<D, 1, false>(a, f, o, m, l, w_row0, base, bh, false);
+  write_forward_rows<D, 1, false, Dg>(a, f, o, m, l, w_row0, base, bh, false);
   if constexpr (kStats) finish_monitors<1, false>(a, st, ones, ones_acc, run_cnt, w_row0, bh % a.heads);
 }
 

@@ -490,7 +490,9 @@ TEST(AttentionCuda, DqFromStoredDsEqualsRecomputedDqBitwise) {
 TEST(AttentionCuda, WgmmaKernelsEqualMmaKernelsBitwise) {
   SKIP_WITHOUT_GPU();
   const Shape shapes[] = {{2, 5, 200, 128, true}, {1, 5, 300, 128, false}, {1, 5, 64, 128, true},
-                          {2, 5, 1000, 128, true}, {1, 5, 77, 64, false}, {2, 5, 333, 64, true}};
+                          {2, 5, 1000, 128, true}, {1, 5, 77, 64, false}, {2, 5, 333, 64, true},
+                          // the forward of 80 and 96 on the D = 128 kernel, zero-padded by TMA
+                          {2, 5, 200, 80, true}, {1, 5, 77, 80, false}, {2, 5, 333, 96, true}, {1, 5, 64, 96, false}};
   for (const Shape& sh : shapes) {
     for (float peak : {1.0f, 6.0f}) {
       for (int mode = 0; mode < 3; ++mode) {  // monitors off / on; dQ recomputed
