@@ -61,9 +61,11 @@ struct DsDqShape {
   // D = 256: 128 dQ accumulators a thread plus the dS fragments need more than 168 registers.
   static constexpr int kMinBlocks = D > 128 ? 1 : (kAhead >= 2 ? 3 : 4);
 };
-template <int D, bool kWg = false>
+// Dg: the head dim in memory where the wgmma kernel computes a padded one (wgmma_pad_dim), else D.
+template <int D, bool kWg = false, int Dg = D>
 __global__ void __launch_bounds__(kThreads, DsDqShape<D, kWg>::kMinBlocks) flash_dq_ds_kernel(KernelArgs a) {
   using Sh = DsDqShape<D, kWg>;
+  static_assert(Dg == D || kWg, "a padded dim: wgmma only");
   const int T = a.seq, n_t = (T + kBlockQ - 1) / kBlockQ;
   const BlockTile bt = block_tile(a.causal, true);  // longest first
   const int q_tile = bt.tile, bh = a.bh0 + bt.bh, h = bh % a.heads;
@@ -74,7 +76,7 @@ __global__ void __launch_bounds__(kThreads, DsDqShape<D, kWg>::kMinBlocks) flash
                                                     ~uintptr_t{1023})
                       : smem_raw;  // [2] tiles
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t base = static_cast<size_t>(bh) * T * D;
+  const size_t base = static_cast<size_t>(bh) * T * Dg;
   const int n_kt = a.causal ? q_tile + 1 : n_t;
   // Tile (q_tile, j): the 16 bytes of key warp kk at k-step `warp` (this warp's query columns)
   // for each kk, transposed below.
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, DsDqShape<D, kWg>::kMinBlocks) flash
   uint4 fr[Sh::kAhead + 1][4];  // dS fragments of tiles j, j + 1, ...
   auto load_k = [&](int j, uint16_t* dst) {
     if constexpr (kWg) {
-      load_tile_sw128<D, kBlockK, kThreads>(dst, a.k + base, j * kBlockK, T);
+      load_tile_sw128<D, kBlockK, kThreads, Dg>(dst, a.k + base, j * kBlockK, T);
     } else {
       load_tile_async<D>(dst, a.k + base, j * kBlockK, T);
     }
@@ -129,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, DsDqShape<D, kWg>::kMinBlocks) flash
       for (int kk = 0; kk < 4; ++kk) fr[p][kk] = fr[p + 1][kk];
     }
   }
-  store_rows_scaled<D>(a.dq, dq, base, q_tile * kBlockQ + warp * 16 + lane / 4, T, a.scale, lane);
+  store_rows_scaled<D, Dg>(a.dq, dq, base, q_tile * kBlockQ + warp * 16 + lane / 4, T, a.scale, lane);
 }
 
 }  // namespace rwd::kernels::cuda

@@ -280,17 +280,18 @@ __device__ __forceinline__ float row_delta(const KernelArgs& a, const FlagView& 
 }
 
 // out[rows row_a, row_a + 8 of this thread] = alpha * acc (FP32, the mma C layout, D columns),
-// rows >= T skipped: the dQ (and dK) stores.
-template <int D>
+// rows >= T skipped: the dQ (and dK) stores. Dg < D: out has Dg columns, the rest is padding.
+template <int D, int Dg = D>
 __device__ __forceinline__ void store_rows_scaled(float* out, const float (&acc)[D / 8][4], size_t base,
                                                   int row_a, int T, float alpha, int lane) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row_a + 8 * r;
     if (row >= T) continue;
-    const size_t off = base + static_cast<size_t>(row) * D;
+    const size_t off = base + static_cast<size_t>(row) * Dg;
 #pragma unroll
     for (int nb = 0; nb < D / 8; ++nb) {
+      if (nb * 8 >= Dg) break;
       *reinterpret_cast<float2*>(out + off + nb * 8 + (lane % 4) * 2) =
           make_float2(acc[nb][2 * r] * alpha, acc[nb][2 * r + 1] * alpha);
     }

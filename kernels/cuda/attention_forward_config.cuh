@@ -5,6 +5,8 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/attention_internal.cuh"
+
 namespace rwd::kernels::cuda {
 
 // Tile shape of the forward: kWarps warps, each owning kMt m16 row blocks (16 kMt query rows),
@@ -123,15 +125,13 @@ struct FwdF32Traits<128> : FwdConfig<REWIND_FWD128_F32_CONFIG> {};
 #endif
 // Whether the wgmma forward of dim D loads by TMA (two warpgroups, see above).
 constexpr bool fwd_tma(int dim) { return REWIND_FWD_TMA != 0 && dim == 128; }
-// The dim whose wgmma forward computes a BF16 head of dim `dim` (0: none, mma.sync): D = 80 and
-// 96 run the D = 128 TMA kernel. TMA fills a box's columns past the tensor's D with zeros, and
-// a k-step of zero products leaves an accumulator's bits as they are, so S, the softmax, Ō's
-// first D columns and the monitors are the mma.sync kernel's (WgmmaKernelsEqualMmaKernelsBitwise);
-// O is written for its D columns only (Dg in forward_block). The other dims' wgmma kernels are
-// their own (wgmma_head_dim); the backward of 80 and 96 stays on mma.sync.
-constexpr int wgmma_fwd_dim(int dim) {
-  return dim == 64 || dim == 128 ? dim : (dim == 80 || dim == 96) && fwd_tma(128) ? 128 : 0;
-}
+// The dim whose wgmma forward computes a BF16 head of dim `dim` (0: none, mma.sync):
+// wgmma_pad_dim's, D = 80 and 96 on the D = 128 TMA kernel. TMA fills a box's columns past the
+// tensor's D with zeros, and a k-step of zero products leaves an accumulator's bits as they
+// are, so S, the softmax, Ō's first D columns and the monitors are the mma.sync kernel's
+// (WgmmaKernelsEqualMmaKernelsBitwise); O is written for its D columns only (Dg in
+// forward_block). Without TMA (REWIND_FWD_TMA=0) only 64 and 128.
+constexpr int wgmma_fwd_dim(int dim) { return wgmma_head_dim(dim) || fwd_tma(128) ? wgmma_pad_dim(dim) : 0; }
 template <int D>
 struct FwdWgTraits;
 template <>

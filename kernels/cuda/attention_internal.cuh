@@ -59,12 +59,17 @@ struct KernelArgs {
 //   - wgmma (kWg) only D = 64 and 128: its swizzle-128 tiles are 64 BF16 wide (D = 32 would
 //     need the 64-byte swizzle, 80 and 96 a partial atom) and D = 256 holds 128 accumulator
 //     registers for O alone; the other dims take the mma.sync kernels whatever wgmma_on() says
-//     (the bits are the same either way), except the forward of 80 and 96, which runs the
-//     D = 128 TMA kernel on zero-padded tiles (wgmma_fwd_dim, attention_forward_config.cuh);
+//     (the bits are the same either way), except 80 and 96, which run the D = 128 kernels on
+//     zero-padded tiles (wgmma_pad_dim below; the forward's by TMA: wgmma_fwd_dim,
+//     attention_forward_config.cuh);
 //   - the FP32 split-operand variants up to D = 128: at D = 256 three planes of the 64-row
 //     tiles need 405 KB of shared memory in the backward (227 KB an SM), so FP32 heads of that
 //     dim take the SIMT kernels (as simt_fp32 would send them).
 constexpr bool wgmma_head_dim(int dim) { return dim == 64 || dim == 128; }
+// The dim whose wgmma backward kernels (dK/dV, dQ from dS) compute a BF16 head of dim `dim`
+// (0: none): 80 and 96 run the D = 128 ones on tiles loaded with zeros past their D columns,
+// storing only those (the zero k-steps and columns leave the bits of the mma.sync kernels).
+constexpr int wgmma_pad_dim(int dim) { return wgmma_head_dim(dim) ? dim : dim == 80 || dim == 96 ? 128 : 0; }
 constexpr bool split_head_dim(int dim) { return dim <= 128; }
 
 // Calls fn(std::integral_constant<int, D>{}) with D = dim, one of kCudaHeadDims, and returns

@@ -124,8 +124,9 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[64], const uin
 }
 
 // Rows [row0, row0 + kRows) of a (T, D) BF16 matrix into a swizzle-128 tile by cp.async, zeros
-// past T (kNThr threads, 16 bytes each at a time).
-template <int D, int kRows, int kNThr>
+// past T (kNThr threads, 16 bytes each at a time). Dg < D: the matrix is (T, Dg), its columns
+// past Dg arrive as zeros (a head of dim 80 or 96 on the D = 128 kernels: wgmma_pad_dim).
+template <int D, int kRows, int kNThr, int Dg = D>
 __device__ __forceinline__ void load_tile_sw128(uint16_t* tile, const uint16_t* g, int row0, int T) {
   constexpr int kChunks = kRows * D / 8;
   static_assert(kChunks % kNThr == 0, "tile/thread mismatch");
@@ -133,9 +134,9 @@ __device__ __forceinline__ void load_tile_sw128(uint16_t* tile, const uint16_t* 
   for (int i = 0; i < kChunks / kNThr; ++i) {
     const int c = static_cast<int>(threadIdx.x) + i * kNThr;
     const int r = c / (D / 8), col = (c % (D / 8)) * 8;
-    const bool valid = row0 + r < T;
+    const bool valid = row0 + r < T && (Dg == D || col < Dg);
     cp_async_16(reinterpret_cast<uint8_t*>(tile) + sw128_offset(r, col, kRows),
-                valid ? g + static_cast<size_t>(row0 + r) * D + col : g, valid);
+                valid ? g + static_cast<size_t>(row0 + r) * Dg + col : g, valid);
   }
 }
 
