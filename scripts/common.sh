@@ -12,9 +12,8 @@ DEB_PACKAGES+=(libgloo-dev)  # c10d's Gloo process group: multi-rank training on
 DEB_PACKAGES+=(python3-torch python3-dev pybind11-dev)  # the Python package and the nanoGPT tests
 DEB_PACKAGES+=(clang-14 libclang-rt-14-dev)             # scripts/fuzz.sh: libFuzzer, ASan, UBSan
 # tests/browser: the run page and bisect report in Debian's chromium, driven by Playwright
-# (npm); node and npm from Debian unless the machine has its own.
+# from PyPI (tests/browser/install.sh), which launches this chromium and downloads none.
 DEB_PACKAGES+=(chromium)
-command -v node >/dev/null && command -v npm >/dev/null || DEB_PACKAGES+=(nodejs npm)
 
 install_deps() {
   local missing=()

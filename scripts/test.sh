@@ -8,7 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 echo "== checking the tracked files"
 bash "$REWIND_ROOT/scripts/check_tree.sh"
 install_deps
-echo "== the browser test's npm packages (playwright-core, axe-core)"
+echo "== the browser test's pip packages (playwright, axe-playwright-python)"
 bash "$REWIND_ROOT/tests/browser/install.sh"
 build_rewind
 NVCC="${CUDACXX:-/usr/local/cuda/bin/nvcc}"

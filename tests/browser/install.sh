@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Installs the browser test's npm packages (package-lock.json: playwright-core, axe-core) into
-# tests/browser/node_modules (git-ignored) unless the locked versions are there already.
-# Called by scripts/test.sh and by run.sh; needs node and npm (Debian: nodejs npm).
+# Installs the browser test's PyPI packages, pinned here, for the python3 on PATH (the one
+# run.sh runs check_pages.py with) unless those versions are importable already. Called by
+# scripts/test.sh and by run.sh. Playwright drives Debian's chromium (run.sh), so no browser is
+# ever downloaded: `playwright install` is not run. axe-playwright-python is there for the
+# axe.min.js it ships.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")"
-locked() {
-  node -e 'const d = require("./package.json").dependencies;
-           for (const [n, v] of Object.entries(d))
-             if (require("./node_modules/" + n + "/package.json").version !== v) process.exit(1);' 2>/dev/null
+PINS=(playwright==1.65.2 axe-playwright-python==0.1.8)
+pinned() {
+  python3 - "${PINS[@]}" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+import playwright.sync_api, axe_playwright_python
+sys.exit(any(version(name) != want for name, want in (pin.split("==") for pin in sys.argv[1:])))
+PY
 }
-locked && exit 0
-echo "== installing the browser test's npm packages into tests/browser/node_modules"
-npm ci --no-audit --no-fund --loglevel=error
-locked
+pinned && exit 0
+echo "== installing the browser test's pip packages: ${PINS[*]}"
+PIP_ROOT_USER_ACTION=ignore python3 -m pip install --no-input --disable-pip-version-check -q "${PINS[@]}"
+pinned

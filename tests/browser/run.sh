@@ -2,8 +2,8 @@
 # The browser test (ctest browser_pages): records the demo's tiny run (synthetic data, 40 steps,
 # a fault in L1.H2 from step 22), bisects it with --report (and twice where it is not
 # reproducible), writes its run page with `rewind view`, and checks the four pages in Debian's
-# chromium at 390 and 1280 px (check_pages.mjs). Exit 77, which ctest reports as skipped, when
-# chromium or node is missing or the npm packages cannot be installed.
+# chromium at 390 and 1280 px (check_pages.py). Exit 77, which ctest reports as skipped, when
+# chromium is missing or the pip packages (install.sh) cannot be installed.
 #   bash tests/browser/run.sh build/rewind [SHOTS_DIR]   # SHOTS_DIR: PNGs of the pages
 set -euo pipefail
 REWIND="$(realpath "${1:?usage: run.sh REWIND_BIN [SHOTS_DIR]}")"
@@ -12,8 +12,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
 skip() { echo "SKIPPED: $*"; exit 77; }
 [[ -x "$CHROMIUM" ]] || skip "no chromium at $CHROMIUM (apt-get install chromium)"
-command -v node >/dev/null || skip "no node (apt-get install nodejs npm)"
-bash "$HERE/install.sh" || skip "the npm packages of tests/browser are not installed (npm ci failed)"
+command -v python3 >/dev/null || skip "no python3"
+bash "$HERE/install.sh" || skip "the pip packages of tests/browser (install.sh) cannot be installed"
 
 WORK="$(mktemp -d /tmp/rewind_browser_XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
@@ -35,5 +35,5 @@ code=0
 "$REWIND" view run.db -o run.html
 grep -q "href='report/report.html'" run.html || { echo "run page does not link the bisect report"; exit 1; }
 cd "$HERE"
-node check_pages.mjs ${SHOTS:+--shots "$SHOTS"} "run:$WORK/run.html" "report:$WORK/report/report.html" \
+python3 check_pages.py ${SHOTS:+--shots "$SHOTS"} "run:$WORK/run.html" "report:$WORK/report/report.html" \
   "report:$WORK/report_window/report.html" "report:$WORK/report_never/report.html"
