@@ -46,7 +46,7 @@ double CostModel::step_cost(const Candidate& c, const SearchSpace& space) const 
   std::vector<int> chosen_attn(static_cast<size_t>(std::max(space.n_layer, 0)), 0);
   std::set<std::string> seen;
   for (const auto& e : c.elements)
-    for (const auto& leaf : space.leaves(e)) {
+    for (const auto& leaf : space.op_leaves(e)) {
       if (!seen.insert(to_string(leaf)).second) continue;
       ++chosen[leaf.op];
       if (leaf.head >= 0 && in(kAttnOps, leaf.op)) ++chosen_attn[static_cast<size_t>(leaf.layer)];

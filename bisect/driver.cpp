@@ -75,6 +75,7 @@ Located locate(const std::vector<Element>& set) {
 // What the narrowing of [from, to] searches: the window's space, less what no plan reaches.
 SearchSpace searched_space(const train::RunSpec& run, const BisectOptions& o, int64_t from, int64_t to) {
   SearchSpace space = window_space(run, from, to, o.reference);
+  space.depth = o.depth;
   if (o.attention_only) {
     space.modules.clear();
     space.model_head = false;
@@ -89,7 +90,7 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   rep.from = from;
   rep.to = to;
   rep.recorded_plan = ctx.run.plan.at(from, c.n_layer, c.n_head).canonical();
-  const SearchSpace space = searched_space(ctx.run, o, from, to);
+  SearchSpace space = searched_space(ctx.run, o, from, to);
   rep.space = space.ops;
   for (const auto& m : space.modules) rep.space.push_back(m);
   if (space.model_head) rep.space.push_back("head");
@@ -110,7 +111,8 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
     for (const auto& cand : cands) {
       ProbeSpec p = ctx.make(from, to, "window");
       p.candidate = cand;
-      p.baseline_whole = !races;
+      // Over a long horizon the recorded plan's probe stops at its break like the others.
+      p.baseline_whole = !races && !o.hold;
       batch.push_back(p);
     }
     std::vector<int> verdicts;
@@ -138,12 +140,31 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
       return n ? sum / n : 1.0;
     };
   }
-  const int first_probe = static_cast<int>(rep.probes.size());
-  rep.search = search(space, oracle, so);
-  // Every engine probe reached the oracle once, in order: engine index i is report probe first + i.
-  if (rep.probes.size() == first_probe + rep.search.probes.size())
-    for (const Probe& p : rep.search.probes)
-      if (p.parent >= 0) rep.probes[first_probe + p.index].parent = first_probe + p.parent;
+  // With a budget the search deepens a level at a time (layers, heads, ops), each pass asking
+  // the levels above it again from the probe cache, while the last level's time fits in what
+  // the budget has left: the next level asks about as many questions of as long probes.
+  space.depth = o.budget_min > 0 ? 0 : o.depth;
+  for (;;) {
+    const double level_t0 = now_s();
+    const size_t first_probe = rep.probes.size();
+    rep.search = search(space, oracle, so);
+    // Every engine probe reached the oracle once, in order: engine index i is report probe first + i.
+    if (rep.probes.size() == first_probe + rep.search.probes.size())
+      for (const Probe& p : rep.search.probes)
+        if (p.parent >= 0) rep.probes[first_probe + static_cast<size_t>(p.index)].parent = static_cast<int>(first_probe) + p.parent;
+    const Status s = rep.search.status;
+    if (space.depth >= o.depth || (s != Status::kLocalized && s != Status::kSeparateFix)) break;
+    const double level_min = (now_s() - level_t0) / 60, left_min = o.budget_min - (now_s() - ctx.t0) / 60;
+    if (level_min > left_min) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "the %s level took %.1f min, about what the next takes, and the budget of %.0f min leaves %.1f",
+                    space.depth == 0 ? "layer" : "head", level_min, o.budget_min, std::max(0.0, left_min));
+      rep.depth_note = buf;
+      break;
+    }
+    ++space.depth;
+  }
+  rep.depth = space.depth;
   const Status st = rep.search.status;
   rep.near_miss.reset();
   if (st == Status::kNotReproducible) rep.near_miss = detail::recorded_near_miss(ctx, from, to);
@@ -271,6 +292,28 @@ void account_costs(BisectReport& rep, const SearchSpace& space) {
   }
 }
 
+// The horizon lines of a verdict: what was trained past the window, each branch, the claim.
+std::string horizon_text(const BisectReport& rep, const Horizon& h) {
+  std::string v;
+  if (h.searched)
+    v += "horizon: every probe judged over steps " + std::to_string(h.from) + "-" + std::to_string(h.to) +
+         " (--hold " + std::to_string(h.hold) + " past the failure step " + std::to_string(h.fail_step) + ")" +
+         (h.capped.empty() ? "" : "; capped: " + h.capped) + "\n";
+  else if (!h.branches.empty())
+    v += "hold check: trained on from step " + std::to_string(h.from) + " through step " + std::to_string(h.to) + " (" +
+         std::to_string(h.to - rep.to) + " steps past the window)\n";
+  for (const auto& b : h.branches) {
+    if (b.name == "tried") continue;
+    v += "  " + b.name + " " + b.label + ": " +
+         (b.held ? "held through step " + std::to_string(h.to)
+                 : b.broke_at >= 0 ? "broke at step " + std::to_string(b.broke_at) : "broke by step " + std::to_string(h.to)) +
+         "\n";
+  }
+  if (!h.claim.empty()) v += "claim: " + h.claim + "\n";
+  if (!h.fork_command.empty()) v += "confirm: " + h.fork_command + "\n";
+  return v;
+}
+
 std::string verdict_text(const BisectReport& rep) {
   std::string v;
   char buf[256];
@@ -307,8 +350,11 @@ std::string verdict_text(const BisectReport& rep) {
     }
     if (!r.fixing_set.empty())
       v += std::string("  fixing set (promoted to ") + (fp32 ? "FP32" : "the reference") + ", the rest as recorded, passes): " + to_string(r.fixing_set) + "\n";
-    for (const auto& f : rep.fixes) v += "  fix check: " + f.name + ": " + (f.fixes ? "FIXES the window" : "does not fix") + "\n";
+    const std::string steps = std::to_string(rep.from) + "-" + std::to_string(rep.to);
+    for (const auto& f : rep.fixes)
+      v += "  fix check: " + f.name + ": " + (f.fixes ? "fixes steps " + steps : "does not fix steps " + steps) + "\n";
   }
+  if (rep.horizon) v += horizon_text(rep, *rep.horizon);
   const std::string ranks = rep.ranks > 1 ? ", " + std::to_string(rep.ranks) + " ranks per probe" : "";
   const std::string cut = rep.cut || rep.skipped ? ", " + std::to_string(rep.cut) + " cut short and " +
                                                        std::to_string(rep.skipped) + " not started by races"
@@ -411,7 +457,9 @@ BisectReport run_bisect(const BisectOptions& o) {
                                                " fix " + o.fix) +
                                " fail " + pred.text() +
                                (!o.group_testing ? " search ddmin" : !o.cheap_direction ? " search groups" : "") +
-                               (o.reference != kFullPrecision ? " reference " + o.reference : "");
+                               (o.reference != kFullPrecision ? " reference " + o.reference : "") +
+                               (o.hold ? " hold " + std::to_string(*o.hold) : "") +
+                               (o.depth != 2 ? " depth " + std::to_string(o.depth) : "");
   plan::apply(plan::Plan::defaults(run.config.n_layer, run.config.n_head), o.reference);  // a bad --reference fails first
   detail::Context ctx{st, run, pred, ProbePool(st, run, pred, o.pool), rep, hex64(fnv1a64(job_text)).substr(0, 12),
                       o.progress, 0, t0, "", {}, o.reference};
@@ -429,8 +477,10 @@ BisectReport run_bisect(const BisectOptions& o) {
   auto range = st.step_range(run.run_id);
   if (!range) throw Error(ExitCode::kData, "run " + std::to_string(run.run_id) + " has no recorded steps");
   std::optional<std::pair<int64_t, int64_t>> window = o.window;
+  if (o.hold && *o.hold < 0) throw UsageError("bisect: --hold N needs N >= 0 steps past the failure step");
   if (o.find_window) {
-    if (detail::find_window(ctx, o) && !o.window_only) window = {{rep.time->c_star, rep.time->fail_step}};
+    if (detail::find_window(ctx, o) && !o.window_only)
+      window = {{rep.time->c_star, o.hold ? rep.horizon->to : rep.time->fail_step}};
   } else {
     auto [a, b] = *o.window;
     if (a > b) throw UsageError("bisect: empty window " + std::to_string(a) + ":" + std::to_string(b));
@@ -440,15 +490,25 @@ BisectReport run_bisect(const BisectOptions& o) {
                        std::to_string(range->second) + ")");
     if (!st.nearest_checkpoint(run.run_id, a))
       throw Error(ExitCode::kData, "missing checkpoint: no checkpoint at or before step " + std::to_string(a));
+    if (o.hold) {  // the window's end stands for the failure step
+      rep.horizon = Horizon{};
+      rep.horizon->searched = true;
+      rep.horizon->fail_step = b;
+      rep.horizon->from = a;
+      rep.horizon->to = detail::horizon_end(ctx, o, b + *o.hold, rep.horizon->capped);
+      window = {{a, rep.horizon->to}};
+    }
   }
   while (window) {
     rep.recorded_from = window->first;
     rep.recorded_loss.clear();
     for (const auto& s : st.steps(run.run_id, window->first, window->second)) rep.recorded_loss.push_back(s.loss());
     narrow_window(ctx, o, window->first, window->second);
-    if (!o.find_window || rep.search.status != Status::kNotReproducible) break;
+    if (!o.find_window || o.hold || rep.search.status != Status::kNotReproducible) break;
     window = widen(ctx, *window, *range);
   }
+  if (o.hold) detail::describe_horizon(ctx, o);
+  else detail::hold_check(ctx, o);
   ctx.pool.release_ranks();  // no probe follows (with ranks: they may end)
   rep.executed = ctx.pool.executed();
   rep.cached = ctx.pool.cached();

@@ -38,6 +38,44 @@ struct BisectOptions {
   // plan reaches; its Linear, LayerNorm and head are the script's own): modules and the model
   // head are left out of the search.
   bool attention_only = false;
+  // --hold N: healthy means the predicate stays false through the failure step + N. The time
+  // search then finds the point of no return (the latest checkpoint from which the reference
+  // holds through that horizon, confirmed by the checkpoint before it) and every narrowing
+  // probe is judged over the whole horizon. nullopt: window-local, then one hold check.
+  std::optional<int64_t> hold;
+  // Without --hold: the hold check's horizon past the window's end (nullopt: min(1000, 10x the
+  // window); 0: no hold check, the verdict says so).
+  std::optional<int64_t> hold_check;
+  // --granularity: the deepest level searched (0 layers, 1 heads, 2 ops).
+  int depth = 2;
+  // --budget M: minutes for the narrowing; it descends layers -> heads -> ops only while the
+  // next level's estimate (the last level's probe time) fits in what is left. 0: no budget.
+  double budget_min = 0;
+  // Probes may train past the last recorded step (rewind's own trainer draws its batches from
+  // the data set at any step); a script's run is checked up to its recording's end.
+  bool beyond_recording = true;
+};
+
+// What a verdict claims about time: the steps its branches were trained over past the window.
+struct Horizon {
+  bool searched = false;     // --hold: the search itself judged every probe over [from, to]
+  int64_t from = 0, to = 0;  // the branches' first and last step
+  int64_t fail_step = -1;    // the failure step the horizon counts from (-1: the window's end)
+  int64_t hold = 0;          // to = fail_step (or the window's end) + hold, unless capped
+  std::string capped;        // why `to` is earlier than asked ("" = not capped)
+  int64_t point_of_no_return = -1;  // --hold: the latest checkpoint the reference holds from
+  std::string granularity;   // "layers", "heads" or "ops": how deep the durable set was sought
+  std::string depth_note;    // why the search stopped above the asked granularity, if it did
+  struct Branch {
+    std::string name;        // "recorded plan", "reference", "fixing set", a fix check's name
+    std::string label;       // the probe's candidate or plan
+    int probe = -1;          // index into BisectReport::probes
+    bool held = false;
+    int64_t broke_at = -1;   // first step where the predicate held (-1: unknown or held)
+  };
+  std::vector<Branch> branches;
+  std::string claim;         // one sentence: what holds through which step, at what granularity
+  std::string fork_command;  // the independent confirmation (`rewind train --fork ...`)
 };
 
 // One probe as the report sees it: what was asked, in which phase, and the answer.
@@ -96,7 +134,10 @@ struct BisectReport {
   bool narrowed = false;              // the layer/head/op search ran
   int64_t from = 0, to = 0;           // the window narrowed (valid when narrowed)
   SearchResult search;
+  int depth = 2;                      // the deepest level the narrowing searched (0 layers, 1 heads, 2 ops)
+  std::string depth_note;             // why it stopped above --granularity (the budget), if it did
   std::vector<FixCheck> fixes;
+  std::optional<Horizon> horizon;     // the hold check (default) or the --hold search
   std::vector<ProbeEntry> probes;     // every probe, in the order they were asked
   std::vector<double> recorded_loss;  // over the window (or over [c0, F] for a time search)
   int64_t recorded_from = 0;
@@ -160,8 +201,23 @@ struct Context {
 // The near miss of the recorded steps [from, to] (history: every recorded step before them).
 NearMiss recorded_near_miss(Context& ctx, int64_t from, int64_t to);
 
-// Issue 9: fills report.time; returns true when a window [c*, F] was found.
+// Fills report.time; returns true when a window [c*, F] was found (with --hold: [the point of
+// no return, F + N], the horizon in report.horizon).
 bool find_window(Context& ctx, const BisectOptions& o);
+
+// --hold's time search: the point of no return among t.checkpoints (bisect/hold.cpp).
+void find_point_of_no_return(Context& ctx, const BisectOptions& o, TimeSearch& t, int64_t horizon);
+
+// The last step a probe from the window may train to: `to`, unless the probes cannot train
+// past the recording (`why` then says so).
+int64_t horizon_end(Context& ctx, const BisectOptions& o, int64_t to, std::string& why);
+
+// After a window-local narrowing: the fixing set and the reference trained on from the
+// window's start through the hold check's horizon (report.horizon).
+void hold_check(Context& ctx, const BisectOptions& o);
+
+// With --hold, after the narrowing: the branches and the claim of report.horizon.
+void describe_horizon(Context& ctx, const BisectOptions& o);
 
 }  // namespace detail
 

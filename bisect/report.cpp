@@ -142,6 +142,27 @@ std::string report_json(const BisectReport& r) {
     w["recorded_loss"] = curve(r.recorded_loss);
     j["narrowing"] = w;
   }
+  if (r.horizon) {
+    const Horizon& h = *r.horizon;
+    nlohmann::ordered_json hj;
+    hj["searched"] = h.searched;
+    hj["from"] = h.from;
+    hj["to"] = h.to;
+    hj["fail_step"] = h.fail_step >= 0 ? nlohmann::json(h.fail_step) : nlohmann::json(nullptr);
+    hj["hold"] = h.hold;
+    hj["capped"] = h.capped;
+    hj["point_of_no_return"] = h.point_of_no_return >= 0 ? nlohmann::json(h.point_of_no_return) : nlohmann::json(nullptr);
+    hj["granularity"] = h.granularity;
+    hj["depth_note"] = h.depth_note;
+    nlohmann::json branches = nlohmann::json::array();
+    for (const auto& b : h.branches)
+      branches.push_back({{"name", b.name}, {"label", b.label}, {"probe", b.probe}, {"held", b.held},
+                          {"broke_at", b.broke_at >= 0 ? nlohmann::json(b.broke_at) : nlohmann::json(nullptr)}});
+    hj["branches"] = branches;
+    hj["claim"] = h.claim;
+    hj["fork_command"] = h.fork_command;
+    j["horizon"] = hj;
+  }
   nlohmann::ordered_json probes = nlohmann::ordered_json::array();
   for (const auto& p : r.probes) {
     nlohmann::ordered_json pj;
@@ -176,6 +197,7 @@ std::string report_json(const BisectReport& r) {
                         {"max_step", d.max_step >= 0 ? nlohmann::json(d.max_step) : nlohmann::json(nullptr)},
                         {"nonfinite_step", d.nonfinite_step >= 0 ? nlohmann::json(d.nonfinite_step) : nlohmann::json(nullptr)}};
     pj["loss"] = curve(p.outcome.loss);
+    pj["grad_norm"] = curve(p.outcome.grad_norm);
     probes.push_back(pj);
   }
   j["probes"] = probes;
@@ -217,6 +239,7 @@ std::string report_markdown(const BisectReport& r) {
   m += "- store: `" + r.store_path + "`, run " + std::to_string(r.run) + "\n";
   m += "- predicate: `" + r.predicate + "`\n";
   m += "- model: " + std::to_string(r.n_layer) + " layers x " + std::to_string(r.n_head) + " heads\n\n";
+  if (r.horizon && !r.horizon->claim.empty()) m += "**Claim.** " + r.horizon->claim + "\n\n";
   m += "## Verdict\n\n```\n" + r.verdict + "```\n\n";  m += tally(r).text + "\n\n";
   if (r.near_miss) m += "## Not reproducible: where the recording came closest\n\n" + near_miss_text(*r.near_miss) + "\n\n";
   if (r.time) {

@@ -62,9 +62,12 @@ std::string time_section(const BisectReport& r) {
   std::vector<std::pair<int64_t, std::string>> marks;
   if (t.status == TimeSearch::Status::kWindow) marks.push_back({t.c_star, "c*=" + std::to_string(t.c_star)});
   marks.push_back({t.fail_step, "F=" + std::to_string(t.fail_step)});
+  // With --hold the time probes run past the failure step, to the horizon.
+  const int64_t end = r.horizon && r.horizon->searched ? std::max(t.fail_step, r.horizon->to) : t.fail_step;
+  if (end > t.fail_step) marks.push_back({end, "horizon " + std::to_string(end)});
   return "<h2>Time axis: fix replays from checkpoints</h2>\n" +
          html::chart("loss: recorded vs replays under the fix plan from each probed checkpoint", lines, t.recorded_from,
-                     t.fail_step, marks, "Dashed: the replay still fails; solid: it avoids the failure.");
+                     end, marks, "Dashed: the replay still fails; solid: it avoids the failure.");
 }
 
 // What report.md says of the narrowing: the recorded plan, the reference, the space, the
@@ -186,7 +189,7 @@ std::string report_html(const BisectReport& r) {
       "code{overflow-wrap:anywhere}svg{max-width:100%;height:auto}.scroll{overflow-x:auto}"
       "table{border-collapse:collapse;margin:6px 0}caption{text-align:left;font-size:13px;padding:2px 0}"
       "td,th{border:1px solid #ccc;padding:3px 8px;font-size:12px}.note{font-size:13px;color:#444}"
-      ".fail{background:#fbe0e0}.pass{background:#e0f4e0}"
+      ".claim{border-left:4px solid #2ca02c;padding:6px 10px;background:#f3faf3}.fail{background:#fbe0e0}.pass{background:#e0f4e0}"
       ".tree ul{list-style:none;margin:0;padding-left:9px;border-left:1px solid #999}"
       ".tree>ul{padding-left:0;border-left:none}.tree li{margin:3px 0 3px 3px;font-size:13px;overflow-wrap:anywhere}"
       ".tree .v{padding:0 4px;border-radius:3px;white-space:nowrap}.tree .meta{color:#555;font-size:12px}"
@@ -196,11 +199,12 @@ std::string report_html(const BisectReport& r) {
        std::to_string(r.n_head) + " heads" +
        (r.narrowed ? ", reference <code>" + esc(r.reference.empty() ? std::string("all-FP32") : r.reference) + "</code>"
                    : std::string()) +
-       "</p>\n<h2>Verdict</h2>\n" + result_line(r) + "<pre>" + esc(r.verdict) +
+       "</p>\n" + html::claim(r) + "<h2>Verdict</h2>\n" + result_line(r) + "<pre>" + esc(r.verdict) +
        "</pre>\n<p><strong>Probes.</strong> " + esc(tally(r).text) + "</p>\n";
   if (r.near_miss) h += near_miss_section(r);
   if (r.time && !r.time->probes.empty()) h += time_section(r);
   if (r.narrowed) h += narrowing_section(r);
+  h += html::horizon_section(r);
   if (r.probes.empty()) return h + "<p>No probe ran.</p>\n</main></body></html>\n";
   h += "<h2>Narrowing tree (\u2717 fails, \u2713 passes)</h2>\n" + html::tree(r);
   return h + divergence_section(r) + probe_table(r) + "</main></body></html>\n";

@@ -43,6 +43,11 @@ struct Dot {
 // zero on a row of its own at the bottom and NaN/Inf on one at the top.
 std::string dot_chart(const std::string& title, const std::vector<Dot>& dots);
 
+// The verdict's claim about its horizon as a paragraph ("" without one), and the horizon's
+// branches as loss and gradient-norm charts (report_html_horizon.cpp).
+std::string claim(const BisectReport& r);
+std::string horizon_section(const BisectReport& r);
+
 // The narrowing tree as nested lists: every probe under the probe whose set it was split from.
 std::string tree(const BisectReport& r);
 

@@ -79,7 +79,7 @@ std::vector<Element> SearchSpace::top_level() const {
 
 std::vector<Element> SearchSpace::children(const Element& e) const {
   std::vector<Element> out;
-  if (e.op != "attn") return out;
+  if (e.op != "attn" || (e.head < 0 ? depth < 1 : depth < 2)) return out;
   if (e.head < 0) {
     for (int h = 0; h < n_head; ++h) out.push_back({e.layer, h, "attn"});
   } else {
@@ -95,6 +95,13 @@ std::vector<Element> SearchSpace::leaves(const Element& e) const {
   for (const auto& k : kids)
     for (auto& leaf : leaves(k)) out.push_back(std::move(leaf));
   return out;
+}
+
+std::vector<Element> SearchSpace::op_leaves(const Element& e) const {
+  if (depth == 2) return leaves(e);
+  SearchSpace full = *this;
+  full.depth = 2;
+  return full.leaves(e);
 }
 
 int SearchSpace::sweep_size() const {
@@ -164,7 +171,7 @@ plan::Plan candidate_plan(const Candidate& c, const SearchSpace& space,
   const plan::Plan& src = keep_low ? recorded : reference;
   plan::Plan p = keep_low ? reference : recorded;
   for (const auto& e : c.elements) {
-    for (const auto& leaf : space.leaves(e)) {
+    for (const auto& leaf : space.op_leaves(e)) {
       const bool head_op = op_index(leaf.op) >= 0 || leaf.op == kAccOp;
       bool bad_layer = leaf.layer >= space.n_layer || (leaf.layer < 0 && leaf.op != "head");
       bool bad_head = leaf.head >= space.n_head || (leaf.head < 0 && head_op);

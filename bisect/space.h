@@ -48,6 +48,9 @@ struct SearchSpace {
   std::vector<std::string> ops = {"qk", "softmax", "pv", "o", "delta", "bwd"};
   std::vector<std::string> modules = {"qkv", "proj", "mlp", "ln"};             // per layer
   bool model_head = true;  // include the model-level "head" element
+  // How deep the search descends: 0 a layer's attention is a leaf, 1 a head is, 2 an op is.
+  // Long probes (bisect --hold) may stop at layers where heads would not fit in the budget.
+  int depth = 2;
 
   // Throws UsageError for unknown op/module names or a negative size.
   void validate() const;
@@ -56,10 +59,12 @@ struct SearchSpace {
   bool covers_everything() const;
   // Level 0, in order: L0.attn, L0.<modules...>, L1.attn, ..., then head.
   std::vector<Element> top_level() const;
-  // attn of a layer -> its heads; a head -> its ops; leaves -> empty.
+  // attn of a layer -> its heads; a head -> its ops; leaves (at `depth`) -> empty.
   std::vector<Element> children(const Element& e) const;
-  // The leaves under e (e itself for a leaf), in space order.
+  // The leaves under e at `depth` (e itself for a leaf), in space order.
   std::vector<Element> leaves(const Element& e) const;
+  // The op-level leaves under e whatever the depth: what a plan is made of.
+  std::vector<Element> op_leaves(const Element& e) const;
   // Number of leaves: the size of a naive one-probe-per-leaf sweep.
   int sweep_size() const;
   // Total order used for printing sets: layer, head, then op/module in space order, head last.

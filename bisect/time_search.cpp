@@ -79,6 +79,14 @@ bool find_window(Context& ctx, const BisectOptions& o) {
   t.recorded_from = t.checkpoints.front();
   for (const auto& s : ctx.store.steps(run, t.recorded_from, t.fail_step)) t.recorded_loss.push_back(s.loss());
 
+  if (o.hold) {
+    std::string capped;
+    const int64_t horizon = horizon_end(ctx, o, t.fail_step + *o.hold, capped);
+    find_point_of_no_return(ctx, o, t, horizon);
+    rep.horizon->capped = capped;
+    rep.time = t;
+    return t.status == TimeSearch::Status::kWindow;
+  }
   // k-ary search for the last checkpoint whose fix replay passes, assuming passes come first
   // (the later the fix starts, the more damage is already done). Index lo passes (-1: none
   // known), hi fails (n: F itself, which fails by definition). --jobs N probes N points per

@@ -161,6 +161,7 @@ std::shared_ptr<ScriptServers> use_script(bisect::BisectOptions& o, const std::s
       if (std::find(modules.begin(), modules.end(), m) == modules.end())
         o.reference += m == "head" ? ";head=low" : ";L*." + m + "=low";
   o.pool.key_extra = "cmd " + cmd;
+  o.beyond_recording = false;  // the script's loop and data end where its recording does
   const std::string store_path = o.store_path;
   // A served script ends a probe at its verdict (or a cut); REWIND_SCRIPT_STOP=0 runs it whole.
   const char* stop_env = std::getenv("REWIND_SCRIPT_STOP");
@@ -290,6 +291,17 @@ int run_bisect(int argc, char** argv) {
                  "equivalent probes, then group testing; verdicts implied by monotone failure are not probed), "
                  "groups (group testing alone, the engine of issue 25) or ddmin (the engine before issue 25, "
                  "a benchmark baseline)", cxxopts::value<std::string>()->default_value("cheap"))
+      ("hold", "N: healthy means the predicate stays false through the failure step + N (with --window A:B, B + N). "
+               "--find-window then finds the point of no return (the latest checkpoint from which the reference holds "
+               "that long, confirmed by the checkpoint before it), and every probe is judged over that horizon",
+       cxxopts::value<int64_t>())
+      ("hold-check", "N: without --hold, train the fixing set and the reference on from the window's start through "
+                     "N steps past the window once the search is done (default min(1000, 10x the window); 0: none, "
+                     "the verdict then claims the window alone)", cxxopts::value<int64_t>())
+      ("granularity", "how deep the narrowing goes: layers, heads or ops (default)",
+       cxxopts::value<std::string>()->default_value("ops"))
+      ("budget", "minutes for the search: it descends layers -> heads -> ops only while the last level's time fits in "
+                 "what is left (long probes; 0: no budget)", cxxopts::value<double>()->default_value("0"))
       ("nproc-per-node", "data-parallel ranks every probe runs on (default: the recording's; Gloo on "
        "CPU, NCCL on CUDA)", cxxopts::value<int>())
       ("quiet", "no progress line")
@@ -325,6 +337,21 @@ int run_bisect(int argc, char** argv) {
   if (r.count("reference")) o.reference = r["reference"].as<std::string>();
   o.fix = r.count("fix") ? r["fix"].as<std::string>() : o.reference;
   o.progress = r.count("quiet") == 0;
+  if (r.count("hold")) {
+    o.hold = r["hold"].as<int64_t>();
+    if (*o.hold < 0) throw UsageError("bisect: --hold N needs N >= 0 steps past the failure step");
+    if (r.count("hold-check")) throw UsageError("bisect: --hold-check is the check after a window-local search; --hold judges every probe");
+  }
+  if (r.count("hold-check")) {
+    o.hold_check = r["hold-check"].as<int64_t>();
+    if (*o.hold_check < 0) throw UsageError("bisect: --hold-check N needs N >= 0");
+  }
+  const std::string grain = r["granularity"].as<std::string>();
+  if (grain != "layers" && grain != "heads" && grain != "ops")
+    throw UsageError("bisect: --granularity must be layers, heads or ops, got '" + grain + "'");
+  o.depth = grain == "layers" ? 0 : grain == "heads" ? 1 : 2;
+  o.budget_min = r["budget"].as<double>();
+  if (!(o.budget_min >= 0)) throw UsageError("bisect: --budget must be >= 0 minutes");
   const std::string engine = r["search"].as<std::string>();
   if (engine != "cheap" && engine != "groups" && engine != "ddmin")
     throw UsageError("bisect: --search must be groups, cheap or ddmin, got '" + engine + "'");
