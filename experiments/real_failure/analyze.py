@@ -16,6 +16,9 @@
                                            run's steps before each branch's first (its fork point)
   analyze.py at STEP,... NAME:CSV ...      loss / grad norm of each run at those steps
   analyze.py every K OUT NAME:CSV ...      one CSV of every K-th step of several runs, side by side
+  analyze.py hold-fork REPORT SRC DST      the hold verdict's `rewind train --fork` command, on SRC into DST
+  analyze.py hold-field REPORT KEY         one field of the report's horizon
+  analyze.py hold-compare REPORT CSV       the fork's last 500 steps against the reference branch's
 """
 import csv, json, math, os, re, sqlite3, statistics, struct, sys
 
@@ -349,6 +352,43 @@ def cmd_plot(path, specs):
     print(f"plot: {path} ({', '.join(n for n, _ in runs)})")
 
 
+def cmd_hold_fork(path, src, dst):
+    cmd = report(path).get("horizon", {}).get("fork_command", "")
+    if not cmd:
+        sys.exit(1)
+    plan = re.search(r"--plan '([^']*)'", cmd).group(1)
+    at = re.search(r"--at (\d+)", cmd).group(1)
+    steps_ = re.search(r"--steps (\d+)", cmd).group(1)
+    print(f"rewind train --fork {src} --at {at} --plan '{plan}' --record {dst} --steps {steps_} --checkpoint-every 100000")
+
+
+def lasting_breaks(gn, short=50, long=1000, k=4.0):
+    """Steps where the trailing median of `short` steps first exceeds k x that of `long` steps."""
+    out, was = [], False
+    for i in range(long, len(gn)):
+        s = statistics.median(x if math.isfinite(x) else math.inf for x in gn[i - short:i])
+        l = statistics.median(x if math.isfinite(x) else math.inf for x in gn[i - long:i])
+        holds = s > k * l
+        if holds and not was:
+            out.append(i)
+        was = holds
+    return out
+
+
+def cmd_hold_compare(path, csv_path):
+    r = report(path)
+    h = r["horizon"]
+    ref = next(b for b in h["branches"] if b["name"] == "reference")
+    ref_gn = [math.inf if x is None else x for x in r["probes"][ref["probe"]]["grad_norm"]]
+    fork = [g for s, _, g in load_rows(csv_path) if s >= h["from"]]
+    for name, gn in (("reference (bisect probe)", ref_gn), ("fixing set (independent fork)", fork)):
+        spikes = sum(1 for x in gn if x > 10 * statistics.median(gn))
+        print(f"{name:32s} steps {len(gn):5d}  lasting breaks {len(lasting_breaks(gn))}  steps > 10x median {spikes}  "
+              f"max {max(gn):.3f}  median last 500 {statistics.median(gn[-500:]):.3f}")
+    ratio = statistics.median(fork[-500:]) / statistics.median(ref_gn[-500:])
+    print(f"median grad norm, last 500 steps: fork / reference = {ratio:.2f} (target <= 1.5)")
+
+
 def main(a):
     if len(a) < 2:
         sys.exit(__doc__)
@@ -367,6 +407,9 @@ def main(a):
     elif cmd == "confirm": cmd_confirm(int(a[2]), a[3:])
     elif cmd == "at": cmd_at(a[2], a[3:])
     elif cmd == "every": cmd_every(int(a[2]), a[3], a[4:])
+    elif cmd == "hold-fork": cmd_hold_fork(a[2], a[3], a[4])
+    elif cmd == "hold-field": print(report(a[2])["horizon"][a[3]])
+    elif cmd == "hold-compare": cmd_hold_compare(a[2], a[3])
     else: sys.exit(__doc__)
 
 

@@ -8,6 +8,8 @@
 # Stages, in order (default: all); each one skips what an earlier call already finished, so a
 # call that ran out of time is continued by running the script again on the same machine:
 #   data record series size bisect explain confirm widen summary   (and, not in the default list:
+#   hold and hold-confirm, the --hold verdict and its independent fork (record with STEPS=3400:
+#   the failure and the lasting break are recorded by then, the probes train past it);
 #   controls, the same run from step 0 in FA2's numerics and with the stabilized softmax;
 #   narrow, sets between layer 1 and layers 0-5 trained on past the failure)
 # The controls, run beside the recording (three 8000-step runs on one GPU, ~80 ms a step each):
@@ -15,7 +17,8 @@
 # Environment: BUILD (build-gpu), W (work dir, /tmp/rewind_real_failure: stores, corpus),
 #   OUT (results, $W/out), STEPS (8000: how far the failing run is recorded), EVERY (250:
 #   checkpoint spacing), FAIL (the failure predicate), REF (the healthy end of the bisect),
-#   DEADLINE (seconds since the epoch after which a stage starts nothing new), WINDOW ("FROM TO",
+#   DEADLINE (seconds since the epoch after which a stage starts nothing new), HOLD, HFAIL, BUDGET
+#   (the hold stage's horizon, predicate and minutes), WINDOW ("FROM TO",
 #   the causal window when this machine has no bisect report: "3000 3062").
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,6 +31,9 @@ PAPER='L*.H*.qk=sbf16;L*.H*.acc=bf16'   # the paper's numerics
 REF=${REF:-L*.H*.qk=low;L*.H*.acc=fp32}   # FlashAttention-2's numerics: the control that trains on
 FAIL=${FAIL:-grad_norm > 10 * rmedian(grad_norm, 500)}
 DEADLINE=${DEADLINE:-0}
+HOLD=${HOLD:-3000}      # --hold: how far past the failure a verdict must keep the run healthy
+HFAIL=${HFAIL:-rmedian(grad_norm, 50) > 4 * rmedian(grad_norm, 1000)}   # a break that lasts
+BUDGET=${BUDGET:-20}    # minutes for the hold search: stop at layers when heads do not fit
 R=$BUILD/rewind
 PY=${PY:-python3}
 A="$PY $ROOT/experiments/real_failure/analyze.py"
@@ -109,6 +115,24 @@ for stage in "${STAGES[@]}"; do
     log "bisect --find-window --fail '$FAIL' --reference '$REF'"
     timeout --signal=KILL $(( $(left) - 10 )) "$R" bisect --store "$W/fail.db" --find-window --fail "$FAIL" \
       --reference "$REF" --report "$OUT/bisect" --quiet 2>&1 | tee "$OUT/bisect.txt"
+    ;;
+  hold)     # the verdict that holds: the point of no return and the durable set for HOLD steps
+            # past the failure (HFAIL: a lasting break, not a single spike), in the budget
+    log "bisect --find-window --hold $HOLD --fail '$HFAIL' --reference '$REF' --budget $BUDGET"
+    timeout --signal=KILL $(( $(left) - 10 )) "$R" bisect --store "$W/fail.db" --find-window --hold "$HOLD" \
+      --fail "$HFAIL" --reference "$REF" --granularity heads --budget "$BUDGET" --report "$OUT/hold" --quiet \
+      2>&1 | tee "$OUT/hold.txt"
+    ;;
+  hold-confirm)  # the hold verdict's fork, trained independently, replayed bit for bit, and
+                 # compared with the reference branch of the same bisect
+    cmdline=$($A hold-fork "$OUT/hold/report.json" "$W/fail.db" "$W/hold_fork.db") || { log "no fork command"; continue; }
+    rm -f "$W/hold_fork.db" "$W/hold_fork.db-wal" "$W/hold_fork.db-shm"
+    log "confirm: $cmdline"
+    eval "timeout --signal=KILL $(( $(left) - 10 )) $R ${cmdline#rewind } --log-every 500" > "$OUT/hold_fork.log" 2>&1
+    from=$($A hold-field "$OUT/hold/report.json" from)
+    "$R" replay --store "$W/hold_fork.db" --from "$from" --to $((from + 200)) --verify 2>&1 | tail -2 | tee "$OUT/hold_verify.txt"
+    $A series "$W/hold_fork.db" "$OUT/hold_fork_series.csv" > /dev/null
+    $A hold-compare "$OUT/hold/report.json" "$OUT/hold_fork_series.csv" | tee "$OUT/hold_compare.txt"
     ;;
   explain)  # per-head monitors over the run; one step inside the window, fixing set vs recorded
     read -r from to <<< "$(window)"
