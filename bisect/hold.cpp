@@ -253,7 +253,7 @@ void hold_check(Context& ctx, const BisectOptions& o) {
   if (h.capped.size()) h.claim += " (The horizon stops at step " + step_text(h.to) + ": " + h.capped + ".)";
   SearchSpace space = window_space(ctx.run, rep.from, rep.to, o.reference);
   space.depth = rep.depth;
-  const std::string spec = fork_spec(fix, ctx.run, space);
+  const std::string spec = outs[0].fails ? "" : fork_spec(fix, ctx.run, space);  // confirm only what held
   if (!spec.empty())
     h.fork_command = "rewind train --fork " + rep.store_path + " --at " + step_text(rep.from) + " --plan '" + spec +
                      "' --record fix.db --steps " + step_text(h.to + 1);

@@ -120,6 +120,57 @@ TEST_F(BisectHold, HoldVerdictIsBitwiseRepeatable) {
   EXPECT_EQ(b["probes_cached"], 0);
 }
 
+// A planted failure whose damage outlives its fault: a small bias in L1.H2's delta from step 20
+// (strength 1, lr 0.02, no clipping, beta1 0.95) grows W_Q until the head's max logit passes
+// 7000 at step 100; the head keeps sharpening for tens of steps after the fault is removed, so
+// removing it from checkpoint 80 or 90 avoids the trip up to step 100 but not up to 130, while
+// from 70 and earlier it holds. The window-local verdict calls {L1.H2.delta} a fix from 90; its
+// hold check shows it, and the reference, breaking at step 103. --hold 30 finds the point of no
+// return after checkpoint 70 and the durable set, which a fork confirms.
+TEST_F(BisectHold, DamageThatOutlivesItsFaultIsCaughtByHoldNotByTheWindow) {
+  const std::string store = dir_ + "/acc.db";
+  Cmd c = rewind_cmd(train_args(data_, store, 110, 10,
+                                "--learning-rate 0.02 --grad-clip 0 --beta1 0.95 "
+                                "--plan-from '20:L1.H2.delta=fault(strength=1)'"));
+  ASSERT_EQ(c.code, 0) << c.out;
+  const std::string fail = " --fail 'L1.H2.max_logit > 7000' --quiet";
+  Cmd local = rewind_cmd("bisect --store " + store + " --find-window --hold-check 30" + fail + " --report " + dir_ + "/acc_local");
+  ASSERT_EQ(local.code, 4) << local.out;
+  nlohmann::json l = read_json(dir_ + "/acc_local/report.json");
+  EXPECT_EQ(l["time"]["fail_step"], 100);
+  EXPECT_EQ(l["narrowing"]["window"], nlohmann::json::array({90, 100})) << local.out;
+  EXPECT_EQ(l["narrowing"]["fixing_set"], nlohmann::json::array({"L1.H2.delta"}));
+  EXPECT_NE(local.out.find("fixes steps 90-100"), std::string::npos) << local.out;
+  // ... and the window-local fix does not hold: both branches from 90 break before step 130.
+  for (const auto& b : l["horizon"]["branches"]) {
+    EXPECT_FALSE(b["held"].get<bool>()) << b.dump();
+    EXPECT_GT(b["broke_at"].get<int>(), 100);
+    EXPECT_LE(b["broke_at"].get<int>(), 130);
+  }
+  EXPECT_NE(local.out.find("past the point of no return"), std::string::npos) << local.out;
+  EXPECT_TRUE(l["horizon"]["fork_command"].get<std::string>().empty()) << "no confirmation of a fix that broke";
+
+  Cmd held = rewind_cmd("bisect --store " + store + " --find-window --hold 30" + fail + " --report " + dir_ + "/acc_hold");
+  ASSERT_EQ(held.code, 4) << held.out;
+  nlohmann::json h = read_json(dir_ + "/acc_hold/report.json");
+  EXPECT_EQ(h["horizon"]["point_of_no_return"], 70) << held.out;
+  EXPECT_NE(held.out.find("from checkpoint 80 it broke at step"), std::string::npos) << held.out;
+  EXPECT_NE(held.out.find("checkpoint 60 before it holds too"), std::string::npos) << held.out;
+  EXPECT_EQ(h["narrowing"]["window"], nlohmann::json::array({70, 130}));
+  EXPECT_EQ(h["narrowing"]["fixing_set"], nlohmann::json::array({"L1.H2.delta"}));
+  std::string fork = h["horizon"]["fork_command"];
+  ASSERT_FALSE(fork.empty()) << held.out;
+  const std::string fix = dir_ + "/acc_fix.db";
+  fork.replace(fork.find("fix.db"), 6, fix);
+  Cmd f = rewind_cmd(fork.substr(std::string("rewind ").size()) + " --log-every 1000 --checkpoint-wait");
+  ASSERT_EQ(f.code, 0) << f.out;
+  Cmd v = rewind_cmd("replay --store " + fix + " --from 70 --to 130 --verify");
+  EXPECT_NE(v.out.find("bitwise identical"), std::string::npos) << v.out;
+  Cmd j = rewind_cmd("bisect --store " + fix + " --window 70:130" + fail + " --hold-check 0");
+  EXPECT_EQ(j.code, 0) << j.out;  // the fork never passes 7000
+  EXPECT_NE(j.out.find("not-reproducible"), std::string::npos) << j.out;
+}
+
 TEST_F(BisectHold, BadOptionsAreRefusedInOneLine) {
   for (const std::string bad : {"--find-window --hold -5", "--find-window --granularity words",
                                 "--find-window --hold 10 --hold-check 5", "--find-window --budget -1"}) {
