@@ -253,7 +253,8 @@ void hold_check(Context& ctx, const BisectOptions& o) {
   if (h.capped.size()) h.claim += " (The horizon stops at step " + step_text(h.to) + ": " + h.capped + ".)";
   SearchSpace space = window_space(ctx.run, rep.from, rep.to, o.reference);
   space.depth = rep.depth;
-  const std::string spec = outs[0].fails ? "" : fork_spec(fix, ctx.run, space);  // confirm only what held
+  // Confirm only what held, and only a run of rewind's trainer (`train --fork` cannot run a script).
+  const std::string spec = outs[0].fails || o.run_spec ? "" : fork_spec(fix, ctx.run, space);
   if (!spec.empty())
     h.fork_command = "rewind train --fork " + rep.store_path + " --at " + step_text(rep.from) + " --plan '" + spec +
                      "' --record fix.db --steps " + step_text(h.to + 1);
@@ -315,7 +316,7 @@ void describe_horizon(Context& ctx, const BisectOptions& o) {
   h.claim = "Promoting " + to_string(rep.search.fixing_set) + " from the point of no return, step " + step_text(rep.from) +
             ", keeps '" + rep.predicate + "' false " + until + ", as the reference does: the smallest set found " + grain +
             "; not checked beyond step " + step_text(h.to) + ".";
-  if (fixing >= 0) {
+  if (fixing >= 0 && !o.run_spec) {
     const std::string spec = fork_spec(rep.probes[static_cast<size_t>(fixing)].spec, ctx.run, space);
     if (!spec.empty())
       h.fork_command = "rewind train --fork " + rep.store_path + " --at " + step_text(rep.from) + " --plan '" + spec +

@@ -60,7 +60,9 @@ std::string time_section(const BisectReport& r) {
     shown = true;
   }
   std::vector<std::pair<int64_t, std::string>> marks;
-  if (t.status == TimeSearch::Status::kWindow) marks.push_back({t.c_star, "c*=" + std::to_string(t.c_star)});
+  const bool hold = r.horizon && r.horizon->searched;
+  if (t.status == TimeSearch::Status::kWindow)
+    marks.push_back({t.c_star, (hold ? "no return after " : "c*=") + std::to_string(t.c_star)});
   marks.push_back({t.fail_step, "F=" + std::to_string(t.fail_step)});
   // With --hold the time probes run past the failure step, to the horizon.
   const int64_t end = r.horizon && r.horizon->searched ? std::max(t.fail_step, r.horizon->to) : t.fail_step;

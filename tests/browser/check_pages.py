@@ -66,6 +66,9 @@ def expected_text(p):
     if n:
         want.append("localized" if n["status"] == "localized" else n["status"].replace("-", " "))
         want.extend((n.get("failing_set") or []) + (n.get("fixing_set") or []))
+    # The verdict's claim about its horizon, where it makes one.
+    if (r.get("horizon") or {}).get("claim"):
+        want.extend(["Claim.", r["horizon"]["claim"]])
     # One probe count with its breakdown, as report.json says it.
     if r.get("probe_count"):
         want.append(r["probe_count"]["text"])

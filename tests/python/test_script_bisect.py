@@ -52,7 +52,12 @@ class BisectCmd(RecordedRun):
         again = self.rewind_cli("bisect", "--cmd", self.cmd, "--store", self.store, "--window", "20:29",
                                 "--fail", "nan", "--quiet")
         self.assertEqual(again.returncode, 4, again.stderr)
-        self.assertIn("(0 run, 13 cached", again.stdout)
+        self.assertIn("(0 run, 15 cached", again.stdout)  # the search's 13 and the hold check's 2
+        # The hold check stops at the script's recording: a script's loop ends where it does.
+        self.assertIn("hold check: trained on from step 20 through step 39 (10 steps past the window)", again.stdout)
+        self.assertIn("fixing set fp32{L1.H0.pv}: held through step 39", again.stdout)
+        self.assertIn("a script's run is checked up to its recording's last step, 39", again.stdout)
+        self.assertNotIn("rewind train --fork", again.stdout)  # no fork of a script's run
 
     def test_one_process_serves_the_probes_with_the_bits_of_a_process_each(self):
         # Served: the script starts once. Read from standard input (`python3 - ARGS < script`)
@@ -149,7 +154,7 @@ class EarlyVerdicts(RecordedRun):
             store = os.path.join(self.dir, f"early_{name}.db")
             shutil.copyfile(self.store, store)
             r = subprocess.run([REWIND, "bisect", "--cmd", self.cmd, "--store", store, "--window", "20:29",
-                                "--fail", "max(L1.H0.max_logit) > 50", "--quiet", *extra],
+                                "--fail", "max(L1.H0.max_logit) > 50", "--quiet", "--hold-check", "0", *extra],
                                env={**os.environ, "REWIND_PROBE_TIMES": "1"}, capture_output=True, text=True)
             self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
             self.assertIn("failing set (kept low, everything else FP32, still fails): {L1.H0.qk}", r.stdout)
