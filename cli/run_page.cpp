@@ -55,10 +55,97 @@ struct BisectJob {
   std::string report_href;  // relative to the page; "" when no report was found
 };
 
+// A bisect report's horizon (report.json "horizon"): the claim and the branches it rests on.
+struct Branch {
+  std::string name, label;
+  bool held = false;
+  int64_t broke_at = -1;
+  Curve grad_norm;
+};
 struct FoundReport {
   std::string href, verdict, path;
   bool matched = false;
+  std::string claim;
+  int64_t from = -1, to = -1, fail_step = -1, no_return = -1;
+  std::vector<Branch> branches;
 };
+
+int64_t step_or(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number_integer() ? j[key].get<int64_t>() : -1;
+}
+
+// The horizon of a report, read leniently: a field that is missing or of the wrong type is
+// left out (the page shows what it can read; `rewind bisect` wrote it).
+void read_horizon(const nlohmann::json& j, FoundReport& r) {
+  if (!j.contains("horizon") || !j["horizon"].is_object()) return;
+  const nlohmann::json& h = j["horizon"];
+  r.claim = h.value("claim", "");
+  r.from = step_or(h, "from");
+  r.to = step_or(h, "to");
+  r.fail_step = step_or(h, "fail_step");
+  r.no_return = step_or(h, "point_of_no_return");
+  const nlohmann::json& probes = j.contains("probes") && j["probes"].is_array() ? j["probes"] : nlohmann::json::array();
+  if (!h.contains("branches") || !h["branches"].is_array()) return;
+  for (const auto& b : h["branches"]) {
+    if (!b.is_object()) continue;
+    Branch x;
+    x.name = b.value("name", "");
+    x.label = b.value("label", "");
+    x.held = b.value("held", false);
+    x.broke_at = step_or(b, "broke_at");
+    const int64_t i = step_or(b, "probe");
+    if (i >= 0 && i < static_cast<int64_t>(probes.size()) && probes[i].is_object()) {
+      const nlohmann::json& p = probes[i];
+      const int64_t first = p.contains("window") && p["window"].is_array() && !p["window"].empty() &&
+                                    p["window"][0].is_number_integer() ? p["window"][0].get<int64_t>() : r.from;
+      if (p.contains("grad_norm") && p["grad_norm"].is_array())
+        for (size_t k = 0; k < p["grad_norm"].size(); ++k) {
+          x.grad_norm.steps.push_back(first + static_cast<int64_t>(k));
+          x.grad_norm.values.push_back(p["grad_norm"][k].is_number() ? p["grad_norm"][k].get<double>() : NAN);
+        }
+    }
+    r.branches.push_back(x);
+  }
+}
+
+// The branches of a report's horizon on one chart, over the recorded gradient norm.
+std::string horizon_chart(const FoundReport& r, const Curve& recorded) {
+  if (r.branches.empty() || r.from < 0 || r.to < r.from) return "";
+  LineChart c;
+  c.title = "gradient norm of the bisect's branches from step " + std::to_string(r.from) + " to " + std::to_string(r.to);
+  c.desc = r.claim;
+  c.y_label = "grad norm";
+  c.log_y = true;
+  c.color = "#000";
+  for (size_t i = 0; i < recorded.steps.size(); ++i)
+    if (recorded.steps[i] >= r.from && recorded.steps[i] <= r.to) {
+      c.curve.steps.push_back(recorded.steps[i]);
+      c.curve.values.push_back(recorded.values[i]);
+    }
+  std::string key = "<span>black: the recording</span>";
+  std::vector<Branch> order = r.branches;  // the tried sets first, under the named branches
+  std::stable_partition(order.begin(), order.end(), [](const Branch& b) { return b.name == "tried"; });
+  for (const auto& b : order) {
+    const bool tried = b.name == "tried";
+    // Dark enough for text on white (the key names each branch in its colour).
+    const char* color = b.name == "recorded plan" ? "#c0392b" : b.name == "reference" ? "#1f5f9e"
+                        : b.name == "fixing set" ? "#1e7b1e" : tried ? "#b0b0b0" : "#6f42a6";
+    const char* dash = b.name == "recorded plan" ? "7,4" : b.name == "reference" ? "2,2" : tried || b.name == "fixing set" ? "" : "4,2,1,2";
+    c.extra.push_back({b.grad_norm, color, dash});
+    if (tried) continue;
+    key += "; <span style='color:" + std::string(color) + "'>" + html_escape(b.name) + "</span> <code>" +
+           html_escape(b.label) + "</code>: " +
+           (b.held ? "held through step " + std::to_string(r.to)
+                   : b.broke_at >= 0 ? "broke at step " + std::to_string(b.broke_at) : "broke");
+  }
+  if (std::any_of(r.branches.begin(), r.branches.end(), [](const Branch& b) { return b.name == "tried"; }))
+    key += "; grey: other tried sets";
+  if (r.no_return >= 0) c.marks.push_back({r.no_return, "no return after " + std::to_string(r.no_return)});
+  if (r.fail_step >= 0) c.marks.push_back({r.fail_step, "F"});
+  c.marks.push_back({r.to, "horizon"});
+  return "<figure><figcaption>Past the window: the bisect's branches</figcaption>" + line_chart_svg(c) +
+         "</figure>\n<p class='key'>" + key + ".</p>\n";
+}
 
 // Bisect report folders: those named with --report, and any report.json in the store's folder
 // or one level below it that belongs to this run (its verdict is a verdict the store holds).
@@ -93,6 +180,7 @@ std::vector<FoundReport> find_reports(const RunPageRequest& req, int64_t run) {
     if (ec || r.href.empty()) r.href = r.path;
     r.verdict = j.value("verdict_text", "");
     r.matched = i < named;  // named ones are always shown; found ones only when their verdict is stored
+    read_horizon(j, r);
     out.push_back(r);
   }
   return out;
@@ -186,7 +274,7 @@ const char* kStyle =
     "code{overflow-wrap:anywhere}.scroll{overflow-x:auto;max-width:100%}"
     "table{border-collapse:collapse}td,th{border:1px solid #b5b5b5;padding:3px 8px;text-align:left;vertical-align:top}"
     ".key{font-size:.92em}.ck{color:#6a3d9a;font-weight:bold}.pc{color:#9c4d00;font-weight:bold}.nf{color:#b03a2e;font-weight:bold}"
-    "a{color:#0b57b5}";
+    ".claim{border-left:4px solid #2d6a2d;padding:6px 10px;background:#f2f8f2}a{color:#0b57b5}";
 
 }  // namespace
 
@@ -247,6 +335,10 @@ std::string run_page_html(store::Store& s, const RunPageRequest& req) {
        (is_script_run(s, info->id) ? ", recorded by a Python script (rewind.record)"
                               : ", recorded by rewind " + html_escape(meta.recorded_rewind)) +
        " (" + html_escape(info->created) + ")</p>\n";
+  for (const auto& r : reports)
+    if (r.matched && !r.claim.empty())
+      h += "<p class='claim'><strong>Bisect claim.</strong> " + html_escape(r.claim) + " <a href='" + html_escape(r.href) +
+           "'>report</a></p>\n";
   h += "<ul class='facts'>\n";
   if (!n) {
     h += "<li>No step recorded yet.</li>\n";
@@ -413,6 +505,8 @@ std::string run_page_html(store::Store& s, const RunPageRequest& req) {
            "</td></tr>\n";
     h += "</table></div>\n";
   }
+  for (const auto& r : reports)
+    if (r.matched) h += horizon_chart(r, gnorm);
   for (const auto& r : reports)
     if (r.matched && std::none_of(jobs.begin(), jobs.end(), [&](const BisectJob& j) { return j.report_href == r.href; }))
       h += "<p>Bisect report given with --report: <a href='" + html_escape(r.href) + "'>" + html_escape(r.href) +

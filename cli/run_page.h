@@ -34,6 +34,14 @@ struct LineChart {
   std::vector<int64_t> checkpoints;                       // ticks under the plot
   std::vector<std::pair<int64_t, std::string>> changes;  // plan changes: dashed lines
   int64_t highlight = -1;                                 // a step to circle (-1: none)
+  // More curves on the same axes (a bisect's branches past its window), each with its colour and
+  // dash, and labelled vertical lines (the point of no return, the failure step, the horizon).
+  struct Extra {
+    Curve curve;
+    std::string color, dash;
+  };
+  std::vector<Extra> extra;
+  std::vector<std::pair<int64_t, std::string>> marks;
 };
 std::string line_chart_svg(const LineChart& c);
 

@@ -139,17 +139,29 @@ std::string line_chart_svg(const LineChart& c) {
   const Curve& cv = c.curve;
   auto plottable = [&](double v) { return std::isfinite(v) && (!c.log_y || v > 0); };
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  int64_t x0 = cv.steps.empty() ? 0 : cv.steps.front(), x1 = cv.steps.empty() ? 1 : cv.steps.back();
   for (double v : cv.values)
     if (plottable(v)) {
       const double y = c.log_y ? std::log10(v) : v;
       lo = std::min(lo, y), hi = std::max(hi, y);
     }
+  for (const auto& e : c.extra) {
+    for (double v : e.curve.values)
+      if (plottable(v)) {
+        const double y = c.log_y ? std::log10(v) : v;
+        lo = std::min(lo, y), hi = std::max(hi, y);
+      }
+    if (!e.curve.steps.empty()) {
+      x0 = cv.steps.empty() ? e.curve.steps.front() : std::min(x0, e.curve.steps.front());
+      x1 = std::max(x1, e.curve.steps.back());
+    }
+  }
+  for (const auto& m : c.marks) x1 = std::max(x1, m.first);
   if (!std::isfinite(lo)) lo = 0, hi = 1;
   if (hi - lo < 1e-12) hi = lo + (c.log_y ? 1.0 : std::max(1e-6, std::fabs(lo) * 0.1));
   const double pad = 0.05 * (hi - lo);
   lo -= pad;
   hi += pad;
-  int64_t x0 = cv.steps.empty() ? 0 : cv.steps.front(), x1 = cv.steps.empty() ? 1 : cv.steps.back();
   if (x1 <= x0) x1 = x0 + 1;
   auto X = [&](double s) { return L + (s - x0) / double(x1 - x0) * pw; };
   auto Y = [&](double y) { return T + (hi - y) / (hi - lo) * ph; };
@@ -210,6 +222,27 @@ std::string line_chart_svg(const LineChart& c) {
     } else {
       flush();
     }
+  }
+  for (const auto& e : c.extra) {  // finite stretches only: a branch ends where its probe stopped
+    for (size_t i = 0; i <= e.curve.values.size(); ++i) {
+      if (i < e.curve.values.size() && plottable(e.curve.values[i])) {
+        const double v = e.curve.values[i];
+        pts += px(X(double(e.curve.steps[i]))) + "," + px(Y(c.log_y ? std::log10(v) : v)) + " ";
+        continue;
+      }
+      if (!pts.empty())
+        s += "<polyline fill='none' stroke='" + e.color + "' stroke-width='1.6'" +
+             (e.dash.empty() ? "" : " stroke-dasharray='" + e.dash + "'") + " points='" + pts + "'/>\n";
+      pts.clear();
+    }
+  }
+  for (const auto& [step, label] : c.marks) {
+    const double x = X(double(step));
+    s += "<line x1='" + px(x) + "' x2='" + px(x) + "' y1='" + px(T) + "' y2='" + px(T + ph) +
+         "' stroke='#555' stroke-dasharray='2,3'/>";
+    const bool right = x > L + pw - 70;  // near the right edge the label goes left of its line
+    s += "<text x='" + px(right ? x - 3 : x + 3) + "' y='" + px(T + 11) + "'" + (right ? " text-anchor='end'" : "") +
+         ">" + html_escape(label) + "</text>\n";
   }
   if (c.highlight >= 0) {
     for (size_t i = 0; i < cv.steps.size(); ++i) {

@@ -4,6 +4,8 @@
 // options refused.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include "bisect_test_util.h"
@@ -166,6 +168,15 @@ TEST_F(BisectHold, DamageThatOutlivesItsFaultIsCaughtByHoldNotByTheWindow) {
   ASSERT_EQ(f.code, 0) << f.out;
   Cmd v = rewind_cmd("replay --store " + fix + " --from 70 --to 130 --verify");
   EXPECT_NE(v.out.find("bitwise identical"), std::string::npos) << v.out;
+  // The run page says the claim at its top and draws the branches past the window.
+  Cmd page = rewind_cmd("view " + store + " -o " + dir_ + "/acc.html --report " + dir_ + "/acc_hold");
+  ASSERT_EQ(page.code, 0) << page.out;
+  std::ifstream in(dir_ + "/acc.html");
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("<strong>Bisect claim.</strong> Promoting {L1.H2.delta} from the point of no return, step 70"),
+            std::string::npos);
+  EXPECT_NE(html.find("no return after 70"), std::string::npos);
+  EXPECT_NE(html.find("held through step 130"), std::string::npos);
   Cmd j = rewind_cmd("bisect --store " + fix + " --window 70:130" + fail + " --hold-check 0");
   EXPECT_EQ(j.code, 0) << j.out;  // the fork never passes 7000
   EXPECT_NE(j.out.find("not-reproducible"), std::string::npos) << j.out;
