@@ -111,6 +111,7 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
     for (const auto& cand : cands) {
       ProbeSpec p = ctx.make(from, to, "window");
       p.candidate = cand;
+      if (o.hold) detail::attach_band(ctx, o, p);
       // Over a long horizon the recorded plan's probe stops at its break like the others.
       p.baseline_whole = !races && !o.hold;
       batch.push_back(p);
@@ -355,6 +356,7 @@ std::string verdict_text(const BisectReport& rep) {
       v += "  fix check: " + f.name + ": " + (f.fixes ? "fixes steps " + steps : "does not fix steps " + steps) + "\n";
   }
   if (rep.horizon) v += horizon_text(rep, *rep.horizon);
+  v += detail::early_text(rep);
   const std::string ranks = rep.ranks > 1 ? ", " + std::to_string(rep.ranks) + " ranks per probe" : "";
   const std::string cut = rep.cut || rep.skipped ? ", " + std::to_string(rep.cut) + " cut short and " +
                                                        std::to_string(rep.skipped) + " not started by races"
@@ -443,6 +445,9 @@ BisectReport run_bisect(const BisectOptions& o) {
   if (o.fail.empty()) throw UsageError("bisect: --fail EXPR is required");
   if (!o.window && !o.find_window) throw UsageError("bisect: give --window A:B or --find-window");
   if (o.window && o.find_window) throw UsageError("bisect: --window and --find-window are exclusive");
+  if (o.early_band > 0 && !o.hold) throw UsageError("bisect: --early-band judges probes over a horizon: give --hold N");
+  if (o.early_band > 0 && o.run_spec)
+    throw UsageError("bisect --cmd: --early-band is for rewind's own runs (a script's probes report no indicator)");
   if (!o.find_window && (o.until || o.window_only))
     throw UsageError("bisect: --until and --window-only need --find-window");
   store::Store st = store::Store::open(o.store_path, store::Mode::kReadWrite);
@@ -459,7 +464,10 @@ BisectReport run_bisect(const BisectOptions& o) {
                                (!o.group_testing ? " search ddmin" : !o.cheap_direction ? " search groups" : "") +
                                (o.reference != kFullPrecision ? " reference " + o.reference : "") +
                                (o.hold ? " hold " + std::to_string(*o.hold) : "") +
-                               (o.depth != 2 ? " depth " + std::to_string(o.depth) : "");
+                               (o.depth != 2 ? " depth " + std::to_string(o.depth) : "") +
+                               (o.early_band > 0 ? " early " + std::to_string(o.early_band) + "x" +
+                                                       std::to_string(o.early_steps) + (o.early_stop ? " stop" : "")
+                                                 : "");
   plan::apply(plan::Plan::defaults(run.config.n_layer, run.config.n_head), o.reference);  // a bad --reference fails first
   detail::Context ctx{st, run, pred, ProbePool(st, run, pred, o.pool), rep, hex64(fnv1a64(job_text)).substr(0, 12),
                       o.progress, 0, t0, "", {}, o.reference};
@@ -509,6 +517,7 @@ BisectReport run_bisect(const BisectOptions& o) {
   }
   if (o.hold) detail::describe_horizon(ctx, o);
   else detail::hold_check(ctx, o);
+  detail::account_early(ctx, o);
   ctx.pool.release_ranks();  // no probe follows (with ranks: they may end)
   rep.executed = ctx.pool.executed();
   rep.cached = ctx.pool.cached();

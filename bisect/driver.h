@@ -51,6 +51,13 @@ struct BisectOptions {
   // --budget M: minutes for the narrowing; it descends layers -> heads -> ops only while the
   // next level's estimate (the last level's probe time) fits in what is left. 0: no budget.
   double budget_min = 0;
+  // --early-band K: the leading indicator, the largest max logit over the heads against the
+  // reference branch's at the same step (--hold's narrowing). Every probe notes where it stayed
+  // above K x the reference's for early_steps steps; early_stop: the probe is judged failing
+  // there. The verdict reports how often the indicator's call agreed with the probe's outcome.
+  double early_band = 0;
+  int early_steps = 5;
+  bool early_stop = false;
   // Probes may train past the last recorded step (rewind's own trainer draws its batches from
   // the data set at any step); a script's run is checked up to its recording's end.
   bool beyond_recording = true;
@@ -138,6 +145,18 @@ struct BisectReport {
   std::string depth_note;             // why it stopped above --granularity (the budget), if it did
   std::vector<FixCheck> fixes;
   std::optional<Horizon> horizon;     // the hold check (default) or the --hold search
+  // --early-band: the indicator's calls against the probes' outcomes (probes that ran to their
+  // verdict), and the probes it judged failing early (early_stop: not run to their verdict).
+  struct EarlyCalls {
+    double k = 0;
+    int steps = 0;
+    bool stop = false;
+    int called_failed = 0, called_held = 0, missed = 0, quiet_held = 0, judged = 0;
+    int64_t lead_steps = 0;   // summed over called_failed probes with a known break: break - call
+    int64_t after_call = 0;   // steps those probes ran after the call (a trusted call saves them)
+    int64_t steps_run = 0;    // steps every probe with a band ran
+  };
+  std::optional<EarlyCalls> early;
   std::vector<ProbeEntry> probes;     // every probe, in the order they were asked
   std::vector<double> recorded_loss;  // over the window (or over [c0, F] for a time search)
   int64_t recorded_from = 0;
@@ -218,6 +237,12 @@ void hold_check(Context& ctx, const BisectOptions& o);
 
 // With --hold, after the narrowing: the branches and the claim of report.horizon.
 void describe_horizon(Context& ctx, const BisectOptions& o);
+
+// --early-band: the reference branch's indicator curve over [from, to] ("" when not probed yet),
+// given to a probe of that window; and the indicator's calls counted (report.early).
+void attach_band(Context& ctx, const BisectOptions& o, ProbeSpec& p);
+void account_early(Context& ctx, const BisectOptions& o);
+std::string early_text(const BisectReport& rep);
 
 }  // namespace detail
 

@@ -324,4 +324,83 @@ void describe_horizon(Context& ctx, const BisectOptions& o) {
   }
 }
 
+void attach_band(Context& ctx, const BisectOptions& o, ProbeSpec& p) {
+  if (o.early_band <= 0) return;
+  const Candidate reference{Mode::kKeepLow, {}};
+  if (p.candidate && p.candidate->mode == reference.mode && p.candidate->elements.empty()) return;
+  // The reference branch over the same steps: its window probe, or the time probe from the same
+  // checkpoint under the fix plan (the reference by default), whichever holds and ran whole.
+  for (const auto& e : ctx.report.probes) {
+    const bool ref = (e.spec.candidate && e.spec.candidate->mode == Mode::kKeepLow && e.spec.candidate->elements.empty()) ||
+                     (e.spec.kind == "time" && e.spec.spec == ctx.reference);
+    if (!ref || e.spec.from != p.from || e.spec.to != p.to || e.outcome.fails || e.outcome.cut ||
+        e.outcome.max_logit.size() != static_cast<size_t>(p.to - p.from + 1))
+      continue;
+    p.band = e.outcome.max_logit;
+    p.band_k = o.early_band;
+    p.band_steps = o.early_steps;
+    p.band_stop = o.early_stop;
+    return;
+  }
+}
+
+void account_early(Context& ctx, const BisectOptions& o) {
+  if (o.early_band <= 0) return;
+  BisectReport::EarlyCalls c;
+  c.k = o.early_band;
+  c.steps = o.early_steps;
+  c.stop = o.early_stop;
+  std::set<std::string> seen;
+  for (const auto& e : ctx.report.probes) {
+    if (e.spec.band.empty() || e.outcome.cut || !seen.insert(e.outcome.key).second) continue;
+    const ProbeOutcome& out = e.outcome;
+    c.steps_run += out.steps;
+    if (out.judged_early) {
+      ++c.judged;
+      continue;
+    }
+    const bool called = out.indicator_at >= 0;
+    if (called && out.fails) {
+      ++c.called_failed;
+      const int64_t brk = broke_at(out);
+      if (brk >= 0) c.lead_steps += brk - out.indicator_at;
+      c.after_call += e.spec.from + out.steps - 1 - out.indicator_at;
+    } else if (called) {
+      ++c.called_held;
+    } else if (out.fails) {
+      ++c.missed;
+    } else {
+      ++c.quiet_held;
+    }
+  }
+  ctx.report.early = c;
+}
+
+std::string early_text(const BisectReport& rep) {
+  if (!rep.early) return "";
+  const BisectReport::EarlyCalls& c = *rep.early;
+  char buf[512];
+  const int measured = c.called_failed + c.called_held + c.missed + c.quiet_held;
+  std::string v;
+  std::snprintf(buf, sizeof buf,
+                "leading indicator: the largest max logit over the heads above %.3g x the reference branch's for %d "
+                "steps in a row; the probes it watched ran %lld steps\n",
+                c.k, c.steps, static_cast<long long>(c.steps_run));
+  v += buf;
+  if (measured > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "  agreement with the outcome over %d probe(s) run to their verdict: %d/%d (called and broke %d, "
+                  "called but held %d, broke uncalled %d, held uncalled %d); called %.1f steps before the break on "
+                  "average; trusted, the calls would have saved %lld of those steps\n",
+                  measured, c.called_failed + c.quiet_held, measured, c.called_failed, c.called_held, c.missed,
+                  c.quiet_held, c.called_failed ? static_cast<double>(c.lead_steps) / c.called_failed : 0.0,
+                  static_cast<long long>(c.after_call));
+    v += buf;
+  }
+  if (c.judged > 0)
+    v += "  " + std::to_string(c.judged) + " probe(s) judged failing by the indicator (--early-stop), not trained to " +
+         "their verdict: the answer relies on the agreement measured without --early-stop\n";
+  return v;
+}
+
 }  // namespace rwd::bisect::detail

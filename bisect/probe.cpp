@@ -82,6 +82,12 @@ std::string ProbeSpec::to_json() const {
   j["predicate"] = predicate;
   j["job"] = job;
   if (!baseline_whole) j["baseline_whole"] = false;
+  if (!band.empty()) {
+    j["band"] = curve(band);
+    j["band_k"] = band_k;
+    j["band_steps"] = band_steps;
+    j["band_stop"] = band_stop;
+  }
   return j.dump();
 }
 
@@ -104,6 +110,12 @@ ProbeSpec ProbeSpec::from_json(const std::string& text) {
     p.predicate = j.at("predicate").get<std::string>();
     p.job = j.value("job", "");
     p.baseline_whole = j.value("baseline_whole", true);
+    if (j.contains("band")) {
+      p.band = uncurve(j["band"]);
+      p.band_k = j.value("band_k", 0.0);
+      p.band_steps = std::max(1, j.value("band_steps", 1));
+      p.band_stop = j.value("band_stop", false);
+    }
     return p;
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(std::string("bisect: bad probe description: ") + e.what());
@@ -198,8 +210,15 @@ std::string probe_key(const ProbeSpec& p, const train::RunSpec& run, const Predi
                            recorded + "probe " + hex64(fnv1a64(probe)) + "\npredicate " + pred.text();
   // On the recorded number of ranks the key is what it was before probes could run on several:
   // another count sums gradients in another order, so its replays are other probes.
-  if (world != run.world_size) return hex64(fnv1a64(text + "\nranks " + std::to_string(world)));
-  return hex64(fnv1a64(text));
+  std::string keyed = text;
+  if (!p.band.empty()) {  // the indicator's step is part of the outcome, and with band_stop the verdict
+    std::string band;
+    for (double x : p.band) band += std::to_string(x) + ",";
+    keyed += "\nearly " + std::to_string(p.band_k) + " " + std::to_string(p.band_steps) +
+             (p.band_stop ? " stop " : " measure ") + hex64(fnv1a64(band));
+  }
+  if (world != run.world_size) return hex64(fnv1a64(keyed + "\nranks " + std::to_string(world)));
+  return hex64(fnv1a64(keyed));
 }
 
 std::vector<std::string> series_keys(const train::Config& c) {
@@ -290,6 +309,7 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
       p.baseline_whole && p.candidate && p.candidate->mode == Mode::kPromote && p.candidate->elements.empty();
   const bool early = pred.monotone();
   int64_t every = 1, next_check = p.from;
+  int above_run = 0;  // steps in a row the indicator has been above the band
   std::vector<double> step_times;
   for (int64_t step = p.from; step <= p.to; ++step) {
     if (step > p.from && cut_short && cut_short()) {
@@ -305,9 +325,24 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
     ++out.steps;
     rs.recorded = s.get_step(run.run_id, step);
     const bool finite = std::isfinite(rs.replayed.loss);
+    double top_logit = -INFINITY;
     for (auto& [key, v] : replay::window_series({rs})) {
       auto& dst = series.values[key];
       dst.insert(dst.end(), v.begin(), v.end());
+      if (!v.empty() && key.size() > 10 && key.compare(key.size() - 10, 10, ".max_logit") == 0)
+        top_logit = std::max(top_logit, v.back());
+    }
+    out.max_logit.push_back(top_logit);
+    if (!p.band.empty() && out.indicator_at < 0) {
+      const size_t i = static_cast<size_t>(step - p.from);
+      const bool above = i < p.band.size() && std::isfinite(p.band[i]) && top_logit > p.band_k * p.band[i];
+      above_run = above ? above_run + 1 : 0;
+      if (above_run >= p.band_steps) out.indicator_at = step;
+      if (out.indicator_at >= 0 && p.band_stop) {
+        out.judged_early = true;
+        if (step < p.to) out.stopped_at = step;
+        break;
+      }
     }
     if (!finite) {  // the predicate reads NaN/Inf as +inf: the rest cannot change it
       if (step < p.to) out.stopped_at = step;
@@ -333,6 +368,7 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
     }
   }
   if (!out.cut) conclude(out, series, pred, step_times);
+  if (out.judged_early) out.fails = true;  // the indicator's verdict: failing, before its break
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
@@ -413,6 +449,9 @@ store::ProbeRecord to_record(const ProbeSpec& p, const ProbeOutcome& o) {
   m["device"] = o.device;
   m["loss"] = curve(o.loss);
   m["grad_norm"] = curve(o.grad_norm);
+  if (!o.max_logit.empty()) m["max_logit"] = curve(o.max_logit);
+  if (o.indicator_at >= 0) m["indicator_at"] = o.indicator_at;
+  if (o.judged_early) m["judged_early"] = true;
   m["step_s"] = o.step_s;
   m["restore_s"] = o.restore_s;
   m["step_median_s"] = o.step_median_s;
@@ -433,6 +472,8 @@ std::optional<ProbeOutcome> from_record(const store::ProbeRecord& r) {
     o.fails = r.verdict == "fail";
     o.loss = uncurve(m.at("loss"));
     o.grad_norm = uncurve(m.at("grad_norm"));
+    if (m.contains("max_logit")) o.max_logit = uncurve(m["max_logit"]);
+    o.judged_early = m.value("judged_early", false);
     o.wall_s = r.wall_s;
     o.step_s = m.value("step_s", 0.0);  // 0: stored before issue 26 (no step timing)
     o.restore_s = m.value("restore_s", 0.0);
@@ -441,8 +482,10 @@ std::optional<ProbeOutcome> from_record(const store::ProbeRecord& r) {
       if (!m.contains(key)) return fallback;
       return json_int<int64_t>(m[key], -1);
     };
-    const auto steps = count("steps", 0), stopped = count("stopped_at", -1), held = count("held_at", -1);
-    if (!steps || !stopped || !held || *steps > std::numeric_limits<int>::max()) return std::nullopt;
+    const auto steps = count("steps", 0), stopped = count("stopped_at", -1), held = count("held_at", -1),
+               called = count("indicator_at", -1);
+    if (!steps || !stopped || !held || !called || *steps > std::numeric_limits<int>::max()) return std::nullopt;
+    o.indicator_at = *called;
     o.steps = static_cast<int>(*steps);
     o.stopped_at = *stopped;
     o.held_at = *held;

@@ -41,6 +41,14 @@ struct ProbeSpec {
   // The recorded plan's probe (fp32{}) runs the whole window to time the recorded step, unless
   // false: with races its early verdict ends it like any other (not part of the cache key).
   bool baseline_whole = true;
+  // The leading indicator (bisect --early-band K): band[i] is the reference branch's largest max
+  // logit over its heads at step from + i. The probe notes the first step where its own has
+  // stayed above band_k x the band for band_steps steps in a row (indicator_at); band_stop: it
+  // is judged failing there and stops. Empty band: no indicator.
+  std::vector<double> band;
+  double band_k = 0;
+  int band_steps = 0;
+  bool band_stop = false;
 
   std::string label() const;  // "low{L1.attn}", "fp32{}", or the spec
   std::string to_json() const;
@@ -53,6 +61,11 @@ struct ProbeOutcome {
   bool fails = false;
   std::vector<double> loss;       // steps from, from+1, ... (shorter when stopped at NaN/Inf)
   std::vector<double> grad_norm;
+  std::vector<double> max_logit;  // per step, the largest max logit over every head (the indicator)
+  // Where the leading indicator left the reference's band (ProbeSpec::band), -1: it did not (or
+  // no band); judged_early: the probe stopped there, failing, without reaching its verdict.
+  int64_t indicator_at = -1;
+  bool judged_early = false;
   double wall_s = 0;
   double step_s = 0;              // of wall_s, the time in the window's training steps
   double restore_s = 0;           // of wall_s, restoring the checkpoint before the window

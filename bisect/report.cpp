@@ -163,6 +163,13 @@ std::string report_json(const BisectReport& r) {
     hj["fork_command"] = h.fork_command;
     j["horizon"] = hj;
   }
+  if (r.early) {
+    const BisectReport::EarlyCalls& c = *r.early;
+    j["early"] = {{"band_k", c.k}, {"steps", c.steps}, {"stop", c.stop}, {"called_failed", c.called_failed},
+                  {"called_held", c.called_held}, {"missed", c.missed}, {"quiet_held", c.quiet_held},
+                  {"judged_early", c.judged}, {"lead_steps", c.lead_steps}, {"after_call", c.after_call},
+                  {"steps_run", c.steps_run}};
+  }
   nlohmann::ordered_json probes = nlohmann::ordered_json::array();
   for (const auto& p : r.probes) {
     nlohmann::ordered_json pj;
@@ -183,6 +190,8 @@ std::string report_json(const BisectReport& r) {
     pj["step_median_s"] = p.outcome.step_median_s;
     pj["steps"] = p.outcome.steps;
     if (p.outcome.stopped_at >= 0) pj["stopped_at"] = p.outcome.stopped_at;
+    if (p.outcome.indicator_at >= 0) pj["indicator_at"] = p.outcome.indicator_at;
+    if (p.outcome.judged_early) pj["judged_early"] = true;
     pj["predicted_cost"] = cost_json(p.predicted_cost);
     pj["measured_cost"] = cost_json(p.measured_cost);
     pj["device"] = p.outcome.device;

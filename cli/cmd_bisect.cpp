@@ -302,6 +302,12 @@ int run_bisect(int argc, char** argv) {
        cxxopts::value<std::string>()->default_value("ops"))
       ("budget", "minutes for the search: it descends layers -> heads -> ops only while the last level's time fits in "
                  "what is left (long probes; 0: no budget)", cxxopts::value<double>()->default_value("0"))
+      ("early-band", "K, with --hold: the leading indicator, every probe's largest max logit over its heads against "
+                     "K x the reference branch's at the same step; the verdict reports how often its call (above the "
+                     "band for --early-steps steps) agreed with the probe's outcome", cxxopts::value<double>())
+      ("early-steps", "steps in a row above the band that make a call (default 5)", cxxopts::value<int>()->default_value("5"))
+      ("early-stop", "with --early-band: judge a probe failing where the indicator calls it, and stop it there "
+                     "(trust it only where its agreement was measured)")
       ("nproc-per-node", "data-parallel ranks every probe runs on (default: the recording's; Gloo on "
        "CPU, NCCL on CUDA)", cxxopts::value<int>())
       ("quiet", "no progress line")
@@ -351,6 +357,14 @@ int run_bisect(int argc, char** argv) {
     throw UsageError("bisect: --granularity must be layers, heads or ops, got '" + grain + "'");
   o.depth = grain == "layers" ? 0 : grain == "heads" ? 1 : 2;
   o.budget_min = r["budget"].as<double>();
+  if (r.count("early-band")) {
+    o.early_band = r["early-band"].as<double>();
+    if (!(o.early_band > 0)) throw UsageError("bisect: --early-band K needs K > 0");
+  }
+  o.early_steps = r["early-steps"].as<int>();
+  if (o.early_steps < 1) throw UsageError("bisect: --early-steps must be >= 1");
+  o.early_stop = r.count("early-stop") > 0;
+  if (o.early_stop && !r.count("early-band")) throw UsageError("bisect: --early-stop goes with --early-band K");
   if (!(o.budget_min >= 0)) throw UsageError("bisect: --budget must be >= 0 minutes");
   const std::string engine = r["search"].as<std::string>();
   if (engine != "cheap" && engine != "groups" && engine != "ddmin")

@@ -182,9 +182,47 @@ TEST_F(BisectHold, DamageThatOutlivesItsFaultIsCaughtByHoldNotByTheWindow) {
   EXPECT_NE(j.out.find("not-reproducible"), std::string::npos) << j.out;
 }
 
+// The leading indicator on the accumulating case: every narrowing probe's largest max logit
+// against 1.2x the reference branch's. Measured (probes run to their verdict), its calls agree
+// with every outcome; trusted (--early-stop), the verdict is the same and the probes run fewer
+// steps.
+TEST_F(BisectHold, LeadingIndicatorAgreesWithTheOutcomesAndSavesSteps) {
+  const std::string store = dir_ + "/ind.db";
+  Cmd c = rewind_cmd(train_args(data_, store, 110, 10,
+                                "--learning-rate 0.02 --grad-clip 0 --beta1 0.95 "
+                                "--plan-from '20:L1.H2.delta=fault(strength=1)'"));
+  ASSERT_EQ(c.code, 0) << c.out;
+  const std::string base = "bisect --store " + store + " --find-window --hold 30 --fail 'L1.H2.max_logit > 7000' --quiet "
+                           "--early-band 1.2 --early-steps 3 --report " + dir_;
+  Cmd m = rewind_cmd(base + "/ind_measure");
+  ASSERT_EQ(m.code, 4) << m.out;
+  nlohmann::json a = read_json(dir_ + "/ind_measure/report.json");
+  const auto& e = a["early"];
+  const int measured = e["called_failed"].get<int>() + e["called_held"].get<int>() + e["missed"].get<int>() +
+                       e["quiet_held"].get<int>();
+  EXPECT_GE(measured, 8) << m.out;
+  EXPECT_EQ(e["called_held"], 0) << m.out;  // no false alarm: every call broke
+  EXPECT_EQ(e["missed"], 0) << m.out;
+  EXPECT_GT(e["called_failed"].get<int>(), 2);
+  EXPECT_GT(e["lead_steps"].get<int>(), 0);
+  EXPECT_NE(m.out.find("agreement with the outcome over " + std::to_string(measured) + " probe(s) run to their verdict: " +
+                       std::to_string(measured) + "/" + std::to_string(measured)), std::string::npos) << m.out;
+  Cmd t = rewind_cmd(base + "/ind_stop --early-stop");
+  ASSERT_EQ(t.code, 4) << t.out;
+  nlohmann::json b = read_json(dir_ + "/ind_stop/report.json");
+  EXPECT_EQ(b["narrowing"]["fixing_set"], a["narrowing"]["fixing_set"]);
+  EXPECT_EQ(b["horizon"]["point_of_no_return"], a["horizon"]["point_of_no_return"]);
+  EXPECT_EQ(b["horizon"]["claim"], a["horizon"]["claim"]);
+  EXPECT_EQ(b["early"]["judged_early"], e["called_failed"]);
+  EXPECT_LT(b["early"]["steps_run"].get<int>(), e["steps_run"].get<int>());
+  EXPECT_NE(t.out.find("judged failing by the indicator (--early-stop)"), std::string::npos) << t.out;
+}
+
 TEST_F(BisectHold, BadOptionsAreRefusedInOneLine) {
   for (const std::string bad : {"--find-window --hold -5", "--find-window --granularity words",
-                                "--find-window --hold 10 --hold-check 5", "--find-window --budget -1"}) {
+                                "--find-window --hold 10 --hold-check 5", "--find-window --budget -1",
+                                "--find-window --early-band 2", "--find-window --hold 10 --early-stop",
+                                "--find-window --hold 10 --early-band 0"}) {
     Cmd c = rewind_cmd("bisect --store " + dir_ + "/run.db --fail " + kFail + " --quiet " + bad);
     EXPECT_EQ(c.code, 2) << bad << ": " << c.out;
     EXPECT_NE(c.out.find("bisect: --"), std::string::npos) << c.out;
