@@ -27,6 +27,16 @@ class BisectHold : public TinyRunSuite {
     ASSERT_EQ(c.code, 0) << c.out;
   }
 
+  // The accumulating planted run (DamageThatOutlivesItsFault... below says why it is one).
+  std::string record_accumulating(const std::string& name) {
+    const std::string store = dir_ + "/" + name + ".db";
+    Cmd c = rewind_cmd(train_args(data_, store, 110, 10,
+                                  "--learning-rate 0.02 --grad-clip 0 --beta1 0.95 "
+                                  "--plan-from '20:L1.H2.delta=fault(strength=1)'"));
+    EXPECT_EQ(c.code, 0) << c.out;
+    return store;
+  }
+
   nlohmann::json bisect(const std::string& name, const std::string& extra, int want_code, std::string* out = nullptr) {
     const std::string report = dir_ + "/" + name;
     Cmd c = rewind_cmd("bisect --store " + dir_ + "/run.db --fail " + kFail + " --quiet --report " + report + " " + extra);
@@ -130,11 +140,7 @@ TEST_F(BisectHold, HoldVerdictIsBitwiseRepeatable) {
 // hold check shows it, and the reference, breaking at step 103. --hold 30 finds the point of no
 // return after checkpoint 70 and the durable set, which a fork confirms.
 TEST_F(BisectHold, DamageThatOutlivesItsFaultIsCaughtByHoldNotByTheWindow) {
-  const std::string store = dir_ + "/acc.db";
-  Cmd c = rewind_cmd(train_args(data_, store, 110, 10,
-                                "--learning-rate 0.02 --grad-clip 0 --beta1 0.95 "
-                                "--plan-from '20:L1.H2.delta=fault(strength=1)'"));
-  ASSERT_EQ(c.code, 0) << c.out;
+  const std::string store = record_accumulating("acc");
   const std::string fail = " --fail 'L1.H2.max_logit > 7000' --quiet";
   Cmd local = rewind_cmd("bisect --store " + store + " --find-window --hold-check 30" + fail + " --report " + dir_ + "/acc_local");
   ASSERT_EQ(local.code, 4) << local.out;
@@ -187,11 +193,7 @@ TEST_F(BisectHold, DamageThatOutlivesItsFaultIsCaughtByHoldNotByTheWindow) {
 // with every outcome; trusted (--early-stop), the verdict is the same and the probes run fewer
 // steps.
 TEST_F(BisectHold, LeadingIndicatorAgreesWithTheOutcomesAndSavesSteps) {
-  const std::string store = dir_ + "/ind.db";
-  Cmd c = rewind_cmd(train_args(data_, store, 110, 10,
-                                "--learning-rate 0.02 --grad-clip 0 --beta1 0.95 "
-                                "--plan-from '20:L1.H2.delta=fault(strength=1)'"));
-  ASSERT_EQ(c.code, 0) << c.out;
+  const std::string store = record_accumulating("ind");
   const std::string base = "bisect --store " + store + " --find-window --hold 30 --fail 'L1.H2.max_logit > 7000' --quiet "
                            "--early-band 1.2 --early-steps 3 --report " + dir_;
   Cmd m = rewind_cmd(base + "/ind_measure");
