@@ -117,10 +117,11 @@ for stage in "${STAGES[@]}"; do
       --reference "$REF" --report "$OUT/bisect" --quiet 2>&1 | tee "$OUT/bisect.txt"
     ;;
   hold)     # the verdict that holds: the point of no return and the durable set for HOLD steps
-            # past the failure (HFAIL: a lasting break, not a single spike), in the budget
+            # past the failure (HFAIL: a lasting break, not a single spike), in the budget; the
+            # leading indicator's agreement measured on every narrowing probe (it stops none)
     log "bisect --find-window --hold $HOLD --fail '$HFAIL' --reference '$REF' --budget $BUDGET"
     timeout --signal=KILL $(( $(left) - 10 )) "$R" bisect --store "$W/fail.db" --find-window --hold "$HOLD" \
-      --fail "$HFAIL" --reference "$REF" --granularity heads --budget "$BUDGET" --report "$OUT/hold" --quiet \
+      --fail "$HFAIL" --reference "$REF" --granularity heads --budget "$BUDGET" --early-band 2 --report "$OUT/hold" --quiet \
       2>&1 | tee "$OUT/hold.txt"
     ;;
   hold-confirm)  # the hold verdict's fork, trained independently, replayed bit for bit, and
