@@ -18,6 +18,13 @@
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+// The groups' base class (GroupBase below), which TCPStore.hpp no longer brings in (LibTorch
+// 2.15) and the groups' headers only do where Gloo or NCCL is found.
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 
 #include <algorithm>
 #include <cstdlib>

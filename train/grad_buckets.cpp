@@ -91,7 +91,7 @@ GradBuckets::GradBuckets(Comm& comm, const std::vector<torch::Tensor>& params, i
   if (!params_.empty() && params_[0].is_cuda()) stream_ = std::make_unique<Stream>(params_[0].device().index(), buckets_.size());
 #endif
   for (size_t k = 0; k < params_.size(); ++k) {
-    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[k]);
+    NodeRef acc = torch::autograd::impl::grad_accumulator(params_[k]);
     if (!acc) throw Error(ExitCode::kInternal, "gradient buckets: a parameter without a gradient accumulator");
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<ReadyHook>([this](size_t i) { ready(i); }, k)));
     accumulators_.push_back(std::move(acc));

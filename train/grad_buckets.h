@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "train/dist.h"
@@ -79,7 +80,10 @@ class GradBuckets {
   bool busy_ = false;          // the exchange thread is inside exchange()
   bool stop_ = false;
   std::exception_ptr error_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
+  // What grad_accumulator returns: std::shared_ptr<Node> in LibTorch 1.x and early 2.x,
+  // c10::intrusive_ptr<Node> in 2.15.
+  using NodeRef = decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()));
+  std::vector<NodeRef> accumulators_;  // kept alive: they hold the hooks
   std::vector<uintptr_t> hook_keys_;
   std::unique_ptr<Stream> stream_;
   std::thread thread_;  // last: started once everything above exists

@@ -138,7 +138,12 @@ class RecordReplay(RecordedRun):
         self.assertEqual(sorted(steps), list(range(5, 15)))
         for s in (5, 6):  # before the window: the recorded plan, verified bitwise
             self.assertEqual(steps[s]["loss"], steps[s]["recorded_loss"])
-        self.assertNotEqual(steps[7]["loss"], steps[7]["recorded_loss"])
+        # The window's first step runs the plan: its backward (the gradient norm) differs. FP32
+        # attention moves this model's FP32 loss by a few ulps only (4 at step 0), which under
+        # torch 2.15's CPU kernels round to none at step 7 (16 under Debian's 1.13): the loss
+        # is required to differ somewhere in the window, not at its first step.
+        self.assertNotEqual(steps[7]["grad_norm"], steps[7]["recorded_grad_norm"])
+        self.assertTrue(any(steps[s]["loss"] != steps[s]["recorded_loss"] for s in range(7, 15)), steps)
 
     def test_a_resumed_loop_keeps_its_step_numbers(self):
         # rewind.record(start=7): steps 7.., a checkpoint at the first step although the
