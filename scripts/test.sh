@@ -3,7 +3,8 @@
 # (scripts/check_tree.sh), installs what is missing, builds, runs the whole ctest suite.
 # On a machine with nvcc (CI has /usr/local/cuda, no GPU) it also compiles kernels/cuda/*.cu
 # for sm_90a and builds their test (no LibTorch needed), so a broken kernel or kernel test never
-# lands unseen; without a GPU that test's cases skip, which the run shows.
+# lands unseen; without a GPU that test's cases skip, which the run shows. After ctest, the
+# Python tests under PyPI's torch 2.x (scripts/test_torch2.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 echo "== checking the tracked files"
 bash "$REWIND_ROOT/scripts/check_tree.sh"
@@ -25,5 +26,10 @@ else
   echo "== nvcc not found: skipping the CUDA compile check"
 fi
 echo "== running tests"
-cd "$BUILD_DIR"
-ctest --output-on-failure -j "$(nproc)" "$@"
+(cd "$BUILD_DIR" && ctest --output-on-failure -j "$(nproc)" "$@")
+# The Python package under PyPI's torch 2.x (the ctest above runs it under Debian's 1.13); not
+# when ctest was given a selection of its own.
+if [[ $# -eq 0 ]]; then
+  echo "== the Python package under PyPI's torch 2.x (scripts/test_torch2.sh)"
+  REWIND_BIN="$BUILD_DIR/rewind" bash "$REWIND_ROOT/scripts/test_torch2.sh"
+fi
