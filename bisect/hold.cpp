@@ -300,8 +300,11 @@ void describe_horizon(Context& ctx, const BisectOptions& o) {
     return rank(a.name) < rank(b.name);
   });
   const Status st = rep.search.status;
-  const std::string until = "through step " + step_text(h.to) + " (the failure step " + step_text(h.fail_step) + " + " +
-                            step_text(h.to - h.fail_step) + ")";
+  // --window A:B --hold N has no time search: B stands for the failure step, A for the start.
+  const std::string until = "through step " + step_text(h.to) + " (" + (rep.time ? "the failure step " : "the window's end ") +
+                            step_text(h.fail_step) + " + " + step_text(h.to - h.fail_step) + ")";
+  const std::string start = h.point_of_no_return >= 0 ? "from the point of no return, step " + step_text(rep.from)
+                                                      : "from step " + step_text(rep.from);
   if ((st != Status::kLocalized && st != Status::kSeparateFix) || rep.search.fixing_set.empty()) {
     h.claim = std::string("No set found that holds ") + until + ": " + status_name(st) + ".";
     return;
@@ -313,8 +316,7 @@ void describe_horizon(Context& ctx, const BisectOptions& o) {
   else if (heads.size() >= 2 && heads.size() == layers.size() * static_cast<size_t>(rep.n_head))
     grain += "; not localizable below " + std::to_string(heads.size()) + " heads (every head of its layers)";
   else if (!h.depth_note.empty()) grain += " (" + h.depth_note + ")";
-  h.claim = "Promoting " + to_string(rep.search.fixing_set) + " from the point of no return, step " + step_text(rep.from) +
-            ", keeps '" + rep.predicate + "' false " + until + ", as the reference does: the smallest set found " + grain +
+  h.claim = "Promoting " + to_string(rep.search.fixing_set) + " " + start + ", keeps '" + rep.predicate + "' false " + until + ", as the reference does: the smallest set found " + grain +
             "; not checked beyond step " + step_text(h.to) + ".";
   if (fixing >= 0 && !o.run_spec) {
     const std::string spec = fork_spec(rep.probes[static_cast<size_t>(fixing)].spec, ctx.run, space);
