@@ -50,9 +50,18 @@ class _HashOps(TorchDispatchMode):
         # optimizer.step opens one) are no results: their bits mean nothing.
         if "empty" in func.__name__ or name.startswith("profiler."):
             return out
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type != "meta":
-                self.doctor.op(name, t)
+        # A view (select, slice, transpose: an output aliasing an input, not written) holds no
+        # result of its own: its bits are its base's, hashed where an op wrote them, and a view
+        # of a buffer a kernel fills later (autocast's attention backward) reads memory not yet
+        # written. An in-place op's output aliases its input too, but it wrote it: hashed.
+        views = [r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns]
+        outs = out if isinstance(out, (tuple, list)) and len(views) > 1 else (out,)
+        for i, o in enumerate(outs):
+            if i < len(views) and views[i]:
+                continue
+            for t in tree_flatten(o)[0]:
+                if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type != "meta":
+                    self.doctor.op(name, t)
         return out
 
 

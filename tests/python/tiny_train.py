@@ -110,6 +110,7 @@ def main():
     ap.add_argument("--perturb", type=int, default=-1, help="nudge a weight after this step's update")
     ap.add_argument("--exit-after", type=int, default=-1, help="leave the loop after this step (an early exit)")
     ap.add_argument("--start", type=int, default=0, help="the first step's number (a resumed loop: rewind.record's start)")
+    ap.add_argument("--autocast", action="store_true", help="the forward under BF16 autocast on the CPU")
     ap.add_argument("--draw-after-init", action="store_true",
                     help="a loss scale drawn from torch's generator after the model's init, before rewind.record: "
                          "what a served probe (no init draws) cannot repeat")
@@ -160,7 +161,8 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = rec.batch(get_batch)  # rewind: was x, y = get_batch()
-        loss = model(x, y) * scale
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast):
+            loss = model(x, y) * scale
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
