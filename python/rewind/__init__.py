@@ -21,11 +21,16 @@ __all__ = ["attention", "op", "record", "Recorder", "active_plan", "open", "Stor
 RewindError = _C.RewindError
 
 
-def attention(q, k, v, plan=None, layer=0, causal=True):
+def attention(q, k, v, plan=None, layer=0, causal=True, dropout_p=0.0):
     """rewind's flash-attention emulation (CPU) or CUDA kernels (CUDA builds) on (B, H, T, D)
     tensors: a drop-in for F.scaled_dot_product_attention(q, k, v, is_causal=causal) whose
     rounding follows the precision plan's flags for `layer` (e.g. "L0.H2.pv=fp32",
     "L*.H*.softmax=stable(beta=2)", "L0.attn=fp32"). plan=None: rewind.active_plan(), the plan
     of the running rewind.record (and of `rewind replay --cmd --plan`). Differentiable in q, k
-    and v; returns the dtype of q."""
+    and v; returns the dtype of q. Attention dropout is refused (dropout_p > 0 raises): rewind's
+    kernels have none, and leaving it out silently would train another model than the user's."""
+    if dropout_p:
+        raise RewindError(f"rewind.attention: dropout_p={dropout_p} is not supported (rewind's attention has no "
+                          f"dropout); pass dropout_p=0 (e.g. dropout_p=0 when attn_pdrop is 0, or train without "
+                          f"attention dropout) to use it")
     return _C.attention(q, k, v, active_plan() if plan is None else plan, layer, causal)

@@ -98,6 +98,13 @@ class Attention(unittest.TestCase):
             rewind.attention(self.q, self.k, self.v, plan="L0.H9.pv=fp32")
         with self.assertRaises(RuntimeError):
             rewind.attention(self.q[0], self.k[0], self.v[0])
+        # Attention dropout is refused in one line, never dropped silently; 0 is the plain op.
+        with self.assertRaises(rewind.RewindError) as e:
+            rewind.attention(self.q, self.k, self.v, dropout_p=0.1)
+        self.assertIn("dropout_p=0.1 is not supported", str(e.exception))
+        self.assertNotIn("\n", str(e.exception))
+        self.assertTrue(torch.equal(rewind.attention(self.q, self.k, self.v, dropout_p=0.0),
+                                    rewind.attention(self.q, self.k, self.v)))
 
 
 class StoreRead(unittest.TestCase):
