@@ -295,6 +295,21 @@ std::string run_page_html(store::Store& s, const RunPageRequest& req) {
   const train::PlanSchedule plan = train::PlanSchedule::from_json(info->plan);
   const train::RunMeta meta = train::RunMeta::parse(info->meta);
   const std::string S = shell_word(req.store_arg);
+  // A script's run replays and bisects through its command (`--cmd`): the command line the
+  // recording kept (rewind.record's meta "script", sys.argv), under torchrun for several ranks.
+  std::string cmd_opt;
+  if (is_script_run(s, info->id)) {
+    const nlohmann::json m = nlohmann::json::parse(info->meta, nullptr, false);
+    std::string line;
+    if (m.is_object() && m.contains("script") && m["script"].is_array())
+      for (const auto& w : m["script"])
+        if (w.is_string()) line += " " + shell_word(w.get<std::string>());
+    if (line.empty()) line = " train.py";
+    const std::string python = m.is_object() && m.value("executable", "") != "" ? m.value("executable", "") : "python3";
+    const std::string launcher =
+        meta.world_size > 1 ? "torchrun --nproc_per_node " + std::to_string(meta.world_size) : shell_word(python);
+    cmd_opt = " --cmd " + shell_word(launcher + line);
+  }
 
   Curve loss, gnorm, lr;
   if (auto range = s.step_range(run))
@@ -408,17 +423,18 @@ std::string run_page_html(store::Store& s, const RunPageRequest& req) {
     std::string cmds;
     if (c >= 0)
       cmds += "# replay from the last checkpoint (" + std::to_string(c) + ") to the last step, bit for bit\n"
-              "rewind replay --store " + S + " --from " + std::to_string(c) + " --to " + std::to_string(last) + " --verify\n";
+              "rewind replay" + cmd_opt + " --store " + S + " --from " + std::to_string(c) + " --to " + std::to_string(last) + " --verify\n";
     if (peak >= 0) {
       if (pc >= 0)
         cmds += "# replay up to the gradient-norm peak (step " + std::to_string(peak) + ")\n"
-                "rewind replay --store " + S + " --from " + std::to_string(pc) + " --to " + std::to_string(peak) + " --verify\n";
-      cmds += "# the peak step recomputed with every op in FP32 against the recorded plan (then narrow: --fp32 'L1.H2.pv')\n"
-              "rewind step --store " + S + " --step " + std::to_string(peak) + " --fp32 'all'\n";
+                "rewind replay" + cmd_opt + " --store " + S + " --from " + std::to_string(pc) + " --to " + std::to_string(peak) + " --verify\n";
+      if (cmd_opt.empty())  // rewind step recomputes a step of rewind's own trainer
+        cmds += "# the peak step recomputed with every op in FP32 against the recorded plan (then narrow: --fp32 'L1.H2.pv')\n"
+                "rewind step --store " + S + " --step " + std::to_string(peak) + " --fp32 'all'\n";
     }
     if (jobs.empty())
       cmds += "# localize a failure in time, then to layer, head and op\n"
-              "rewind bisect --store " + S + " --find-window --fail 'nan || grad_norm > 10 * rmedian(grad_norm, " +
+              "rewind bisect" + cmd_opt + " --store " + S + " --find-window --fail 'nan || grad_norm > 10 * rmedian(grad_norm, " +
               std::to_string(std::clamp<int64_t>(int64_t(n) / 8, 5, 500)) + ")' --report " +
               shell_word((fs::path(req.store_arg).parent_path() / "report").string()) + "\n";
     else

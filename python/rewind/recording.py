@@ -195,7 +195,7 @@ class Recorder:
     # --- recording -------------------------------------------------------------------------
     def _begin_recording(self, path, plan, config):
         global _active_plan
-        meta = {"kind": "python", "script": sys.argv, "model": type(self.model).__name__,
+        meta = {"kind": "python", "script": sys.argv, "executable": sys.executable, "model": type(self.model).__name__,
                 "parameters": _parameters(self.model), "torch": torch.__version__,
                 "python": sys.version.split()[0], "threads": torch.get_num_threads(),
                 "deterministic": torch.are_deterministic_algorithms_enabled(),

@@ -4,6 +4,7 @@ it writes is a rewind store (rewind.open, `rewind store verify`), `rewind replay
 perturbed on replay is named, and a script that cannot replay the window gets one line and a
 non-zero exit with the store untouched."""
 import contextlib
+import html
 import io
 import json
 import os
@@ -78,6 +79,24 @@ class RecordReplay(RecordedRun):
             self.assertIn("--cmd", r.stderr)
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
         self.assertFalse(os.path.exists(out))
+
+    def test_run_page_commands_paste_and_run(self):
+        # The run page of a script's run offers its commands with the recorded --cmd: pasted into
+        # a shell, its replay verifies bit for bit (and `rewind step`, which needs rewind's
+        # trainer, is not offered).
+        page = os.path.join(self.dir, "page.html")
+        r = self.rewind_cli("view", self.store, "-o", page)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(page) as f:
+            text = html.unescape(f.read())
+        replays = [l for l in text.splitlines() if l.startswith("rewind replay --cmd ")]
+        self.assertTrue(replays, text[-3000:])
+        self.assertNotIn("rewind step --store", text)
+        self.assertIn("rewind bisect --cmd ", text)
+        line = replays[0].replace("rewind", shlex.quote(REWIND), 1)
+        p = subprocess.run(line, shell=True, capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, line + "\n" + p.stdout + p.stderr)
+        self.assertIn("bitwise identical", p.stdout)
 
     def test_replay_verifies_bitwise(self):
         r = self.replay(script(self.store), "--verify")
