@@ -177,6 +177,7 @@ class Recorder:
         self._report = None
         self._plans = []          # a replay's asked plans: [(step, spec)]
         self._doctor = None
+        plan, plan_from = _plan_from_env(plan, plan_from)
         self._recorded_plan = _schedule(plan, plan_from)  # a replay's: the recording's
         spec = os.environ.get(REPLAY_ENV)
         self.replaying = spec is not None
@@ -553,6 +554,32 @@ def _shape_difference(recorded, here):
     return "the model's parameters are in another order than in the recording"
 
 
+PLAN_ENV, PLAN_FROM_ENV = "REWIND_PLAN", "REWIND_PLAN_FROM"
+
+
+def _plan_from_env(plan, plan_from):
+    """The recording's plan and changes with rewind's own environment on top: REWIND_PLAN
+    replaces `plan`, REWIND_PLAN_FROM ("STEP:SPEC", several joined by '|') adds changes (a later
+    one at the same step wins), so a plan or a planted fault reaches a script unchanged, without
+    its argument parser. Said on stderr, since the run then records another plan than its code's."""
+    env_plan, env_from = os.environ.get(PLAN_ENV), os.environ.get(PLAN_FROM_ENV)
+    if env_plan is None and not env_from:
+        return plan, plan_from
+    plan_from = dict(plan_from or {})
+    if env_plan is not None:
+        plan = env_plan
+    for item in (env_from or "").split("|"):
+        if not item.strip():
+            continue
+        step, sep, spec = item.partition(":")
+        if not sep or not step.strip().isdigit() or not spec.strip():
+            raise _C.RewindError(f"{PLAN_FROM_ENV}: expected STEP:SPEC (several joined by '|'), got '{item}'")
+        plan_from[int(step)] = spec.strip()
+    said = ([f"{PLAN_ENV}='{plan}'"] if env_plan is not None else []) + ([f"{PLAN_FROM_ENV}='{env_from}'"] if env_from else [])
+    print(f"rewind: recording with {' and '.join(said)} from the environment", file=sys.stderr)
+    return plan, plan_from
+
+
 def _schedule(plan, plan_from):
     """The recorded plan text: `plan`, or with plan_from ({step: spec}) the schedule JSON that
     rewind train --plan-from writes (train/plan_schedule.h)."""
@@ -580,6 +607,9 @@ def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, st
     e.g. {"scaler": scaler, "sched": lr_scheduler}.
     plan_from: {step: spec}, plans applied on top of `plan` from those steps on (as rewind
     train --plan-from), e.g. {20: "L1.H0.pv=fault(strength=25600)"} to plant a fault for a test.
+    The environment reaches both without the script's own arguments: REWIND_PLAN replaces
+    `plan`, REWIND_PLAN_FROM='20:L1.H0.pv=fault(strength=25600)' (several joined by '|') adds
+    changes.
     start: the number of the first step recorded, for a loop resumed from its own checkpoint
     (nanoGPT's iter_num after --init_from=resume): steps and checkpoints keep the run's numbering.
     monitor_every: the per-head monitors of rewind.attention are recorded on steps 0, N, 2N, ...

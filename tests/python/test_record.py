@@ -109,6 +109,26 @@ class RecordReplay(RecordedRun):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("verified: every step from 10 to 12", r.stdout)
 
+    def test_plan_and_fault_reach_the_script_through_the_environment(self):
+        # REWIND_PLAN and REWIND_PLAN_FROM: no argument of the script's own carries them (a
+        # spec's '=' and ';' would break a --key=value parser); the run records them, says so,
+        # and replays bitwise without them set.
+        store = os.path.join(self.dir, "env.db")
+        cmd = script(store, "--steps", "8", "--no-config")
+        env = {**os.environ, "REWIND_PLAN": "L1.H1.o=fp32", "REWIND_PLAN_FROM": "4:L0.H0.pv=fp32|6:L0.H1.o=fp32"}
+        r = subprocess.run(cmd, shell=True, capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("rewind: recording with REWIND_PLAN='L1.H1.o=fp32' and REWIND_PLAN_FROM=", r.stderr)
+        plan = rewind.open(store).run().plan
+        self.assertEqual(plan["base"], "L1.H1.o=fp32")
+        self.assertEqual(plan["changes"], [[4, "L0.H0.pv=fp32"], [6, "L0.H1.o=fp32"]])
+        r = self.rewind_cli("replay", "--cmd", cmd, "--store", store, "--from", "5", "--to", "7", "--verify")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        bad = subprocess.run(script(os.path.join(self.dir, "bad_env.db"), "--steps", "2"), shell=True,
+                             capture_output=True, text=True, env={**os.environ, "REWIND_PLAN_FROM": "x:L0.pv=fp32"})
+        self.assertNotEqual(bad.returncode, 0)
+        self.assertIn("REWIND_PLAN_FROM: expected STEP:SPEC", bad.stderr)
+
     def test_recorded_plan_applies_on_replay(self):
         # A run recorded under a plan (o in FP32 in one head: other bits than the default) replays
         # bitwise only if rewind.attention runs under that plan again.
