@@ -269,7 +269,13 @@ void describe_horizon(Context& ctx, const BisectOptions& o) {
   h.granularity = granularity_name(rep.depth);
   h.depth_note = rep.depth_note;
   if (!rep.narrowed) {
-    h.claim = rep.time ? "No verdict about the horizon: " + rep.time->message + "." : "";
+    if (rep.time && h.point_of_no_return >= 0)
+      h.claim = "From checkpoint " + step_text(h.point_of_no_return) + " " +
+                (o.fix == o.reference ? std::string("the reference") : "'" + o.fix + "'") + " keeps '" + rep.predicate +
+                "' false through step " + step_text(h.to) + " (the failure step " + step_text(h.fail_step) + " + " +
+                step_text(h.to - h.fail_step) + "); no set searched (--window-only).";
+    else if (rep.time)
+      h.claim = "No verdict about the horizon: " + rep.time->message + ".";
     return;
   }
   const SearchSpace space = [&] {
