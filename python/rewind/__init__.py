@@ -6,18 +6,21 @@ per-step metrics, captured tensors, checkpoints, bisect reports).
     o = rewind.attention(q, k, v, plan="L0.H{1,3}.pv=fp32", layer=0)   # (B, H, T, D)
     with rewind.op("L0.mlp"): y = mlp(x)                              # FP32 where the plan says L0.mlp=fp32
     rec = rewind.record("run.db", model, optimizer, checkpoint_every=50)
+    rewind.instrument(model)      # the same without editing the model (or record(..., instrument=True))
     run = rewind.open("run.db").runs[-1]
     run.steps()["loss"]
 """
 import torch  # noqa: F401  (loads LibTorch before the extension)
 
 from . import _C
+from .instrument import instrument, instrumented, uninstrument
 from .ops import op
 from . import serve  # noqa: F401  (notes the directory the script started in)
 from .recording import Recorder, active_plan, record
 from .store import Run, Store, open
 
-__all__ = ["attention", "op", "record", "Recorder", "active_plan", "open", "Store", "Run", "RewindError"]
+__all__ = ["attention", "op", "instrument", "uninstrument", "instrumented", "record", "Recorder", "active_plan",
+           "open", "Store", "Run", "RewindError"]
 RewindError = _C.RewindError
 
 

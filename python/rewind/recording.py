@@ -592,7 +592,7 @@ def _schedule(plan, plan_from):
 
 
 def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None, plan_from=None,
-           checkpoint_wait=False, start=0, monitor_every=1):
+           checkpoint_wait=False, start=0, monitor_every=1, instrument=False):
     """Records the training loop of `model` and `optimizer` into a new store at `path` (never
     overwritten: an existing non-empty file is a rewind.RewindError), or, when `rewind replay
     --cmd` started this script, replays the asked window from that store instead.
@@ -615,8 +615,13 @@ def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, st
     monitor_every: the per-head monitors of rewind.attention are recorded on steps 0, N, 2N, ...
     only (recorded with the run); the other steps skip their counts, about a fifth of the
     attention forward on an H200. Replays report them on every step.
+    instrument: rewind.instrument(model) first, so an unedited model's attention and linears
+    follow the plan (a model it cannot map is refused before anything is recorded).
 
         rec = rewind.record("run.db", model, optimizer, checkpoint_every=5)
     """
+    if instrument:
+        from .instrument import instrument as instrument_model
+        instrument_model(model)
     return Recorder(path, model, optimizer, checkpoint_every, plan, config, state, plan_from, checkpoint_wait, start,
                     monitor_every)

@@ -1,0 +1,324 @@
+"""rewind.instrument: a model put under the precision plan without editing its source. The
+blocks are found by module path (an nn.ModuleList named h, layers or blocks: nanoGPT's
+`transformer.h.<i>`, Hugging Face GPT-2's `transformer.h.<i>`, Llama's `model.layers.<i>`), the
+layer index is the block's index there, and in each block
+
+- its attention runs rewind's (the op rewind.attention calls, with the layer's plan flags): a
+  Hugging Face model through transformers' attention registry (an implementation named
+  "rewind"), any other model through a TorchFunctionMode, active only while a block runs, that
+  takes over F.scaled_dot_product_attention;
+- the attention module's linears are `L<i>.qkv` (c_attn, q_proj/k_proj/v_proj, ...) and
+  `L<i>.proj` (c_proj, o_proj, ...), the MLP `L<i>.mlp`, the block's norms `L<i>.ln` and the
+  root's lm_head `head`, each called through rewind.op's call form (FP32 where the plan promotes
+  it, exactly as written elsewhere).
+
+What it cannot map is refused with a one-line RewindError naming the module, never run another
+way than the user's: attention with a mask, dropout, another scale, a hand-written softmax
+(a block that ran no scaled_dot_product_attention), a block without recognizable linears.
+
+    rewind.instrument(model)      # or rewind.record(..., instrument=True)
+    rewind.uninstrument(model)    # the model as it was
+"""
+import math
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+from . import _C, ops, recording
+
+_LISTS = ("h", "layers", "blocks", "layer", "block")
+_ATTN = ("attn", "self_attn", "attention", "self_attention")
+_QKV = ("c_attn", "qkv", "qkv_proj", "Wqkv", "in_proj", "q_proj", "k_proj", "v_proj", "query", "key", "value")
+_PROJ = ("c_proj", "o_proj", "out_proj", "proj", "dense")
+_MLP = ("mlp", "feed_forward", "ffn")
+_HEAD = ("lm_head",)
+
+_SDPA = getattr(F, "scaled_dot_product_attention", None)  # torch >= 2.0
+_states = weakref.WeakKeyDictionary()      # model -> _State
+_hf_modules = weakref.WeakKeyDictionary()  # a Hugging Face attention module -> (_State, layer, path)
+_HF_NAME = "rewind"
+
+
+def _refuse(text):
+    raise _C.RewindError("rewind.instrument: " + text)
+
+
+def _is_hf(model):
+    config = getattr(model, "config", None)
+    return config is not None and hasattr(config, "_attn_implementation") and hasattr(model, "set_attn_implementation")
+
+
+class _Mode(torch.overrides.TorchFunctionMode if hasattr(torch.overrides, "TorchFunctionMode") else object):
+    """F.scaled_dot_product_attention inside a block, as rewind's attention for that block."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _SDPA:
+            return self.state.sdpa(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+class _State:
+    def __init__(self, model, plan):
+        self.model, self.plan = model, plan
+        self.block = None  # (layer, path) of the block running now
+        self.calls = 0     # attention calls routed in that block's forward
+        self.hf = _is_hf(model)
+        self.hf_before = None
+        self.mapping = {}  # module path -> what it runs as ("L0.qkv", "L0 attention", ...)
+        self.wrapped = []  # (module, the instance forward it had or None)
+
+    def spec(self):
+        return recording._active_plan if self.plan is None else self.plan
+
+    def attention(self, q, k, v, causal, what):
+        layer, path = self.block
+        self.calls += 1
+        if self.calls > 1:
+            _refuse(f"{path} ran {what} more than once in one forward; rewind maps one attention a block "
+                    f"(layer {layer}): call rewind.attention(q, k, v, layer={layer}) for the one the plan means")
+        return _C.attention(q, k, v, self.spec(), layer, causal)
+
+    def sdpa(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        path = self.block[1]
+        what = "F.scaled_dot_product_attention"
+        if attn_mask is not None:
+            _refuse(f"{path} calls {what} with an attn_mask, which rewind's attention does not take (causal or "
+                    f"full only): pass is_causal=True and no mask, or call rewind.attention there")
+        if dropout_p:
+            _refuse(f"{path} calls {what} with dropout_p={dropout_p}, which rewind's attention does not have: "
+                    f"set the model's attention dropout to 0 (nanoGPT: dropout=0.0) or call model.eval()")
+        _check_scale(path, scale, q)
+        k, v = _same_heads(path, q, k, v, enable_gqa)
+        return self.attention(q, k, v, bool(is_causal), what)
+
+    def hf_attention(self, module, layer, path, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                     is_causal=None, **kwargs):
+        what = "its attention"
+        if attention_mask is not None:
+            _refuse(f"{path} got an attention mask (padding, packed sequences or a custom mask), which rewind's "
+                    f"causal attention does not take: pass no attention_mask (or one of all ones)")
+        if dropout:
+            _refuse(f"{path} asks for attention dropout {dropout}, which rewind's attention does not have: build "
+                    f"the model with attn_pdrop=0 / attention_dropout=0, or call model.eval()")
+        for name in ("softcap", "sliding_window", "position_bias", "s_aux"):
+            if kwargs.get(name) is not None:
+                _refuse(f"{path} asks for {name}, which rewind's attention does not have")
+        if getattr(module, "is_cross_attention", False):
+            _refuse(f"{path} is cross-attention; rewind routes causal self-attention only")
+        if query.shape[2] != key.shape[2]:
+            _refuse(f"{path} attends {query.shape[2]} queries to {key.shape[2]} keys (a KV cache, generation); "
+                    f"rewind's attention is for training steps: pass use_cache=False")
+        _check_scale(path, scaling, query)
+        groups = getattr(module, "num_key_value_groups", 1)
+        if groups > 1:  # grouped-query attention: each K/V head repeated for its query heads
+            key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
+        causal = getattr(module, "is_causal", True) if is_causal is None else bool(is_causal)
+        o = self.attention(query, key, value, causal, what)
+        return o.transpose(1, 2).contiguous(), None
+
+
+def _check_scale(path, scale, q):
+    want = 1.0 / math.sqrt(q.shape[-1])
+    if scale is not None and abs(float(scale) - want) > 1e-6 * want:
+        _refuse(f"{path} scales its attention logits by {float(scale):g}, rewind's attention by 1/sqrt(head_dim) "
+                f"= {want:g} (e.g. GPT-2's scale_attn_by_inverse_layer_idx): build the model with the standard scale")
+
+
+def _same_heads(path, q, k, v, enable_gqa):
+    if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] and not enable_gqa:
+        _refuse(f"{path}: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}; rewind's attention takes "
+                f"(batch, heads, seq, head_dim) with one shape for all three")
+    if k.shape[1] != q.shape[1]:
+        if q.shape[1] % k.shape[1]:
+            _refuse(f"{path}: {q.shape[1]} query heads over {k.shape[1]} key heads")
+        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+    if q.shape[2] != k.shape[2]:
+        _refuse(f"{path} attends {q.shape[2]} queries to {k.shape[2]} keys; rewind's attention takes one length")
+    return k, v
+
+
+def _wrap(state, module, forward):
+    """module.forward replaced on the instance (its class untouched; uninstrument puts it back)."""
+    state.wrapped.append((module, module.__dict__.get("forward")))
+    module.forward = forward
+
+
+def _op_forward(state, name, orig):
+    def forward(*args, **kwargs):
+        return ops.op(name, plan=state.plan)(orig, *args, **kwargs)
+    return forward
+
+
+def _block_forward(state, layer, path, orig, mode):
+    what = "its attention through transformers' attention registry" if state.hf else "F.scaled_dot_product_attention"
+
+    def forward(*args, **kwargs):
+        outer, calls = state.block, state.calls
+        state.block, state.calls = (layer, path), 0
+        try:
+            if mode:
+                with _Mode(state):
+                    out = orig(*args, **kwargs)
+            else:
+                out = orig(*args, **kwargs)
+            if state.calls == 0:
+                _refuse(f"{path} ran no {what} (a hand-written softmax attention?); rewind cannot route it: use "
+                        f"F.scaled_dot_product_attention(q, k, v, is_causal=True) there, or "
+                        f"rewind.attention(q, k, v, layer={layer}), or leave it uninstrumented")
+        finally:
+            state.block, state.calls = outer, calls
+        return out
+    return forward
+
+
+def _blocks(model, blocks):
+    if blocks is not None:
+        found = dict(model.named_modules()).get(blocks)
+        if not isinstance(found, torch.nn.ModuleList):
+            _refuse(f"{type(model).__name__} has no nn.ModuleList at '{blocks}'")
+        return blocks, found
+    lists = [(n, m) for n, m in model.named_modules()
+             if isinstance(m, torch.nn.ModuleList) and len(m) and n.rsplit(".", 1)[-1] in _LISTS]
+    if len(lists) != 1:
+        said = "found none" if not lists else "found " + ", ".join(n for n, _ in lists)
+        _refuse(f"{type(model).__name__}: expected one nn.ModuleList of blocks named {', '.join(_LISTS)} "
+                f"({said}): pass blocks='path.to.the.list'")
+    return lists[0]
+
+
+def _child(module, names):
+    for n in names:
+        m = getattr(module, n, None) if n in module._modules else None
+        if m is not None:
+            return n, m
+    return None, None
+
+
+def _map(model, state, blocks):
+    """(module, path, op name) of every linear block, and (block, path, layer) of every block."""
+    prefix, layers = _blocks(model, blocks)
+    linears, found = [], []
+    for i, block in enumerate(layers):
+        path = f"{prefix}.{i}"
+        an, attn = _child(block, _ATTN)
+        if attn is None:
+            _refuse(f"{path} ({type(block).__name__}) has no attention module named {', '.join(_ATTN)}; "
+                    f"call rewind.attention and rewind.op in it instead")
+        qkv = [(n, m) for n, m in attn.named_children() if n in _QKV]
+        proj = [(n, m) for n, m in attn.named_children() if n in _PROJ]
+        if not qkv or not proj:
+            _refuse(f"{path}.{an} ({type(attn).__name__}) has no {'q/k/v' if not qkv else 'output'} linear named "
+                    f"{', '.join(_QKV if not qkv else _PROJ)}; wrap its linears in rewind.op instead")
+        mn, mlp = _child(block, _MLP)
+        if mlp is None:
+            _refuse(f"{path} ({type(block).__name__}) has no MLP named {', '.join(_MLP)}; wrap it in rewind.op instead")
+        for n, m in qkv:
+            linears.append((m, f"{path}.{an}.{n}", f"L{i}.qkv"))
+        for n, m in proj:
+            linears.append((m, f"{path}.{an}.{n}", f"L{i}.proj"))
+        linears.append((mlp, f"{path}.{mn}", f"L{i}.mlp"))
+        for n, m in block.named_children():
+            if type(m).__name__.endswith("Norm"):  # LayerNorm, RMSNorm, LlamaRMSNorm, ...
+                linears.append((m, f"{path}.{n}", f"L{i}.ln"))
+        found.append((block, attn, path, f"{path}.{an}", i))
+    hn, head = _child(model, _HEAD)
+    if head is not None:
+        linears.append((head, hn, "head"))
+    return linears, found
+
+
+def _hf_register():
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    except ImportError as e:
+        _refuse(f"a Hugging Face model needs transformers' AttentionInterface and AttentionMaskInterface "
+                f"(transformers >= 4.53): {e}")
+
+    def rewind_attention(module, query, key, value, attention_mask, **kwargs):
+        held = _hf_modules.get(module)
+        if held is None:
+            raise _C.RewindError(f"attn_implementation='{_HF_NAME}' runs on models given to rewind.instrument; "
+                                 f"{type(module).__name__} was not")
+        state, layer, path = held
+        return state.hf_attention(module, layer, path, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register(_HF_NAME, rewind_attention)
+    # The mask as SDPA gets it: None for plain causal attention, a tensor (refused) for padding.
+    AttentionMaskInterface.register(_HF_NAME, sdpa_mask)
+
+
+def instrument(model, plan=None, blocks=None):
+    """Routes `model`'s attention and linears through rewind's ops, in place, and returns it:
+    the plan's `L<i>.H<j>.<op>` flags reach the attention of block i, `L<i>.qkv|proj|mlp|ln`
+    and `head` its modules, as in a model edited by hand with rewind.attention and rewind.op.
+    plan=None: the active plan (rewind.record's, a replay's or a bisect probe's). blocks: the
+    path of the nn.ModuleList of blocks where it is not one named h, layers or blocks.
+    Instrumenting an instrumented model returns it unchanged."""
+    if isinstance(model, torch.nn.Module) and hasattr(model, "_orig_mod"):
+        _refuse("got a torch.compile'd module: instrument the model first, then compile it")
+    if model in _states:
+        return model
+    state = _State(model, plan)
+    if not state.hf and _SDPA is None:
+        _refuse(f"torch {torch.__version__} has no F.scaled_dot_product_attention to take over; use "
+                f"rewind.attention in the model")
+    linears, found = _map(model, state, blocks)
+    if state.hf:
+        _hf_register()
+    try:
+        for module, path, name in linears:
+            _wrap(state, module, _op_forward(state, name, module.forward))
+            state.mapping[path] = name
+        for block, attn, path, attn_path, layer in found:
+            _wrap(state, block, _block_forward(state, layer, path, block.forward, not state.hf))
+            state.mapping[attn_path] = f"L{layer} attention"
+            if state.hf:
+                _hf_modules[attn] = (state, layer, attn_path)
+        if state.hf:
+            state.hf_before = model.config._attn_implementation
+            model.set_attn_implementation(_HF_NAME)
+            if model.config._attn_implementation != _HF_NAME:
+                _refuse(f"{type(model).__name__} did not take attn_implementation='{_HF_NAME}' (it does not "
+                        f"use transformers' AttentionInterface)")
+    except BaseException:
+        _undo(state)
+        raise
+    _states[model] = state
+    return model
+
+
+def _undo(state):
+    for module, before in reversed(state.wrapped):
+        if before is None:
+            module.__dict__.pop("forward", None)
+        else:
+            module.forward = before
+    state.wrapped = []
+    for m in [m for m, held in _hf_modules.items() if held[0] is state]:
+        del _hf_modules[m]
+    if state.hf_before is not None:
+        state.model.set_attn_implementation(state.hf_before)
+        state.hf_before = None
+
+
+def uninstrument(model):
+    """The model as before rewind.instrument: its own forwards and attention implementation."""
+    state = _states.pop(model, None)
+    if state is None:
+        _refuse(f"{type(model).__name__} is not instrumented")
+    _undo(state)
+    return model
+
+
+def instrumented(model):
+    """What rewind.instrument mapped, {module path: "L0.qkv" | "L0 attention" | "head" | ...},
+    or None for a model it has not instrumented."""
+    state = _states.get(model)
+    return dict(state.mapping) if state else None
