@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: checks that git tracks no compiled or oversized file
-# (scripts/check_tree.sh), installs what is missing, builds, runs the whole ctest suite.
+# (scripts/check_tree.sh), installs what is missing, checks the docs' relative links
+# (scripts/check_links.py), builds, runs the whole ctest suite.
 # On a machine with nvcc (CI has /usr/local/cuda, no GPU) it also compiles kernels/cuda/*.cu
 # for sm_90a and builds their test (no LibTorch needed), so a broken kernel or kernel test never
 # lands unseen; without a GPU that test's cases skip, which the run shows. After ctest, the
@@ -9,6 +10,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 echo "== checking the tracked files"
 bash "$REWIND_ROOT/scripts/check_tree.sh"
 install_deps
+echo "== checking the relative links of README.md and docs/ (scripts/check_links.py)"
+python3 "$REWIND_ROOT/scripts/check_links.py"
 echo "== the browser test's pip packages (playwright, axe-playwright-python)"
 bash "$REWIND_ROOT/tests/browser/install.sh"
 build_rewind
