@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's "Debug your own training loop" diff on nanoGPT's own model.py and train.py (a
-# checkout of karpathy/nanoGPT), end to end on the CPU: nanogpt_diff.py applies the README's
+# The "Debug your own training loop" diff of docs/nanogpt.md on nanoGPT's own model.py and
+# train.py (a checkout of karpathy/nanoGPT), end to end on the CPU: nanogpt_diff.py applies the
 # diff as written (an error names the line that no longer matches), then train.py, at a tiny
 # size on synthetic tokens (2 layers, 2 heads, width 64, 4 x 64 tokens, 2 micro-steps), records
 # 30 iterations with a fault planted in L1.H0's P̄V from iteration 20 (the one line this check
@@ -28,7 +28,7 @@ export CUBLAS_WORKSPACE_CONFIG=:4096:8
 W=$OUT/work
 rm -rf "$W"
 mkdir -p "$W/data/synth"
-"$PY" "$HERE/nanogpt_diff.py" "$ROOT/README.md" "$NANOGPT" "$W" | tee "$OUT/nanogpt_check.txt"
+"$PY" "$HERE/nanogpt_diff.py" "$ROOT/docs/nanogpt.md" "$NANOGPT" "$W" | tee "$OUT/nanogpt_check.txt"
 cp "$NANOGPT/configurator.py" "$W/"
 if [[ -e "$NANOGPT/.git" ]]; then  # (a copy of its files alone: no commit to name)
   git -C "$NANOGPT" log -1 --format='nanoGPT %h %s' | tee -a "$OUT/nanogpt_check.txt"

@@ -1,13 +1,13 @@
-"""Applies the README's "Debug your own training loop" diff to nanoGPT's model.py and train.py,
+"""Applies the "Debug your own training loop" diff of docs/nanogpt.md to nanoGPT's model.py and train.py,
 as a user would by hand, to check it against the real files (nanogpt_check.sh).
 
-    python3 nanogpt_diff.py README.md NANOGPT_DIR OUT_DIR
+    python3 nanogpt_diff.py docs/nanogpt.md NANOGPT_DIR OUT_DIR
 
 The diff's sections start at its " # model.py" and " # train.py" lines. In a section a context
 line (" ") or a removed line ("-") must be the file's next line, or any later one right after a
 " ..." line (and for the section's first line); "+" lines go in right after the line before
 them, or after a " ..." right before the next matched line (at the end of the file if none
-follows). A line that is not where the diff says is an error naming it: the README no longer
+follows). A line that is not where the diff says is an error naming it: the doc no longer
 matches nanoGPT."""
 import os
 import re
