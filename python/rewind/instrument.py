@@ -5,8 +5,8 @@ layer index is the block's index there, and in each block
 
 - its attention runs rewind's (the op rewind.attention calls, with the layer's plan flags): a
   Hugging Face model through transformers' attention registry (an implementation named
-  "rewind"), any other model through a TorchFunctionMode, active only while a block runs, that
-  takes over F.scaled_dot_product_attention;
+  "rewind"), any other model through a TorchFunctionMode, active only while the block's
+  attention module runs, that takes over F.scaled_dot_product_attention;
 - the attention module's linears are `L<i>.qkv` (c_attn, q_proj/k_proj/v_proj, ...) and
   `L<i>.proj` (c_proj, o_proj, ...), the MLP `L<i>.mlp`, the block's norms `L<i>.ln` and the
   root's lm_head `head`, each called through rewind.op's call form (FP32 where the plan promotes
@@ -155,18 +155,23 @@ def _op_forward(state, name, orig):
     return forward
 
 
-def _block_forward(state, layer, path, orig, mode):
+def _mode_forward(state, orig):
+    """The attention module's forward under the TorchFunctionMode: only the torch calls of the
+    attention module pay the mode's Python call, not the MLP's."""
+    def forward(*args, **kwargs):
+        with _Mode(state):
+            return orig(*args, **kwargs)
+    return forward
+
+
+def _block_forward(state, layer, path, orig):
     what = "its attention through transformers' attention registry" if state.hf else "F.scaled_dot_product_attention"
 
     def forward(*args, **kwargs):
         outer, calls = state.block, state.calls
         state.block, state.calls = (layer, path), 0
         try:
-            if mode:
-                with _Mode(state):
-                    out = orig(*args, **kwargs)
-            else:
-                out = orig(*args, **kwargs)
+            out = orig(*args, **kwargs)
             if state.calls == 0:
                 _refuse(f"{path} ran no {what} (a hand-written softmax attention?); rewind cannot route it: use "
                         f"F.scaled_dot_product_attention(q, k, v, is_causal=True) there, or "
@@ -277,7 +282,9 @@ def instrument(model, plan=None, blocks=None):
             _wrap(state, module, _op_forward(state, name, module.forward))
             state.mapping[path] = name
         for block, attn, path, attn_path, layer in found:
-            _wrap(state, block, _block_forward(state, layer, path, block.forward, not state.hf))
+            _wrap(state, block, _block_forward(state, layer, path, block.forward))
+            if not state.hf:
+                _wrap(state, attn, _mode_forward(state, attn.forward))
             state.mapping[attn_path] = f"L{layer} attention"
             if state.hf:
                 _hf_modules[attn] = (state, layer, attn_path)

@@ -292,6 +292,18 @@ class NanoGPT(Plan):
             got = self.with_plan(plan, lambda: run(compiled))
             self.assertTrue(all(same(u, v) for u, v in zip(want, got)), plan)
 
+    @unittest.skipUnless(hasattr(torch, "compile") and os.environ.get("REWIND_TEST_INDUCTOR") == "1",
+                         "inductor on the CPU: REWIND_TEST_INDUCTOR=1 (~80 s of compiling on 2 cores)")
+    def test_inductor_gives_the_bits_of_the_hand_edited_model_compiled(self):
+        """Inductor's fused kernels round otherwise than eager, so the reference is the model
+        edited by hand, compiled alike."""
+        plain, hand = self.models()
+        rewind.instrument(plain)
+        a, b = torch.compile(plain), torch.compile(hand)
+        for plan in ("", FAULT):
+            got, want = self.with_plan(plan, lambda: run(a)), self.with_plan(plan, lambda: run(b))
+            self.assertTrue(all(same(u, v) for u, v in zip(want, got)), plan)
+
 
 class AnyTorch(unittest.TestCase):
     def test_refused_in_one_line_where_it_cannot_run(self):
