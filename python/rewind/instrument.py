@@ -259,17 +259,31 @@ def _hf_register():
     AttentionMaskInterface.register(_HF_NAME, sdpa_mask)
 
 
+def _unwrap(model):
+    """The module whose forwards to wrap under DDP / DataParallel and torch.compile's wrappers,
+    and whether a torch.compile wrapper was among them."""
+    compiled = False
+    while True:
+        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            model = model.module
+        elif isinstance(model, torch.nn.Module) and isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
+            model, compiled = model._orig_mod, True
+        else:
+            return model, compiled
+
+
 def instrument(model, plan=None, blocks=None):
     """Routes `model`'s attention and linears through rewind's ops, in place, and returns it:
     the plan's `L<i>.H<j>.<op>` flags reach the attention of block i, `L<i>.qkv|proj|mlp|ln`
     and `head` its modules, as in a model edited by hand with rewind.attention and rewind.op.
     plan=None: the active plan (rewind.record's, a replay's or a bisect probe's). blocks: the
     path of the nn.ModuleList of blocks where it is not one named h, layers or blocks.
-    Instrumenting an instrumented model returns it unchanged."""
-    if isinstance(model, torch.nn.Module) and hasattr(model, "_orig_mod"):
-        _refuse("got a torch.compile'd module: instrument the model first, then compile it")
+    A DDP or torch.compile wrapper is seen through (the model inside is instrumented; for a
+    compiled one dynamo is reset, so the next call compiles the wrapped forwards afresh). Instrumenting
+    an instrumented model returns it unchanged."""
+    outer, model, compiled = model, *_unwrap(model)
     if model in _states:
-        return model
+        return outer
     state = _State(model, plan)
     if not state.hf and _SDPA is None:
         _refuse(f"torch {torch.__version__} has no F.scaled_dot_product_attention to take over; use "
@@ -298,7 +312,9 @@ def instrument(model, plan=None, blocks=None):
         _undo(state)
         raise
     _states[model] = state
-    return model
+    if compiled:  # dynamo's guards see the new forwards too, but its stale entries would count
+        torch._dynamo.reset()  # against the recompile limit, past which frames run uncompiled
+    return outer
 
 
 def _undo(state):
@@ -317,15 +333,18 @@ def _undo(state):
 
 def uninstrument(model):
     """The model as before rewind.instrument: its own forwards and attention implementation."""
-    state = _states.pop(model, None)
+    inner, compiled = _unwrap(model)
+    state = _states.pop(inner, None)
     if state is None:
-        _refuse(f"{type(model).__name__} is not instrumented")
+        _refuse(f"{type(inner).__name__} is not instrumented")
     _undo(state)
+    if compiled:
+        torch._dynamo.reset()
     return model
 
 
 def instrumented(model):
     """What rewind.instrument mapped, {module path: "L0.qkv" | "L0 attention" | "head" | ...},
     or None for a model it has not instrumented."""
-    state = _states.get(model)
+    state = _states.get(_unwrap(model)[0])
     return dict(state.mapping) if state else None

@@ -279,18 +279,30 @@ class NanoGPT(Plan):
         self.assertTrue(all("forward" not in m.__dict__ for m in no_mlp.modules()))  # nothing left behind
         self.assert_one_line(lambda: rewind.uninstrument(GPT()), "not instrumented")
 
+    def test_a_data_parallel_wrapper_is_seen_through(self):
+        plain, _ = self.models()
+        wrapped = nn.DataParallel(plain)
+        self.assertIs(rewind.instrument(wrapped), wrapped)
+        self.assertEqual(rewind.instrumented(plain)["lm_head"], "head")  # paths of the model inside
+        rewind.uninstrument(wrapped)
+        self.assertIsNone(rewind.instrumented(plain))
+
     @unittest.skipUnless(hasattr(torch, "compile"), "torch.compile needs torch >= 2")
     def test_compiled_instrumented_model_keeps_the_bits(self):
         """torch.compile over the instrumented model (dynamo's graphs run eagerly: the bits are the
-        eager model's where rewind's wrappers traced right), the plan changed between calls."""
+        eager model's where rewind's wrappers traced right), the plan changed between calls,
+        instrument and uninstrument on a model compiled and run before."""
         plain, _ = self.models()
-        rewind.instrument(plain)
         compiled = torch.compile(plain, backend="eager")
-        self.assert_one_line(lambda: rewind.instrument(compiled), "torch.compile")
+        before = run(compiled)  # compiled before instrument: its code must not outlive it
+        rewind.instrument(compiled)
+        self.assertEqual(rewind.instrumented(compiled)["lm_head"], "head")
         for plan in ("", FAULT, "L0.mlp=fp32", "head=fp32", ""):
-            want = self.with_plan(plan, lambda: run(plain))
             got = self.with_plan(plan, lambda: run(compiled))
+            want = self.with_plan(plan, lambda: run(plain))
             self.assertTrue(all(same(u, v) for u, v in zip(want, got)), plan)
+        rewind.uninstrument(compiled)
+        self.assertTrue(all(same(u, v) for u, v in zip(before, run(compiled))))
 
     @unittest.skipUnless(hasattr(torch, "compile") and os.environ.get("REWIND_TEST_INDUCTOR") == "1",
                          "inductor on the CPU: REWIND_TEST_INDUCTOR=1 (~80 s of compiling on 2 cores)")
