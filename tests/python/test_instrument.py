@@ -7,7 +7,7 @@ dropout, a hand-written softmax, no blocks) is one line. A Hugging Face GPT2LMHe
 LlamaForCausalLM from small configs (transformers' attention registry) get the same checks
 but the hand-edited twin. This file is also the training script the record/replay test runs:
 
-    python3 test_instrument.py --store run.db --steps 12 [--hf gpt2|llama]
+    python3 test_instrument.py --store run.db --steps 12 [--hf gpt2|llama] [--plan-from STEP:SPEC]
 """
 import argparse
 import os
@@ -402,6 +402,8 @@ def train():
     ap.add_argument("--store", required=True)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--hf", choices=["gpt2", "llama"])
+    ap.add_argument("--plan-from", default="6:L1.H0.pv=fault(strength=8)", metavar="STEP:SPEC",
+                    help="a plan on top from STEP on (a planted fault; strength=1e30 turns the loss NaN)")
     a = ap.parse_args()
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
@@ -409,7 +411,7 @@ def train():
     model = hf_model(a.hf) if a.hf else GPT()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     rec = rewind.record(a.store, model, opt, checkpoint_every=4, checkpoint_wait=True, instrument=True,
-                        plan_from={6: "L1.H0.pv=fault(strength=8)"})
+                        plan_from={int(a.plan_from.split(":", 1)[0]): a.plan_from.split(":", 1)[1]})
     for _ in range(rec.start, a.steps):
         xy = rec.batch(lambda: batch(int(torch.randint(1 << 30, ()))))
         loss = run(model, xy=xy)[1]
