@@ -35,41 +35,15 @@ int narrowing_estimate(const SearchSpace& sp) {
                   ceil_log2(static_cast<int>(sp.ops.size()))) + 3;
 }
 
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
-
 // "L1: H{0,2}" -> the plan spec that puts the stabilized softmax into exactly these heads.
 std::string stable_spec(const std::map<int, std::set<int>>& heads) {
   std::vector<std::string> parts;
   for (const auto& [layer, hs] : heads) {
     std::vector<std::string> h;
     for (int x : hs) h.push_back(std::to_string(x));
-    parts.push_back("L" + std::to_string(layer) + ".H{" + join(h, ",") + "}.softmax=stable(beta=2)");
+    parts.push_back("L" + std::to_string(layer) + ".H{" + detail::join(h, ",") + "}.softmax=stable(beta=2)");
   }
-  return join(parts, ";");
-}
-
-// Names of the layers, heads and ops of a set of leaves, for the verdict.
-struct Located {
-  std::vector<std::string> layers, heads, ops;
-};
-Located locate(const std::vector<Element>& set) {
-  std::set<int> layers;
-  std::set<std::pair<int, int>> heads;
-  std::set<std::string> ops;
-  for (const auto& e : set) {
-    if (e.layer >= 0) layers.insert(e.layer);
-    if (e.head >= 0) heads.insert({e.layer, e.head});
-    ops.insert(e.op);
-  }
-  Located l;
-  for (int x : layers) l.layers.push_back("L" + std::to_string(x));
-  for (const auto& [a, b] : heads) l.heads.push_back("L" + std::to_string(a) + ".H" + std::to_string(b));
-  l.ops.assign(ops.begin(), ops.end());
-  return l;
+  return detail::join(parts, ";");
 }
 
 // What the narrowing of [from, to] searches: the window's space, less what no plan reaches.
@@ -81,6 +55,19 @@ SearchSpace searched_space(const train::RunSpec& run, const BisectOptions& o, in
     space.model_head = false;
   }
   return space;
+}
+
+// The report so far, handed to BisectOptions::on_interim with what is still to run.
+void interim(detail::Context& ctx, const BisectOptions& o, const std::string& pending) {
+  if (!o.on_interim) return;
+  BisectReport& rep = ctx.report;
+  rep.pending = pending;
+  rep.executed = ctx.pool.executed();
+  rep.cached = ctx.pool.cached();
+  rep.wall_s = now_s() - ctx.t0;
+  rep.verdict = detail::verdict_text(rep);
+  o.on_interim(rep);
+  rep.pending.clear();
 }
 
 void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, int64_t to) {
@@ -95,6 +82,7 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   for (const auto& m : space.modules) rep.space.push_back(m);
   if (space.model_head) rep.space.push_back("head");
   ctx.estimate += narrowing_estimate(space);
+  const size_t first_probe = rep.probes.size();
 
   SearchOptions so;
   so.max_batch = o.pool.jobs;
@@ -147,18 +135,18 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   space.depth = o.budget_min > 0 ? 0 : o.depth;
   for (;;) {
     const double level_t0 = now_s();
-    const size_t first_probe = rep.probes.size();
+    const size_t level_first = rep.probes.size();
     rep.search = search(space, oracle, so);
     // Every engine probe reached the oracle once, in order: engine index i is report probe first + i.
-    if (rep.probes.size() == first_probe + rep.search.probes.size())
+    if (rep.probes.size() == level_first + rep.search.probes.size())
       for (const Probe& p : rep.search.probes)
-        if (p.parent >= 0) rep.probes[first_probe + static_cast<size_t>(p.index)].parent = static_cast<int>(first_probe) + p.parent;
+        if (p.parent >= 0) rep.probes[level_first + static_cast<size_t>(p.index)].parent = static_cast<int>(level_first) + p.parent;
     const Status s = rep.search.status;
     if (space.depth >= o.depth || (s != Status::kLocalized && s != Status::kSeparateFix)) break;
     const double level_min = (now_s() - level_t0) / 60, left_min = o.budget_min - (now_s() - ctx.t0) / 60;
     if (level_min > left_min) {
       char buf[200];
-      std::snprintf(buf, sizeof buf, "the %s level took %.1f min, about what the next takes, and the budget of %.0f min leaves %.1f",
+      std::snprintf(buf, sizeof buf, "the %s level took %.1f min, about what the next takes, and the budget of %g min leaves %.1f",
                     space.depth == 0 ? "layer" : "head", level_min, o.budget_min, std::max(0.0, left_min));
       rep.depth_note = buf;
       break;
@@ -185,6 +173,25 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   if (!guilty.empty())
     checks.push_back({"stabilized softmax (beta=2) in the guilty heads", stable_spec(guilty), false, -1});
   checks.push_back({"stabilized softmax (beta=2) in every head", "L*.H*.softmax=stable(beta=2)", false, -1});
+  // Under a budget the checks beside the promotion (a cache hit) run only if they fit: each
+  // trains about as long as this window's longest passing probe (a fix that holds runs it all).
+  const size_t promoted = rep.search.fixing_set.empty() ? 0 : 1;
+  if (o.budget_min > 0 && checks.size() > promoted) {
+    double longest_s = 0;
+    for (size_t i = first_probe; i < rep.probes.size(); ++i)
+      if (!rep.probes[i].outcome.fails) longest_s = std::max(longest_s, rep.probes[i].outcome.wall_s);
+    const size_t n = checks.size() - promoted;
+    const double need_min = longest_s / 60 * static_cast<double>((n + o.pool.jobs - 1) / o.pool.jobs);
+    const double left_min = o.budget_min - (now_s() - ctx.t0) / 60;
+    if (need_min > left_min) {
+      char buf[240];
+      std::snprintf(buf, sizeof buf, "%zu stabilized-softmax check(s) not run: about %.1f min, and the budget of %g min leaves %.1f",
+                    n, need_min, o.budget_min, std::max(0.0, left_min));
+      rep.checks_note = buf;
+      checks.resize(promoted);
+    }
+  }
+  if (!checks.empty()) interim(ctx, o, "the fix checks");
   std::vector<ProbeSpec> batch;
   for (const auto& ch : checks) {
     ProbeSpec p = ctx.make(from, to, "fix");
@@ -294,95 +301,6 @@ void account_costs(BisectReport& rep, const SearchSpace& space) {
 }
 
 // The horizon lines of a verdict: what was trained past the window, each branch, the claim.
-std::string horizon_text(const BisectReport& rep, const Horizon& h) {
-  std::string v;
-  if (h.searched)
-    v += "horizon: every probe judged over steps " + std::to_string(h.from) + "-" + std::to_string(h.to) +
-         " (--hold " + std::to_string(h.hold) + " past the failure step " + std::to_string(h.fail_step) + ")" +
-         (h.capped.empty() ? "" : "; capped: " + h.capped) + "\n";
-  else if (!h.branches.empty())
-    v += "hold check: trained on from step " + std::to_string(h.from) + " through step " + std::to_string(h.to) + " (" +
-         std::to_string(h.to - rep.to) + " steps past the window)\n";
-  for (const auto& b : h.branches) {
-    if (b.name == "tried") continue;
-    v += "  " + b.name + " " + b.label + ": " +
-         (b.held ? "held through step " + std::to_string(h.to)
-                 : b.broke_at >= 0 ? "broke at step " + std::to_string(b.broke_at) : "broke by step " + std::to_string(h.to)) +
-         "\n";
-  }
-  if (!h.claim.empty()) v += "claim: " + h.claim + "\n";
-  if (!h.fork_command.empty()) v += "confirm: " + h.fork_command + "\n";
-  return v;
-}
-
-std::string verdict_text(const BisectReport& rep) {
-  std::string v;
-  char buf[256];
-  if (rep.time) {
-    const TimeSearch& t = *rep.time;
-    if (t.status != TimeSearch::Status::kNoFailure) {
-      std::snprintf(buf, sizeof buf, "time: failure at step %lld: %s\ntime: %zu checkpoint(s) before it; %zu time probe(s)\n",
-                    static_cast<long long>(t.fail_step), t.fail_reason.c_str(), t.checkpoints.size(), t.probes.size());
-      v += buf;
-    }
-    v += "time: " + t.message + "\n";
-  }
-  for (const auto& w : rep.widenings) v += "widened: " + w + "\n";
-  if (rep.narrowed) {
-    const SearchResult& r = rep.search;
-    std::snprintf(buf, sizeof buf, "window %lld:%lld, predicate '%s'\n", static_cast<long long>(rep.from),
-                  static_cast<long long>(rep.to), rep.predicate.c_str());
-    v += buf;
-    const bool fp32 = rep.reference.empty();
-    const std::string rest = fp32 ? "FP32" : "as the reference '" + rep.reference + "'";
-    if (!fp32 || rep.space.size() < 12)
-      v += "searched: " + join(rep.space, " ") + " (where the recorded plan and " +
-           (fp32 ? std::string("all-FP32") : "the reference") + " differ)\n";
-    v += std::string("verdict: ") + status_name(r.status) + " — " + r.summary.substr(r.summary.find(':') + 2) + "\n";
-    if (!r.failing_set.empty()) {
-      // Every culprit: the failing set's and the fixing set's (a second culprit may show only there).
-      std::vector<Element> culprits = r.failing_set;
-      for (const auto& e : r.fixing_set)
-        if (std::find(culprits.begin(), culprits.end(), e) == culprits.end()) culprits.push_back(e);
-      Located l = locate(culprits);
-      v += "  failing set (kept low, everything else " + rest + ", still fails): " + to_string(r.failing_set) + "\n";
-      v += "  layers: " + join(l.layers, " ") + "   heads: " + (l.heads.empty() ? "-" : join(l.heads, " ")) +
-           "   ops: " + join(l.ops, " ") + "\n";
-    }
-    if (!r.fixing_set.empty())
-      v += std::string("  fixing set (promoted to ") + (fp32 ? "FP32" : "the reference") + ", the rest as recorded, passes): " + to_string(r.fixing_set) + "\n";
-    const std::string steps = std::to_string(rep.from) + "-" + std::to_string(rep.to);
-    for (const auto& f : rep.fixes)
-      v += "  fix check: " + f.name + ": " + (f.fixes ? "fixes steps " + steps : "does not fix steps " + steps) + "\n";
-  }
-  if (rep.horizon) v += horizon_text(rep, *rep.horizon);
-  v += detail::early_text(rep);
-  const std::string ranks = rep.ranks > 1 ? ", " + std::to_string(rep.ranks) + " ranks per probe" : "";
-  const std::string cut = rep.cut || rep.skipped ? ", " + std::to_string(rep.cut) + " cut short and " +
-                                                       std::to_string(rep.skipped) + " not started by races"
-                                                 : "";
-  std::snprintf(buf, sizeof buf, "probes: %zu (%d run, %d cached%s; jobs %d%s), wall %.1f s\n", rep.probes.size(),
-                rep.executed, rep.cached, cut.c_str(), rep.jobs, ranks.c_str(), rep.wall_s);
-  v += buf;
-  if (rep.predicted_probes > 0 || rep.measured_probes > 0) {
-    std::snprintf(buf, sizeof buf, "cost: predicted %.1f recorded steps (%s model, %d probes)", rep.predicted_cost,
-                  rep.cost_model.c_str(), rep.predicted_probes);
-    v += buf;
-    if (rep.measured_probes > 0) {
-      std::snprintf(buf, sizeof buf, ", measured %.1f recorded steps (%d probes; recorded step %.3f s here)",
-                    rep.measured_cost, rep.measured_probes, rep.recorded_step_s);
-      v += buf;
-    }
-    if (rep.calibrated_cost > 0) {
-      std::snprintf(buf, sizeof buf, "; calibrated here (the reference run's step %.2fx the recorded one), on the steps run %.1f",
-                    rep.reference_step_ratio, rep.calibrated_cost);
-      v += buf;
-    }
-    v += "\n";
-  }
-  return v;
-}
-
 }  // namespace
 
 namespace detail {
@@ -487,8 +405,10 @@ BisectReport run_bisect(const BisectOptions& o) {
   std::optional<std::pair<int64_t, int64_t>> window = o.window;
   if (o.hold && *o.hold < 0) throw UsageError("bisect: --hold N needs N >= 0 steps past the failure step");
   if (o.find_window) {
-    if (detail::find_window(ctx, o) && !o.window_only)
+    if (detail::find_window(ctx, o) && !o.window_only) {
       window = {{rep.time->c_star, o.hold ? rep.horizon->to : rep.time->fail_step}};
+      interim(ctx, o, "the narrowing of steps " + std::to_string(window->first) + "-" + std::to_string(window->second));
+    }
   } else {
     auto [a, b] = *o.window;
     if (a > b) throw UsageError("bisect: empty window " + std::to_string(a) + ":" + std::to_string(b));
@@ -515,8 +435,12 @@ BisectReport run_bisect(const BisectOptions& o) {
     if (!o.find_window || o.hold || rep.search.status != Status::kNotReproducible) break;
     window = widen(ctx, *window, *range);
   }
-  if (o.hold) detail::describe_horizon(ctx, o);
-  else detail::hold_check(ctx, o);
+  if (o.hold) {
+    detail::describe_horizon(ctx, o);
+  } else {
+    if (rep.narrowed && !rep.search.fixing_set.empty() && o.hold_check.value_or(1) != 0) interim(ctx, o, "the hold check");
+    detail::hold_check(ctx, o);
+  }
   detail::account_early(ctx, o);
   ctx.pool.release_ranks();  // no probe follows (with ranks: they may end)
   rep.executed = ctx.pool.executed();
@@ -531,7 +455,7 @@ BisectReport run_bisect(const BisectOptions& o) {
   } else {
     rep.exit_code = rep.time && rep.time->status == TimeSearch::Status::kWindow ? 4 : 0;
   }
-  rep.verdict = verdict_text(rep);
+  rep.verdict = detail::verdict_text(rep);
   ctx.start();  // where no probe was asked (a time search that found no failure)
   st.put_kv(run.run_id, "bisect/verdict/" + ctx.job, rep.verdict);
   return rep;

@@ -2,6 +2,7 @@
 // layer/head/op narrowing of a window with the search engine, fix checks, and the report data.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,6 +17,8 @@
 #include "common/progress.h"
 
 namespace rwd::bisect {
+
+struct BisectReport;
 
 struct BisectOptions {
   std::string store_path;
@@ -61,7 +64,16 @@ struct BisectOptions {
   // Probes may train past the last recorded step (rewind's own trainer draws its batches from
   // the data set at any step); a script's run is checked up to its recording's end.
   bool beyond_recording = true;
+  // Called with the report so far after each phase that ends before the last (report.pending
+  // names what has not run yet): the CLI writes it to --report, so that a bisect stopped by its
+  // machine's deadline keeps what it found. Not called when empty.
+  std::function<void(const BisectReport&)> on_interim;
 };
+
+// A branch that held counts as healthy as the reference when the median gradient norm of its
+// last steps is within this factor of the reference's (the user's own comparison of a fixed run
+// with a healthy one).
+inline constexpr double kHealthyEndRatio = 1.5;
 
 // What a verdict claims about time: the steps its branches were trained over past the window.
 struct Horizon {
@@ -79,6 +91,10 @@ struct Horizon {
     int probe = -1;          // index into BisectReport::probes
     bool held = false;
     int64_t broke_at = -1;   // first step where the predicate held (-1: unknown or held)
+    // A branch that held and the reference both trained through the horizon: the median
+    // gradient norm of its last end_steps steps over the reference's (NaN: not compared).
+    double end_ratio = NAN;
+    int64_t end_steps = 0;
   };
   std::vector<Branch> branches;
   std::string claim;         // one sentence: what holds through which step, at what granularity
@@ -144,6 +160,8 @@ struct BisectReport {
   int depth = 2;                      // the deepest level the narrowing searched (0 layers, 1 heads, 2 ops)
   std::string depth_note;             // why it stopped above --granularity (the budget), if it did
   std::vector<FixCheck> fixes;
+  std::string checks_note;            // fix checks left out, and why (the budget), if any were
+  std::string pending;                // an interim report: the phases still to run ("" = finished)
   std::optional<Horizon> horizon;     // the hold check (default) or the --hold search
   // --early-band: the indicator's calls against the probes' outcomes (probes that ran to their
   // verdict), and the probes it judged failing early (early_stop: not run to their verdict).
@@ -243,6 +261,10 @@ void describe_horizon(Context& ctx, const BisectOptions& o);
 void attach_band(Context& ctx, const BisectOptions& o, ProbeSpec& p);
 void account_early(Context& ctx, const BisectOptions& o);
 std::string early_text(const BisectReport& rep);
+
+// The verdict's human text, and the separator join it uses (bisect/verdict.cpp).
+std::string verdict_text(const BisectReport& rep);
+std::string join(const std::vector<std::string>& v, const std::string& sep);
 
 }  // namespace detail
 

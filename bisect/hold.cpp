@@ -2,6 +2,9 @@
 // window-local narrowing, the branches and the one-sentence claim a verdict makes, and the
 // `rewind train --fork` command that confirms it independently.
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -29,7 +32,64 @@ std::string outcome_text(const ProbeOutcome& o, int64_t to) {
 
 Horizon::Branch branch(const BisectReport& rep, const std::string& name, int probe) {
   const ProbeEntry& e = rep.probes.at(static_cast<size_t>(probe));
-  return {name, e.spec.label(), probe, !e.outcome.fails, broke_at(e.outcome)};
+  Horizon::Branch b;
+  b.name = name;
+  b.label = e.spec.label();
+  b.probe = probe;
+  b.held = !e.outcome.fails;
+  b.broke_at = broke_at(e.outcome);
+  return b;
+}
+
+double median_of_last(const std::vector<double>& v, size_t n) {
+  std::vector<double> tail(v.end() - static_cast<std::ptrdiff_t>(std::min(n, v.size())), v.end());
+  if (tail.empty()) return NAN;
+  std::nth_element(tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(tail.size() / 2), tail.end());
+  return tail[tail.size() / 2];
+}
+
+// A predicate judged against the run's own trailing history (a lasting-break test) can stay
+// false on a branch that drifted up slowly and stayed there: the end of every branch that held
+// is compared with the reference's, as the user would compare it with their healthy run.
+void compare_ends(const BisectReport& rep, Horizon& h) {
+  const Horizon::Branch* ref = nullptr;
+  for (const auto& b : h.branches)
+    if (b.name == "reference" && b.held) ref = &b;
+  if (!ref) return;
+  const int64_t steps = h.to - h.from + 1;
+  const size_t n = static_cast<size_t>(std::min<int64_t>(500, std::max<int64_t>(1, steps / 4)));
+  const std::vector<double>& rg = rep.probes.at(static_cast<size_t>(ref->probe)).outcome.grad_norm;
+  if (static_cast<int64_t>(rg.size()) != steps) return;
+  const double base = median_of_last(rg, n);
+  if (!(base > 0)) return;
+  for (auto& b : h.branches) {
+    const std::vector<double>& g = rep.probes.at(static_cast<size_t>(b.probe)).outcome.grad_norm;
+    if (!b.held || static_cast<int64_t>(g.size()) != steps) continue;
+    b.end_ratio = median_of_last(g, n) / base;
+    b.end_steps = static_cast<int64_t>(n);
+  }
+}
+
+std::string ratio_text(const Horizon::Branch& b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2fx", b.end_ratio);
+  return buf;
+}
+
+// The end-of-horizon sentence a claim about a held set carries ("" when not compared).
+std::string end_clause(const Horizon::Branch* b) {
+  if (!b || std::isnan(b->end_ratio)) return "";
+  const std::string r = ratio_text(*b), n = step_text(b->end_steps);
+  if (b->end_ratio > kHealthyEndRatio)
+    return " But its median gradient norm over the last " + n + " steps is " + r +
+           " the reference's: the predicate does not see this break, and the set is not as healthy as the reference.";
+  return " Its median gradient norm over the last " + n + " steps is " + r + " the reference's.";
+}
+
+const Horizon::Branch* named_branch(const Horizon& h, const std::string& name) {
+  for (const auto& b : h.branches)
+    if (b.name == name) return &b;
+  return nullptr;
 }
 
 // The heads and layers a set of elements touches, for the granularity sentence.
@@ -220,6 +280,15 @@ void hold_check(Context& ctx, const BisectOptions& o) {
   const std::string set = to_string(rep.search.fixing_set);
   const std::string window = "steps " + step_text(rep.from) + "-" + step_text(rep.to);
   h.to = h.hold > 0 ? horizon_end(ctx, o, rep.to + h.hold, h.capped) : rep.to;
+  // A budget already spent leaves the hold check out, and the claim says so.
+  const double spent_min =
+      (std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - ctx.t0) / 60;
+  if (h.to > rep.to && o.budget_min > 0 && spent_min >= o.budget_min) {
+    char buf[120];
+    std::snprintf(buf, sizeof buf, "the budget of %g min was spent", o.budget_min);
+    h.capped = buf;
+    h.to = rep.to;
+  }
   if (h.to <= rep.to) {
     h.to = rep.to;
     h.claim = "Promoting " + set + " fixes " + window + "; not checked beyond step " + step_text(rep.to) +
@@ -236,10 +305,12 @@ void hold_check(Context& ctx, const BisectOptions& o) {
   const std::vector<ProbeOutcome> outs = ctx.probe({fix, ref});
   h.branches.push_back(branch(rep, "fixing set", first));
   h.branches.push_back(branch(rep, "reference", first + 1));
+  compare_ends(rep, h);
   const std::string until = "through step " + step_text(h.to) + " (" + step_text(h.to - rep.to) + " steps past the window)";
   if (!outs[1].fails && !outs[0].fails) {
     h.claim = "Promoting " + set + " from step " + step_text(rep.from) + " keeps '" + rep.predicate + "' false " + until +
-              ", as the reference does; not checked beyond step " + step_text(h.to) + ".";
+              ", as the reference does; not checked beyond step " + step_text(h.to) + "." +
+              end_clause(named_branch(h, "fixing set"));
   } else if (!outs[1].fails) {
     h.claim = "Promoting " + set + " fixes " + window + " but does not hold: trained on from step " + step_text(rep.from) +
               " it " + outcome_text(outs[0], h.to) + ", while the reference holds " + until +
@@ -305,6 +376,7 @@ void describe_horizon(Context& ctx, const BisectOptions& o) {
     auto rank = [](const std::string& n) { return n == "recorded plan" ? 0 : n == "reference" ? 1 : n == "fixing set" ? 2 : 3; };
     return rank(a.name) < rank(b.name);
   });
+  compare_ends(rep, h);
   const Status st = rep.search.status;
   // --window A:B --hold N has no time search: B stands for the failure step, A for the start.
   const std::string until = "through step " + step_text(h.to) + " (" + (rep.time ? "the failure step " : "the window's end ") +
@@ -323,7 +395,7 @@ void describe_horizon(Context& ctx, const BisectOptions& o) {
     grain += "; not localizable below " + std::to_string(heads.size()) + " heads (every head of its layers)";
   else if (!h.depth_note.empty()) grain += " (" + h.depth_note + ")";
   h.claim = "Promoting " + to_string(rep.search.fixing_set) + " " + start + ", keeps '" + rep.predicate + "' false " + until + ", as the reference does: the smallest set found " + grain +
-            "; not checked beyond step " + step_text(h.to) + ".";
+            "; not checked beyond step " + step_text(h.to) + "." + end_clause(named_branch(h, "fixing set"));
   if (fixing >= 0 && !o.run_spec) {
     const std::string spec = fork_spec(rep.probes[static_cast<size_t>(fixing)].spec, ctx.run, space);
     if (!spec.empty())

@@ -95,6 +95,7 @@ std::string report_json(const BisectReport& r) {
   j["model"] = {{"n_layer", r.n_layer}, {"n_head", r.n_head}};
   j["exit_code"] = r.exit_code;
   j["verdict_text"] = r.verdict;
+  if (!r.pending.empty()) j["pending"] = r.pending;  // an interim report: what has not run yet
   if (r.time) {
     const TimeSearch& t = *r.time;
     nlohmann::ordered_json tj;
@@ -138,6 +139,7 @@ std::string report_json(const BisectReport& r) {
     for (const auto& f : r.fixes)
       fixes.push_back({{"name", f.name}, {"spec", f.spec}, {"fixes", f.fixes}, {"probe", f.probe}});
     w["fix_checks"] = fixes;
+    if (!r.checks_note.empty()) w["fix_checks_left_out"] = r.checks_note;
     w["recorded_from"] = r.recorded_from;
     w["recorded_loss"] = curve(r.recorded_loss);
     j["narrowing"] = w;
@@ -157,7 +159,9 @@ std::string report_json(const BisectReport& r) {
     nlohmann::json branches = nlohmann::json::array();
     for (const auto& b : h.branches)
       branches.push_back({{"name", b.name}, {"label", b.label}, {"probe", b.probe}, {"held", b.held},
-                          {"broke_at", b.broke_at >= 0 ? nlohmann::json(b.broke_at) : nlohmann::json(nullptr)}});
+                          {"broke_at", b.broke_at >= 0 ? nlohmann::json(b.broke_at) : nlohmann::json(nullptr)},
+                          {"end_grad_norm_ratio", std::isnan(b.end_ratio) ? nlohmann::json(nullptr) : nlohmann::json(b.end_ratio)},
+                          {"end_steps", b.end_steps}});
     hj["branches"] = branches;
     hj["claim"] = h.claim;
     hj["fork_command"] = h.fork_command;
@@ -248,6 +252,7 @@ std::string report_markdown(const BisectReport& r) {
   m += "- store: `" + r.store_path + "`, run " + std::to_string(r.run) + "\n";
   m += "- predicate: `" + r.predicate + "`\n";
   m += "- model: " + std::to_string(r.n_layer) + " layers x " + std::to_string(r.n_head) + " heads\n\n";
+  if (!r.pending.empty()) m += "**Interim.** Not finished; still to run: " + r.pending + ".\n\n";
   if (r.horizon && !r.horizon->claim.empty()) m += "**Claim.** " + r.horizon->claim + "\n\n";
   m += "## Verdict\n\n```\n" + r.verdict + "```\n\n";  m += tally(r).text + "\n\n";
   if (r.near_miss) m += "## Not reproducible: where the recording came closest\n\n" + near_miss_text(*r.near_miss) + "\n\n";

@@ -201,7 +201,11 @@ std::string report_html(const BisectReport& r) {
        std::to_string(r.n_head) + " heads" +
        (r.narrowed ? ", reference <code>" + esc(r.reference.empty() ? std::string("all-FP32") : r.reference) + "</code>"
                    : std::string()) +
-       "</p>\n" + html::claim(r) + "<h2>Verdict</h2>\n" + result_line(r) + "<pre>" + esc(r.verdict) +
+       "</p>\n" +
+       (r.pending.empty() ? std::string()
+                          : "<p class='claim fail'><strong>Interim.</strong> This bisect had not finished when this page was "
+                            "written; still to run: " + esc(r.pending) + ".</p>\n") +
+       html::claim(r) + "<h2>Verdict</h2>\n" + result_line(r) + "<pre>" + esc(r.verdict) +
        "</pre>\n<p><strong>Probes.</strong> " + esc(tally(r).text) + "</p>\n";
   if (r.near_miss) h += near_miss_section(r);
   if (r.time && !r.time->probes.empty()) h += time_section(r);

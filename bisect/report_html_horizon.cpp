@@ -1,9 +1,9 @@
 // report.html's horizon: the verdict's claim in one sentence, and the branches it rests on (the
 // recorded plan, the reference, the fixing set, each fix check and each tried set) trained on
 // past the window, with the point of no return, the failure step and the horizon marked.
-#include <cmath>
-
 #include "bisect/report_html.h"
+
+#include <cmath>
 
 namespace rwd::bisect::html {
 
@@ -51,7 +51,10 @@ std::string horizon_section(const BisectReport& r) {
     grad.push_back({name, s.color, p.spec.from, log10_of(p.outcome.grad_norm), tried ? 1.0 : 2.0, legend, s.dash});
     if (!tried)
       verdicts += (verdicts.empty() ? "" : "; ") + b.name + ": " +
-                  (b.held ? "held through step " + std::to_string(h.to)
+                  (b.held ? "held through step " + std::to_string(h.to) +
+                                (std::isnan(b.end_ratio) ? std::string()
+                                                         : ", ending at " + g4(b.end_ratio) + "x the reference's gradient norm" +
+                                                               (b.end_ratio > kHealthyEndRatio ? " (not healthy)" : ""))
                           : b.broke_at >= 0 ? "broke at step " + std::to_string(b.broke_at) : "broke");
   }
   std::vector<std::pair<int64_t, std::string>> marks;

@@ -304,7 +304,8 @@ int run_bisect(int argc, char** argv) {
       ("granularity", "how deep the narrowing goes: layers, heads or ops (default)",
        cxxopts::value<std::string>()->default_value("ops"))
       ("budget", "minutes for the search: it descends layers -> heads -> ops only while the last level's time fits in "
-                 "what is left (long probes; 0: no budget)", cxxopts::value<double>()->default_value("0"))
+                 "what is left, and runs the stabilized-softmax checks and the hold check only if they fit (long "
+                 "probes; 0: no budget)", cxxopts::value<double>()->default_value("0"))
       ("early-band", "K, with --hold: the leading indicator, every probe's largest max logit over its heads against "
                      "K x the reference branch's at the same step; the verdict reports how often its call (above the "
                      "band for --early-steps steps) agreed with the probe's outcome", cxxopts::value<double>())
@@ -360,6 +361,10 @@ int run_bisect(int argc, char** argv) {
     throw UsageError("bisect: --granularity must be layers, heads or ops, got '" + grain + "'");
   o.depth = grain == "layers" ? 0 : grain == "heads" ? 1 : 2;
   o.budget_min = r["budget"].as<double>();
+  if (r.count("report")) {  // each finished phase rewrites the report: a killed bisect keeps what it found
+    const std::string dir = r["report"].as<std::string>();
+    o.on_interim = [dir](const bisect::BisectReport& rep) { bisect::write_report(rep, dir); };
+  }
   if (r.count("early-band")) {
     o.early_band = r["early-band"].as<double>();
     if (!(o.early_band > 0)) throw UsageError("bisect: --early-band K needs K > 0");

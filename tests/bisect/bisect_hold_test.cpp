@@ -4,9 +4,16 @@
 // options refused.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <thread>
 
 #include "bisect_test_util.h"
 
@@ -166,6 +173,16 @@ TEST_F(BisectHold, DamageThatOutlivesItsFaultIsCaughtByHoldNotByTheWindow) {
   EXPECT_NE(held.out.find("checkpoint 60 before it holds too"), std::string::npos) << held.out;
   EXPECT_EQ(h["narrowing"]["window"], nlohmann::json::array({70, 130}));
   EXPECT_EQ(h["narrowing"]["fixing_set"], nlohmann::json::array({"L1.H2.delta"}));
+  // The end of every held branch against the reference's: the durable set ends as healthy.
+  for (const auto& b : h["horizon"]["branches"]) {
+    if (!b["held"].get<bool>()) continue;
+    ASSERT_TRUE(b["end_grad_norm_ratio"].is_number()) << b.dump();
+    EXPECT_EQ(b["end_steps"], 15) << "a quarter of the 61-step horizon";
+    if (b["name"] == "reference") EXPECT_EQ(b["end_grad_norm_ratio"], 1.0);
+    if (b["name"] == "fixing set") EXPECT_LE(b["end_grad_norm_ratio"].get<double>(), 1.5) << b.dump();
+  }
+  EXPECT_NE(h["horizon"]["claim"].get<std::string>().find("Its median gradient norm over the last 15 steps is"),
+            std::string::npos) << held.out;
   std::string fork = h["horizon"]["fork_command"];
   ASSERT_FALSE(fork.empty()) << held.out;
   const std::string fix = dir_ + "/acc_fix.db";
@@ -218,6 +235,61 @@ TEST_F(BisectHold, LeadingIndicatorAgreesWithTheOutcomesAndSavesSteps) {
   EXPECT_EQ(b["early"]["judged_early"], e["called_failed"]);
   EXPECT_LT(b["early"]["steps_run"].get<int>(), e["steps_run"].get<int>());
   EXPECT_NE(t.out.find("judged failing by the indicator (--early-stop)"), std::string::npos) << t.out;
+}
+
+// Each finished phase rewrites --report: a bisect killed during its hold check leaves a report
+// that names its fixing set and says that the hold check had not run.
+TEST_F(BisectHold, KilledBisectKeepsAnInterimReport) {
+  const std::string report = dir_ + "/killed";
+  const std::string json = report + "/report.json";
+  std::remove(json.c_str());
+  const std::string cmd = std::string(REWIND_BIN) + " bisect --store " + dir_ + "/run.db --fail " + kFail +
+                          " --quiet --find-window --hold-check 300 --report " + report;
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > /dev/null 2>&1").c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  nlohmann::json seen;
+  for (int i = 0; i < 6000 && seen.is_null(); ++i) {  // 0.02 s a look, 120 s at most
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::ifstream in(json);
+    if (!in) continue;
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (!j.is_discarded() && j.value("pending", "") == "the hold check") seen = j;
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) break;  // ended before the hold check was seen
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  ASSERT_FALSE(seen.is_null()) << "no interim report with the hold check pending";
+  std::ifstream in(json);
+  const nlohmann::json left = nlohmann::json::parse(in);
+  EXPECT_EQ(left.value("pending", ""), "the hold check") << "the killed bisect's last report is the interim one";
+  EXPECT_EQ(left["narrowing"]["fixing_set"], nlohmann::json::array({"L1.H2.delta"}));
+  EXPECT_EQ(left["verdict_text"].get<std::string>().rfind("INTERIM: ", 0), 0u) << left["verdict_text"];
+  EXPECT_FALSE(left.contains("horizon")) << "no claim about a horizon that was not checked";
+  // The same command, run again, resumes from the probe cache and replaces the interim report.
+  Cmd again = rewind_cmd(cmd.substr(std::string(REWIND_BIN).size() + 1));
+  EXPECT_EQ(again.code, 4) << again.out;
+  EXPECT_FALSE(read_json(json).contains("pending"));
+}
+
+// --budget bounds what follows the search too: a spent budget stops at layers, leaves the
+// stabilized-softmax checks and the hold check out, and the verdict says so.
+TEST_F(BisectHold, SpentBudgetLeavesChecksOutAndSaysSo) {
+  std::string out;
+  nlohmann::json r = bisect("budget", "--find-window --granularity heads --budget 0.001", 4, &out);
+  EXPECT_EQ(r["narrowing"]["fixing_set"], nlohmann::json::array({"L1.attn"})) << out;
+  EXPECT_NE(out.find("stabilized-softmax check(s) not run"), std::string::npos) << out;
+  EXPECT_TRUE(r["narrowing"].contains("fix_checks_left_out")) << out;
+  ASSERT_EQ(r["narrowing"]["fix_checks"].size(), 1u) << "the promotion, a cache hit, is still checked";
+  EXPECT_TRUE(r["horizon"]["branches"].empty()) << out;
+  EXPECT_NE(out.find("not checked beyond step"), std::string::npos) << out;
+  EXPECT_NE(out.find("the budget of 0.001 min was spent"), std::string::npos) << out;
 }
 
 TEST_F(BisectHold, BadOptionsAreRefusedInOneLine) {
