@@ -128,6 +128,8 @@ struct BadItem {
   std::string blob;
   std::string problem;
   std::vector<std::string> referenced_by;
+  // A row that fails its checksum: "table steps, run 1 step 30" (blob is then "").
+  std::string row;
 };
 
 }  // namespace rwd::store

@@ -1,5 +1,5 @@
-// The rewind store schema (version 1), the checks that recognize a store, and the migration
-// hook. Foreign keys tie every blob reference to the blobs table.
+// The rewind store schema (version 1 and the migrations to the current version), the checks
+// that recognize a store. Foreign keys tie every blob reference to the blobs table.
 #include "store/schema.h"
 
 #include <sys/stat.h>
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "store/store.h"
@@ -95,16 +96,44 @@ CREATE TABLE kv(
 const char* const kTables[] = {"runs",    "blobs",   "blob_chunks", "steps", "checkpoints",
                                "tensors", "metrics", "probes",      "kv"};
 
-// A migration rewrites a store of version `from` into version `from + 1`. None exist yet:
-// version 1 is the first schema. Append {1, migrate_1_to_2} here when version 2 arrives.
+// The columns of version 1's tables, as the readers name them.
+const std::pair<std::string, std::string> kColumnsV1[] = {
+    {"runs", "id created config plan meta"},
+    {"blobs", "hash raw_size stored_size n_chunks level shuffle"},
+    {"blob_chunks", "hash idx frame"},
+    {"steps", "run step lr loss_bits grad_norm_bits param_digest batch_ref batch_hash rng_ref extra"},
+    {"checkpoints", "run step name blob dtype shape"},
+    {"tensors", "run step layer head name dtype shape blob"},
+    {"metrics", "run step key value"},
+    {"probes", "key job plan plan_hash window verdict metrics wall_s created"},
+    {"kv", "run key value"}};
+
+// Tables whose rows carry a checksum (row_sum.h) since version 2.
+const char* const kSummedTables[] = {"runs", "steps", "checkpoints", "metrics", "probes", "kv"};
+
+// Version 2: a row_sum column in every table a replay or a verdict reads. ADD COLUMN rewrites
+// no row: rows already stored keep a NULL checksum and read as unchecked.
+void migrate_1_to_2(Db& db) {
+  for (const char* table : kSummedTables) {
+    db.exec(std::string("ALTER TABLE ") + table + " ADD COLUMN row_sum INTEGER",
+            "adding row checksums");
+  }
+}
+
+// A migration rewrites a store of version `from` into version `from + 1`. A new store is
+// version 1's tables with every migration applied, so both reach the same schema.
 struct Migration {
   int from;
   std::function<void(Db&)> apply;
 };
 const std::vector<Migration>& migrations() {
-  static const std::vector<Migration> kMigrations;
+  static const std::vector<Migration> kMigrations = {{1, migrate_1_to_2}};
   return kMigrations;
 }
+
+// The oldest version this rewind reads without migrating it (read-only opens): version 1 lacks
+// only the checksums, which its readers then skip.
+constexpr int kOldestReadable = 1;
 
 }  // namespace
 
@@ -198,6 +227,7 @@ void create_schema(Db& db, const StoreOptions& options) {
   }
   Transaction txn(db);
   db.exec(kSchemaV1, "creating tables");
+  for (const Migration& m : migrations()) m.apply(db);
   db.exec("PRAGMA application_id=" + std::to_string(kApplicationId), "stamping application id");
   db.exec("PRAGMA user_version=" + std::to_string(kSchemaVersion), "stamping schema version");
   txn.commit();
@@ -215,11 +245,14 @@ int check_schema(Db& db, Mode mode) {
                      " is newer than this rewind supports (" + std::to_string(kSchemaVersion) +
                      "); upgrade rewind");
   }
-  if (version < kSchemaVersion) {
-    if (mode == Mode::kReadOnly) {
-      throw data_error(where + "schema version " + std::to_string(version) + " is older than " +
-                       std::to_string(kSchemaVersion) + "; open it read-write once to migrate");
-    }
+  if (version < kOldestReadable) {
+    // No rewind wrote such a store (create stamps the version with the tables, in one
+    // transaction): the same answer read-only and read-write.
+    throw data_error(where + "damaged store: schema version " + std::to_string(version) +
+                     " (rewind stores are version " + std::to_string(kOldestReadable) + " to " +
+                     std::to_string(kSchemaVersion) + ")");
+  }
+  if (version < kSchemaVersion && mode == Mode::kReadWrite) {
     Transaction txn(db);
     while (version < kSchemaVersion) {
       const Migration* m = nullptr;
@@ -239,6 +272,26 @@ int check_schema(Db& db, Mode mode) {
     Statement st(db, "SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?");
     st.bind(1, std::string(table));
     if (!st.step()) throw data_error(where + "damaged store: table '" + table + "' is missing");
+  }
+  // Every column the readers name, so that a table rebuilt without one is refused here, in
+  // one line, and not by a reader's SQL later.
+  Statement col(db, "SELECT 1 FROM pragma_table_info(?) WHERE name=?");
+  auto require = [&](const std::string& table, const std::string& column) {
+    col.reset();
+    col.bind(1, table).bind(2, column);
+    if (!col.step()) {
+      throw data_error(where + "damaged store: table '" + table + "' has no column '" + column + "'");
+    }
+  };
+  for (const auto& [table, columns] : kColumnsV1) {
+    for (size_t at = 0; at < columns.size();) {
+      const size_t end = std::min(columns.find(' ', at), columns.size());
+      require(table, columns.substr(at, end - at));
+      at = end + 1;
+    }
+  }
+  if (version >= 2) {
+    for (const char* table : kSummedTables) require(table, "row_sum");
   }
   return version;
 }

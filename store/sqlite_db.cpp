@@ -84,13 +84,13 @@ WriteFailure write_failure(int lib_code) {
   }
 }
 
-Db::Db(const std::string& path, int flags) : path_(path) {
+Db::Db(const std::string& path, int flags, bool force_immutable) : path_(path) {
   // A reader of a store on a read-only file system: nothing can change the file there, and
   // without its -shm SQLite could not read a WAL database at all, so it is opened immutable.
   // A -wal left there (by a writer that died) keeps the plain open and its clear error.
   struct stat wal;
-  const bool immutable = (flags & SQLITE_OPEN_READONLY) != 0 && on_read_only_file_system(path) &&
-                         ::stat((path + "-wal").c_str(), &wal) != 0;
+  const bool immutable = (flags & SQLITE_OPEN_READONLY) != 0 &&
+                         (force_immutable || (on_read_only_file_system(path) && ::stat((path + "-wal").c_str(), &wal) != 0));
   const std::string name = immutable ? immutable_uri(path) : path;
   if (immutable) flags |= SQLITE_OPEN_URI;
   int rc = sqlite3_open_v2(name.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr);

@@ -17,7 +17,10 @@ class Db {
   // flags: SQLITE_OPEN_READONLY or SQLITE_OPEN_READWRITE [| SQLITE_OPEN_CREATE]. A read-only
   // open of a file on a read-only file system with no -wal beside it is made `immutable=1`:
   // SQLite could not read a WAL database there otherwise (it cannot create the -shm).
-  Db(const std::string& path, int flags);
+  // immutable: open a read-only connection `immutable=1` whatever the file system (a reader
+  // whose plain open failed because the -shm could not be created: a full disk, a directory
+  // it may not write).
+  Db(const std::string& path, int flags, bool immutable = false);
   ~Db();
   Db(Db&& other) noexcept;
   Db& operator=(Db&& other) noexcept;

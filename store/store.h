@@ -19,8 +19,9 @@
 namespace rwd::store {
 
 // Schema version written to PRAGMA user_version. Bump it together with a migration in
-// schema.cpp; older files are migrated on read-write open, newer ones are refused.
-constexpr int kSchemaVersion = 1;
+// schema.cpp; older files are migrated on read-write open (read-only they are read as they
+// are), newer ones are refused. Version 2 added the row checksums (row_sum.h).
+constexpr int kSchemaVersion = 2;
 // PRAGMA application_id: the magic number that marks a SQLite file as a rewind store ("RWND").
 constexpr int32_t kApplicationId = 0x52574E44;
 // Raw bytes per zstd frame; SQLite caps one value at 1 GB, so big blobs are split.
@@ -73,8 +74,18 @@ struct StoreOptions {
 
 class Store {
  public:
-  // Creates a new store. Fails (kData) if `path` exists and is not empty; never overwrites.
+  // Creates a new store. Fails (kData) if `path` exists, unless it is a file-level stub (an
+  // empty file, an SQLite file with no tables: see stub_reason) that holds nothing, which is
+  // replaced; anything else is never overwritten (a rewind store with no run in it included:
+  // the process that created it may still be about to add one).
+  // The schema is written under a temporary name beside `path` and linked into place once
+  // complete, so a process killed while creating leaves no file at `path` or a whole store.
   static Store create(const std::string& path, const StoreOptions& options = {});
+  // Why the file at `path` is a stub that holds nothing, or nullopt: "an empty file" (0 bytes),
+  // "an SQLite file with no tables" (a file created by an older rewind killed before its
+  // schema was in, a hot rollback journal beside it included), or "a rewind store with no run
+  // in it" (no row in any table). Reads the file only.
+  static std::optional<std::string> stub_reason(const std::string& path);
   // Opens an existing store. Anything that is not a rewind store (missing, directory, random
   // bytes, truncated, other SQLite database, newer schema) fails with one-line StoreError(kData)
   // before a single byte of the file is written. kReadOnly never writes the store; like any
@@ -224,8 +235,15 @@ class Store {
 
   StoreInfo info();
   // Decompresses every blob, checks every hash and frame, and that every referenced blob
-  // exists; runs SQLite's quick_check. Empty result = store is sound.
+  // exists; checks every row checksum (runs, steps, checkpoints, metrics, probes, kv); runs
+  // SQLite's quick_check. Empty result = store is sound.
   std::vector<BadItem> verify();
+  // Rows that verify() and the readers cannot check, per table (tables with none left out):
+  // all rows of a store read at schema version 1 (no checksum column), and rows written before
+  // a read-write open added the column.
+  std::vector<std::pair<std::string, int64_t>> unchecked_rows();
+  // Whether this store's rows carry checksums (schema version 2 and later).
+  bool has_row_sums() const { return row_sums_; }
 
  private:
   Store(Db db, Mode mode, const StoreOptions& options, int schema_version);
@@ -254,11 +272,24 @@ class Store {
   // Checkpoints of `run` (`steps`, ascending) that stored bisect probes and logs need: the one
   // at or before each window's first step, with the window that needs it.
   std::vector<std::pair<int64_t, std::string>> checkpoint_pins(int64_t run, const std::vector<int64_t>& steps);
+  // ", row_sum" where the column exists, else ", NULL": appended to a reader's column list.
+  const char* row_sum_column() const { return row_sums_ ? ", row_sum" : ", NULL"; }
+  // Throws the "store corrupted" kData error when column `col` of `st` holds a checksum other
+  // than `want`; a NULL (a row older than the checksums) passes unchecked. `row` names the row.
+  RunInfo read_run(const Statement& st) const;             // columns of kRunColumns + row_sum
+  StepRecord read_checked_step(const Statement& st) const;  // columns of kStepColumns + row_sum
+  TensorInfo read_checkpoint_info(const Statement& st) const;  // checkpoint_select's columns
+  std::string checkpoint_select(const char* where) const;
+  ProbeRecord read_checked_probe(const Statement& st) const;
+  void check_row(const Statement& st, int col, int64_t want, const char* table,
+                 const std::function<std::string()>& row) const;
 
   Db db_;
   Mode mode_;
   StoreOptions options_;
   int schema_version_;
+  bool row_sums_;  // the covered tables have a row_sum column
+  bool immutable_ = false;  // read without a -shm (Store::open's fallback); so are its helpers
   ZstdCompressor compressor_;
   ZstdDecompressor decompressor_;
   Bytes scratch_;  // one chunk, shuffled (write) or still shuffled (read)

@@ -130,7 +130,7 @@ void Store::get_blobs_into(const std::vector<std::string>& hashes, int threads,
   for (size_t b = 0; b < hashes.size(); ++b) left[b] = infos[b].n_chunks;
   const int count = static_cast<int>(std::max<size_t>(1, std::min<size_t>(static_cast<size_t>(threads), units.size())));
   std::vector<Db> conns;
-  for (int w = 0; w < count; ++w) conns.emplace_back(path(), SQLITE_OPEN_READONLY);
+  for (int w = 0; w < count; ++w) conns.emplace_back(path(), SQLITE_OPEN_READONLY, immutable_);
   std::vector<ZstdDecompressor> zs(static_cast<size_t>(count));
   std::vector<Bytes> scratch(static_cast<size_t>(count));
   std::vector<std::optional<Statement>> stmts(static_cast<size_t>(count));

@@ -2,6 +2,7 @@
 #include <limits>
 #include <utility>
 
+#include "store/row_sum.h"
 #include "store/store.h"
 
 namespace rwd::store {
@@ -38,30 +39,36 @@ TensorInfo read_info(const Statement& st) {
   return t;
 }
 
+// Then the row checksum (column 10) and kCheckpointFrom.
 constexpr const char* kCheckpointColumns =
     "SELECT c.run, c.step, -1, -1, c.name, c.dtype, c.shape, c.blob, "
-    "coalesce(b.raw_size, -1), coalesce(b.stored_size, -1) "
-    "FROM checkpoints c LEFT JOIN blobs b ON b.hash = c.blob ";
+    "coalesce(b.raw_size, -1), coalesce(b.stored_size, -1)";
+constexpr const char* kCheckpointFrom = " FROM checkpoints c LEFT JOIN blobs b ON b.hash = c.blob ";
 constexpr const char* kTensorColumns =
     "SELECT t.run, t.step, t.layer, t.head, t.name, t.dtype, t.shape, t.blob, "
     "coalesce(b.raw_size, -1), coalesce(b.stored_size, -1) "
     "FROM tensors t LEFT JOIN blobs b ON b.hash = t.blob ";
 
-ProbeRecord read_probe(const Statement& st) {
-  ProbeRecord p;
-  p.key = st.col_text(0);
-  p.job = st.col_text(1);
-  p.plan = st.col_text(2);
-  p.plan_hash = st.col_text(3);
-  p.window = st.col_text(4);
-  p.verdict = st.col_text(5);
-  p.metrics = st.col_text(6);
-  p.wall_s = st.col_double(7);
-  p.created = st.col_text(8);
-  return p;
-}
+// Then the row checksum (column 9).
+constexpr const char* kProbeColumns = "SELECT key, job, plan, plan_hash, window, verdict, metrics, wall_s, created";
 
 }  // namespace
+
+TensorInfo Store::read_checkpoint_info(const Statement& st) const {
+  // Checked before the dtype and shape are parsed: a flipped byte there is corruption too.
+  check_row(st, 10,
+            checkpoint_row_sum(st.col_int(0), st.col_int(1), st.col_text(4), st.col_text(7),
+                               st.col_text(5), st.col_text(6)),
+            "checkpoints", [&] {
+              return "run " + std::to_string(st.col_int(0)) + " step " +
+                     std::to_string(st.col_int(1)) + " tensor '" + st.col_text(4) + "'";
+            });
+  return read_info(st);
+}
+
+std::string Store::checkpoint_select(const char* where) const {
+  return std::string(kCheckpointColumns) + (row_sums_ ? ", c.row_sum" : ", NULL") + kCheckpointFrom + where;
+}
 
 void Store::put_checkpoint_tensor(int64_t run, int64_t step, const std::string& name, Dtype dtype,
                                   const std::vector<int64_t>& shape, const void* data,
@@ -90,11 +97,14 @@ void Store::put_checkpoint_blob(int64_t run, int64_t step, const std::string& na
 
 void Store::insert_checkpoint_row(int64_t run, int64_t step, const std::string& name, Dtype dtype,
                                   const std::vector<int64_t>& shape, const std::string& hash) {
-  Statement st(db_,
-               "INSERT INTO checkpoints(run, step, name, blob, dtype, shape) "
-               "VALUES (?, ?, ?, ?, ?, ?)");
+  Statement st(db_, row_sums_ ? "INSERT INTO checkpoints(run, step, name, blob, dtype, shape, row_sum) "
+                               "VALUES (?, ?, ?, ?, ?, ?, ?)"
+                             : "INSERT INTO checkpoints(run, step, name, blob, dtype, shape) "
+                               "VALUES (?, ?, ?, ?, ?, ?)");
+  const std::string dtype_text = dtype_name(dtype), shape_text = shape_to_json(shape);
   st.bind(1, run).bind(2, step).bind(3, name).bind(4, hash);
-  st.bind(5, std::string(dtype_name(dtype))).bind(6, shape_to_json(shape));
+  st.bind(5, dtype_text).bind(6, shape_text);
+  if (row_sums_) st.bind(7, checkpoint_row_sum(run, step, name, hash, dtype_text, shape_text));
   st.run();
 }
 
@@ -115,11 +125,9 @@ std::optional<int64_t> Store::nearest_checkpoint(int64_t run, int64_t step) {
 
 std::vector<TensorInfo> Store::checkpoint_entries(int64_t run, int64_t step) {
   std::vector<TensorInfo> out;
-  Statement st(
-      db_,
-      (std::string(kCheckpointColumns) + "WHERE c.run=? AND c.step=? ORDER BY c.name").c_str());
+  Statement st(db_, checkpoint_select("WHERE c.run=? AND c.step=? ORDER BY c.name").c_str());
   st.bind(1, run).bind(2, step);
-  while (st.step()) out.push_back(read_info(st));
+  while (st.step()) out.push_back(read_checkpoint_info(st));
   return out;
 }
 
@@ -155,11 +163,10 @@ void Store::read_tensors_into(const std::vector<TensorInfo>& infos, int threads,
 
 std::optional<TensorRecord> Store::get_checkpoint_tensor(int64_t run, int64_t step,
                                                          const std::string& name) {
-  Statement st(
-      db_, (std::string(kCheckpointColumns) + "WHERE c.run=? AND c.step=? AND c.name=?").c_str());
+  Statement st(db_, checkpoint_select("WHERE c.run=? AND c.step=? AND c.name=?").c_str());
   st.bind(1, run).bind(2, step).bind(3, name);
   if (!st.step()) return std::nullopt;
-  return read_tensor(read_info(st));
+  return read_tensor(read_checkpoint_info(st));
 }
 
 void Store::put_tensor(const TensorKey& key, Dtype dtype, const std::vector<int64_t>& shape,
@@ -206,10 +213,12 @@ void Store::put_metrics(int64_t run, int64_t step,
                         const std::vector<std::pair<std::string, double>>& kv) {
   require_writable("writing a metric");
   in_transaction(db_, [&] {
-    Statement st(db_, "INSERT OR REPLACE INTO metrics(run, step, key, value) VALUES (?, ?, ?, ?)");
+    Statement st(db_, row_sums_ ? "INSERT OR REPLACE INTO metrics(run, step, key, value, row_sum) VALUES (?, ?, ?, ?, ?)"
+                                 : "INSERT OR REPLACE INTO metrics(run, step, key, value) VALUES (?, ?, ?, ?)");
     for (const auto& [key, value] : kv) {
       st.reset();
       st.bind(1, run).bind(2, step).bind(3, key).bind(4, value);
+      if (row_sums_) st.bind(5, metric_row_sum(run, step, key, value));
       st.run();
     }
   });
@@ -219,14 +228,19 @@ std::vector<MetricRow> Store::metrics(int64_t run, int64_t from, int64_t to,
                                       const std::string& key_prefix) {
   std::vector<MetricRow> out;
   // NaN is stored by SQLite as NULL; it comes back as NaN.
-  Statement st(db_,
-               "SELECT step, key, value FROM metrics WHERE run=? AND step BETWEEN ? AND ? "
-               "AND substr(key, 1, ?) = ? ORDER BY step, key");
+  Statement st(db_, (std::string("SELECT step, key, value") + row_sum_column() +
+                     " FROM metrics WHERE run=? AND step BETWEEN ? AND ? "
+                     "AND substr(key, 1, ?) = ? ORDER BY step, key")
+                        .c_str());
   st.bind(1, run).bind(2, from).bind(3, to);
   st.bind(4, static_cast<int64_t>(key_prefix.size())).bind(5, key_prefix);
   while (st.step()) {
     double v = st.is_null(2) ? std::numeric_limits<double>::quiet_NaN() : st.col_double(2);
-    out.push_back({st.col_int(0), st.col_text(1), v});
+    MetricRow m{st.col_int(0), st.col_text(1), v};
+    check_row(st, 3, metric_row_sum(run, m.step, m.key, v), "metrics", [&] {
+      return "run " + std::to_string(run) + " step " + std::to_string(m.step) + " metric '" + m.key + "'";
+    });
+    out.push_back(std::move(m));
   }
   return out;
 }
@@ -241,45 +255,56 @@ std::vector<std::string> Store::metric_keys(int64_t run) {
 
 void Store::put_probe(const ProbeRecord& p) {
   require_writable("writing a probe");
-  Statement st(db_,
-               "INSERT OR REPLACE INTO probes(key, job, plan, plan_hash, window, verdict, "
-               "metrics, wall_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  Statement st(db_, row_sums_ ? "INSERT OR REPLACE INTO probes(key, job, plan, plan_hash, window, verdict, "
+                               "metrics, wall_s, row_sum) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                             : "INSERT OR REPLACE INTO probes(key, job, plan, plan_hash, window, verdict, "
+                               "metrics, wall_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
   st.bind(1, p.key).bind(2, p.job).bind(3, p.plan).bind(4, p.plan_hash).bind(5, p.window);
   st.bind(6, p.verdict).bind(7, p.metrics).bind(8, p.wall_s);
+  if (row_sums_) st.bind(9, probe_row_sum(p));
   st.run();
 }
 
 std::optional<ProbeRecord> Store::get_probe(const std::string& key) {
-  Statement st(db_,
-               "SELECT key, job, plan, plan_hash, window, verdict, metrics, wall_s, created "
-               "FROM probes WHERE key=?");
+  Statement st(db_, (std::string(kProbeColumns) + row_sum_column() + " FROM probes WHERE key=?").c_str());
   st.bind(1, key);
   if (!st.step()) return std::nullopt;
-  return read_probe(st);
+  return read_checked_probe(st);
 }
 
 std::vector<ProbeRecord> Store::probes(const std::string& job) {
   std::vector<ProbeRecord> out;
-  Statement st(db_,
-               "SELECT key, job, plan, plan_hash, window, verdict, metrics, wall_s, created "
-               "FROM probes WHERE ?='' OR job=? ORDER BY created, key");
+  Statement st(db_, (std::string(kProbeColumns) + row_sum_column() +
+                     " FROM probes WHERE ?='' OR job=? ORDER BY created, key")
+                        .c_str());
   st.bind(1, job).bind(2, job);
-  while (st.step()) out.push_back(read_probe(st));
+  while (st.step()) out.push_back(read_checked_probe(st));
   return out;
+}
+
+ProbeRecord Store::read_checked_probe(const Statement& st) const {
+  ProbeRecord p = probe_from_row(st, true);
+  check_row(st, 9, probe_row_sum(p), "probes", [&] { return "probe '" + p.key + "'"; });
+  return p;
 }
 
 void Store::put_kv(int64_t run, const std::string& key, const std::string& value) {
   require_writable("writing a kv entry");
-  Statement st(db_, "INSERT OR REPLACE INTO kv(run, key, value) VALUES (?, ?, ?)");
+  Statement st(db_, row_sums_ ? "INSERT OR REPLACE INTO kv(run, key, value, row_sum) VALUES (?, ?, ?, ?)"
+                             : "INSERT OR REPLACE INTO kv(run, key, value) VALUES (?, ?, ?)");
   st.bind(1, run).bind(2, key).bind(3, value);
+  if (row_sums_) st.bind(4, kv_row_sum(run, key, value));
   st.run();
 }
 
 std::optional<std::string> Store::get_kv(int64_t run, const std::string& key) {
-  Statement st(db_, "SELECT value FROM kv WHERE run=? AND key=?");
+  Statement st(db_, (std::string("SELECT value") + row_sum_column() + " FROM kv WHERE run=? AND key=?").c_str());
   st.bind(1, run).bind(2, key);
   if (!st.step()) return std::nullopt;
-  return st.col_text(0);
+  std::string value = st.col_text(0);
+  check_row(st, 1, kv_row_sum(run, key, value), "kv",
+            [&] { return "run " + std::to_string(run) + " key '" + key + "'"; });
+  return value;
 }
 
 std::vector<std::string> Store::kv_keys(int64_t run, const std::string& prefix) {

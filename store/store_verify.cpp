@@ -2,10 +2,12 @@
 // and hashed, every reference resolved, and each problem is reported with its referrers.
 #include <sys/stat.h>
 
+#include <limits>
 #include <map>
 #include <utility>
 
 #include "store/content_hash.h"
+#include "store/row_sum.h"
 #include "store/store.h"
 
 namespace rwd::store {
@@ -20,7 +22,55 @@ std::string where(int64_t run, int64_t step) {
   return "run " + std::to_string(run) + " step " + std::to_string(step);
 }
 
+// Each covered table: the query of its rows (the checksum last), the checksum of a row as
+// read, and the row's name in a report.
+struct SummedTable {
+  const char* table;
+  const char* columns;
+  int n_columns;  // the checksum's column index
+  int64_t (*sum)(const Statement&);
+  std::string (*name)(const Statement&);
+};
+
+double real_or_nan(const Statement& st, int col) {
+  return st.is_null(col) ? std::numeric_limits<double>::quiet_NaN() : st.col_double(col);
+}
+
+const SummedTable kSummedTables[] = {
+    {"runs", "id, config, plan, meta", 4,
+     [](const Statement& st) { return run_row_sum(st.col_int(0), st.col_text(1), st.col_text(2), st.col_text(3)); },
+     [](const Statement& st) { return "run " + std::to_string(st.col_int(0)); }},
+    {"steps", "run, step, lr, loss_bits, grad_norm_bits, param_digest, batch_ref, batch_hash, rng_ref, extra", 10,
+     [](const Statement& st) { return step_row_sum(step_from_row(st)); },
+     [](const Statement& st) { return where(st.col_int(0), st.col_int(1)); }},
+    {"checkpoints", "run, step, name, blob, dtype, shape", 6,
+     [](const Statement& st) {
+       return checkpoint_row_sum(st.col_int(0), st.col_int(1), st.col_text(2), st.col_text(3),
+                                 st.col_text(4), st.col_text(5));
+     },
+     [](const Statement& st) { return where(st.col_int(0), st.col_int(1)) + " tensor '" + st.col_text(2) + "'"; }},
+    {"metrics", "run, step, key, value", 4,
+     [](const Statement& st) { return metric_row_sum(st.col_int(0), st.col_int(1), st.col_text(2), real_or_nan(st, 3)); },
+     [](const Statement& st) { return where(st.col_int(0), st.col_int(1)) + " metric '" + st.col_text(2) + "'"; }},
+    {"probes", "key, job, plan, plan_hash, window, verdict, metrics, wall_s", 8,
+     [](const Statement& st) { return probe_row_sum(probe_from_row(st, false)); },
+     [](const Statement& st) { return "probe '" + st.col_text(0) + "'"; }},
+    {"kv", "run, key, value", 3,
+     [](const Statement& st) { return kv_row_sum(st.col_int(0), st.col_text(1), st.col_text(2)); },
+     [](const Statement& st) { return "run " + std::to_string(st.col_int(0)) + " key '" + st.col_text(1) + "'"; }},
+};
+
 }  // namespace
+
+std::vector<std::pair<std::string, int64_t>> Store::unchecked_rows() {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const SummedTable& t : kSummedTables) {
+    const std::string sql = std::string("SELECT count(*) FROM ") + t.table + (row_sums_ ? " WHERE row_sum IS NULL" : "");
+    const int64_t n = db_.query_int(sql, "counting rows without a checksum");
+    if (n > 0) out.emplace_back(t.table, n);
+  }
+  return out;
+}
 
 std::vector<std::string> Store::blob_references(const std::string& hash) {
   std::vector<std::string> out;
@@ -68,7 +118,7 @@ std::vector<BadItem> Store::verify() {
   {
     Statement st(db_, "PRAGMA quick_check");
     while (st.step()) {
-      if (st.col_text(0) != "ok") out.push_back({"", "sqlite quick_check: " + st.col_text(0), {}});
+      if (st.col_text(0) != "ok") out.push_back({"", "sqlite quick_check: " + st.col_text(0), {}, ""});
     }
   }
   {
@@ -80,7 +130,19 @@ std::vector<BadItem> Store::verify() {
     }
     for (const auto& [table, n] : orphans) {
       out.push_back(
-          {"", "table " + table + ": " + std::to_string(n) + " rows of a missing run", {}});
+          {"", "table " + table + ": " + std::to_string(n) + " rows of a missing run", {}, ""});
+    }
+  }
+  if (row_sums_) {
+    for (const SummedTable& t : kSummedTables) {
+      Statement st(db_, (std::string("SELECT ") + t.columns + ", row_sum FROM " + t.table +
+                         " WHERE row_sum IS NOT NULL").c_str());
+      const int col = t.n_columns;
+      while (st.step()) {
+        if (st.col_int(col) == t.sum(st)) continue;
+        const std::string row = std::string("table ") + t.table + ", " + t.name(st);
+        out.push_back({"", std::string("row checksum mismatch (it protects ") + row_sum_protects(t.table) + ")", {}, row});
+      }
     }
   }
   std::vector<std::pair<std::string, int64_t>> blobs;
@@ -145,7 +207,7 @@ std::vector<BadItem> Store::verify() {
     }
   }
   for (const auto& [hash, problem] : problems) {
-    out.push_back({hash, problem, blob_references(hash)});
+    out.push_back({hash, problem, blob_references(hash), ""});
   }
   return out;
 }
