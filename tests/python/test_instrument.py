@@ -5,7 +5,9 @@ kind of plan; a fault planted in L1.H0 changes layer 1's head 0 and nothing befo
 uninstrument gives back the model's own outputs bit for bit; what rewind cannot map (a mask,
 dropout, a hand-written softmax, no blocks) is one line. A Hugging Face GPT2LMHeadModel and a
 LlamaForCausalLM from small configs (transformers' attention registry) get the same checks
-but the hand-edited twin. This file is also the training script the record/replay test runs:
+but the hand-edited twin. record(..., instrument=True), then `rewind replay --cmd --verify` is
+bitwise and `rewind bisect --cmd` localizes a planted fault to {L1.H0.pv} (nanoGPT-like and
+GPT-2). This file is also the training script those tests run:
 
     python3 test_instrument.py --store run.db --steps 12 [--hf gpt2|llama] [--plan-from STEP:SPEC]
 """
@@ -370,24 +372,34 @@ class HuggingFace(Plan):
 @needs_rewind
 @needs_sdpa
 class RecordReplay(unittest.TestCase):
-    """record(..., instrument=True) on an unedited model, then `rewind replay --cmd --verify`."""
+    """record(..., instrument=True) on an unedited model, then `rewind replay --cmd --verify`,
+    and `rewind bisect --cmd` over a fault that turns the loss NaN."""
+
+    def record(self, d, *args):
+        store = os.path.join(d, "run.db")
+        cmd = [sys.executable, os.path.abspath(__file__), "--store", store, "--steps", "12", *args]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        return store, " ".join(f"'{a}'" for a in cmd)
 
     def check(self, *args):
         with tempfile.TemporaryDirectory() as d:
-            store = os.path.join(d, "run.db")
-            cmd = [sys.executable, os.path.abspath(__file__), "--store", store, "--steps", "12", *args]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            store, shell = self.record(d, *args)
             run = rewind.open(store).run()
             ops = run.kv("ops")["ops"]
             for name in ("L0.qkv", "L1.proj", "L1.mlp", "L0.ln"):
                 self.assertIn(name, ops)
             self.assertIn("L1.H0.max_logit", run.metrics())  # rewind's attention ran, with its monitors
-            shell = " ".join(f"'{a}'" for a in cmd)
             r = subprocess.run([REWIND, "replay", "--cmd", shell, "--store", store, "--from", "3", "--to", "9",
                                 "--verify"], capture_output=True, text=True)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("bitwise identical", r.stdout)
+        with tempfile.TemporaryDirectory() as d:
+            store, shell = self.record(d, *args, "--plan-from", "6:L1.H0.pv=fault(strength=1e30)")
+            r = subprocess.run([REWIND, "bisect", "--cmd", shell, "--store", store, "--window", "6:9", "--fail", "nan"],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 4, r.stdout + r.stderr[-3000:])  # 4: localized
+            self.assertIn("failing set {L1.H0.pv}", r.stdout)
 
     def test_nanogpt(self):
         self.check()
