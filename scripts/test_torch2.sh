@@ -5,7 +5,7 @@
 # its ctest stay on Debian's LibTorch 1.13: experiments/python_record/results/torch2_cpu.txt says
 # why), and runs the Python tests that fit CI's time with pytest. The CLI they start is the 1.13
 # build's (REWIND_BIN; a separate process). The whole suite under torch 2:
-#   TORCH2_TESTS=all bash scripts/test_torch2.sh     (72 tests, ~15 minutes on 2 cores)
+#   TORCH2_TESTS=all bash scripts/test_torch2.sh     (74 tests, ~17 minutes on 2 cores)
 # Called by scripts/test.sh after ctest; needs build/rewind. Exit 0 with SKIPPED when pip cannot
 # install the pinned torch and transformers (no registry), the tests' exit code otherwise.
 set -euo pipefail
