@@ -336,6 +336,14 @@ int run_bisect(int argc, char** argv) {
   o.fail = r["fail"].as<std::string>();
   o.pool.jobs = r["jobs"].as<int>();
   if (o.pool.jobs < 1) throw UsageError("bisect: --jobs must be >= 1");
+  // Each job is a worker process with a model of its own: on the CPU more jobs than cores only
+  // queue for them (and by the hundred exhaust memory), while the search, given more parallel
+  // slots, speculates more probes. So the count is capped at the cores, and the cap is said.
+  if (!r.count("gpus") && o.pool.jobs > machine_cores()) {
+    std::printf("bisect: --jobs %d capped at %d, the cores this process may use (each job is a worker process "
+                "with its own model)\n", o.pool.jobs, machine_cores());
+    o.pool.jobs = machine_cores();
+  }
   if (r.count("gpus")) {
     o.pool.gpus = parse_list(r["gpus"].as<std::string>());
     if (!r.count("jobs")) o.pool.jobs = static_cast<int>(o.pool.gpus.size());

@@ -2,6 +2,7 @@
 // every bit; a plan that differs from the recording yields the divergence curve instead.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <cxxopts.hpp>
 
 #include "cli/commands.h"
@@ -74,9 +75,20 @@ int run_replay(int argc, char** argv) {
   const train::DistEnv env = train::DistEnv::from_env();
   quiet_unless_rank0(env.rank);
 
-  // Every rank replays; rank 0 alone writes (the divergence curve).
-  store::Store st = store::Store::open(r["store"].as<std::string>(),
-                                       env.rank == 0 ? store::Mode::kReadWrite : store::Mode::kReadOnly);
+  // Every rank replays; rank 0 alone writes (the divergence curve), where it can: a store it
+  // may not write (a read-only file or mount, a full disk) is replayed read-only all the same.
+  const std::string path = r["store"].as<std::string>();
+  std::optional<store::Store> opened;
+  if (env.rank == 0) {
+    try {
+      opened.emplace(store::Store::open(path, store::Mode::kReadWrite));
+    } catch (const store::StoreError& e) {
+      const int rc = e.lib_code() & 0xFF;
+      if (rc != SQLITE_READONLY && rc != SQLITE_IOERR && rc != SQLITE_FULL && rc != SQLITE_CANTOPEN) throw;
+    }
+  }
+  if (!opened) opened.emplace(store::Store::open(path, store::Mode::kReadOnly));
+  store::Store& st = *opened;
   replay::ReplayOptions o;
   o.run = r["run"].as<int64_t>();
   o.from = r["from"].as<int64_t>();
@@ -116,7 +128,9 @@ int run_replay(int argc, char** argv) {
     const std::string key = "divergence/" + std::to_string(o.from) + ":" + std::to_string(o.to) + "/" +
                             plan::parse(res.plan_canonical, spec.config.n_layer, spec.config.n_head).hash_hex() +
                             (res.world_differs ? "/ranks" + std::to_string(env.world) : "");
-    if (env.rank == 0) {
+    if (env.rank == 0 && st.read_only()) {
+      std::printf("divergence curve not stored: the store cannot be written here (read-only or full)\n");
+    } else if (env.rank == 0) {
       st.put_kv(res.run.run_id, key, replay::divergence_json(res));
       std::printf("divergence curve stored as kv '%s'\n", key.c_str());
     }

@@ -3,6 +3,8 @@
 // and the recording options apply from its next step on; what cannot apply is refused);
 // `--fork STORE --at S` starts a new run from step S of a recording.
 #include <ATen/Parallel.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <cxxopts.hpp>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/launch.h"
@@ -22,6 +25,7 @@
 #include "train/run_spec.h"
 #include "train/trainer.h"
 #include "store/store.h"
+#include "store/writer_lock.h"
 
 namespace rwd::cli {
 
@@ -138,12 +142,45 @@ int monitor_every_option(const cxxopts::ParseResult& r) {
   return n;
 }
 
+// --checkpoint-every K: K >= 1, else the store would hold no checkpoint (0) or one its readers
+// refuse (negative), and nothing could replay, resume or bisect it.
+int checkpoint_every_option(const cxxopts::ParseResult& r) {
+  const int k = r["checkpoint-every"].as<int>();
+  if (k < 1)
+    throw UsageError("train: --checkpoint-every must be 1 or more, got " + std::to_string(k) +
+                     " (a recording needs checkpoints to replay from)");
+  return k;
+}
+
+// --record PATH, checked before the model is built: an existing store is refused, and a stub
+// (a file a recording killed as it started left, holding nothing) is said to be replaced,
+// which Store::create then does.
+void check_record_path(const cxxopts::ParseResult& r, const train::DistEnv& env) {
+  if (!r.count("record") || env.rank != 0) return;
+  const std::string path = r["record"].as<std::string>();
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return;
+  if (const std::optional<std::string> why = store::Store::stub_reason(path)) {
+    std::printf("record: %s is %s; nothing is stored in it, so it is replaced\n", path.c_str(), why->c_str());
+    // Store::create replaces a file-level stub itself; an empty rewind store (a run never
+    // added) goes here, under the writer lock, so a recording that holds it keeps it.
+    if (st.st_size > 0) {
+      const store::WriterLock lock(path, "replacing an empty store (rewind train --record)");
+      if (!store::Store::stub_reason(path)) return;  // it is a stub no more; create refuses it
+      for (const char* side : {"", "-wal", "-shm", "-journal"}) ::unlink((path + side).c_str());
+    }
+    return;
+  }
+  throw store::data_error("store " + path + ": already exists; refusing to overwrite it (record into a new file, "
+                          "or go on with it: rewind train --resume " + path + ")");
+}
+
 // The recording options a resumed or forked run takes from the command line when given
 // (--checkpoint-every, --digest-every, --monitor-every, --batches, --keep-last, --keep-every);
 // otherwise the recorded ones.
 void recording_options(const cxxopts::ParseResult& r, train::RunSpec& spec) {
   retention_options(r, spec);
-  if (r.count("checkpoint-every")) spec.checkpoint_every = r["checkpoint-every"].as<int>();
+  if (r.count("checkpoint-every")) spec.checkpoint_every = checkpoint_every_option(r);
   if (r.count("digest-every")) spec.digest_every = r["digest-every"].as<int>();
   if (r.count("monitor-every")) spec.monitor_every = monitor_every_option(r);
   if (r.count("batches")) {
@@ -273,6 +310,7 @@ int run_train(int argc, char** argv) {
     // A branch of a recorded run: the same model, data and batches from step --at on, under
     // another plan. The source store is only read; the branch is a new run (--record) or none.
     refuse_new_run_options(r, "--fork");
+    check_record_path(r, env);
     store::Store src = store::Store::open(r["fork"].as<std::string>(), store::Mode::kReadOnly, so);
     spec = train::RunSpec::load(src, 0);
     fork_at = r["at"].as<int64_t>();
@@ -363,6 +401,7 @@ int run_train(int argc, char** argv) {
     }
   } else {
     if (!r.count("data")) throw UsageError("train: --data is required (make one with `rewind data synth`)");
+    check_record_path(r, env);
     spec.config = config_from(r);
     if (r.count("steps")) spec.config.max_iters = r["steps"].as<int>();
     // Before anything is opened or written: a head dim the CUDA kernels lack is a usage error.
@@ -374,12 +413,19 @@ int run_train(int argc, char** argv) {
       for (const auto& a : r["plan-from"].as<std::vector<std::string>>()) spec.plan.add_change(a);
     // Parse every plan now so a bad spec fails before anything is written.
     for (const auto& ch : spec.plan.changes) spec.plan.at(ch.first, spec.config.n_layer, spec.config.n_head);
-    spec.threads = r["threads"].as<int>();
+    spec.threads = new_run_threads(r["threads"].as<int>());
     set_threads(spec.threads);
+    spec.checkpoint_every = checkpoint_every_option(r);
     data = std::make_unique<train::TokenFile>(r["data"].as<std::string>());
+    // One batch row reads block_size + 1 tokens from an offset below size - block_size - 1:
+    // a shorter file fails at the first step, so it is refused before the store is created.
+    const size_t need = static_cast<size_t>(spec.config.block_size) + 2;
+    if (data->size() < need)
+      throw UsageError("train: --data " + data->path() + " holds " + std::to_string(data->size()) +
+                       " tokens; a batch of block size " + std::to_string(spec.config.block_size) +
+                       " needs at least " + std::to_string(need));
     spec.data_path = data->path();
     spec.data_fingerprint = data->fingerprint();
-    spec.checkpoint_every = r["checkpoint-every"].as<int>();
     spec.digest_every = r["digest-every"].as<int>();
     spec.monitor_every = monitor_every_option(r);
     retention_options(r, spec);

@@ -2,10 +2,13 @@
 #include "cli/options.h"
 
 #include <ATen/Parallel.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 
@@ -54,7 +57,26 @@ std::string read_text_file(const std::string& path) {
 
 void set_threads(int n) {
   if (n < 1) throw UsageError("--threads must be >= 1");
+  if (n > kMaxThreads)
+    throw UsageError("--threads " + std::to_string(n) + " is more than " + std::to_string(kMaxThreads) +
+                     " (the most rewind runs)");
   at::set_num_threads(n);
+}
+
+int machine_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int new_run_threads(int n) {
+  if (n < 1) throw UsageError("train: --threads must be >= 1, got " + std::to_string(n));
+  const int cores = machine_cores();
+  if (n > cores)
+    throw UsageError("train: --threads " + std::to_string(n) + " is more than the " + std::to_string(cores) +
+                     " cores this process may use (at most " + std::to_string(cores) +
+                     ": the count is recorded and every replay of the run uses it)");
+  return n;
 }
 
 bool wants_help(const cxxopts::Options& opts, const cxxopts::ParseResult& r) {

@@ -110,6 +110,10 @@ Store Store::create(const std::string& path, const StoreOptions& options) {
       throw data_error("store " + path + ": already exists; refusing to overwrite it");
     holding.emplace(path, "replacing a stub (rewind train --record)");
     remove_store_files(path);
+  } else {
+    // Side files without their store (its file deleted by hand) are no store's: a stale WAL
+    // would be replayed into the new file.
+    for (const char* side : {"-wal", "-shm", "-journal"}) ::unlink((path + side).c_str());
   }
   const std::string tmp = path + ".creating-" + std::to_string(::getpid());
   remove_store_files(tmp);

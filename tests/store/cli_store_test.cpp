@@ -89,7 +89,7 @@ class StoreCli : public testing::Test {
 TEST_F(StoreCli, InfoLsVerifySucceed) {
   std::string out;
   EXPECT_EQ(run({"store", "info", path_}, &out), 0);
-  EXPECT_NE(out.find("schema version 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("schema version " + std::to_string(store::kSchemaVersion)), std::string::npos) << out;
   EXPECT_NE(out.find("steps 3..3 (1 recorded)"), std::string::npos) << out;
   EXPECT_NE(out.find("checkpoints: 1 at steps 0"), std::string::npos) << out;
   EXPECT_EQ(run({"store", "ls", path_}, &out), 0);
