@@ -1,6 +1,7 @@
 // `rewind bisect`: localize a precision failure in a recording — in time (--find-window) and
 // to layers, heads and ops (--window); `bisect log` lists every probe; `bisect __probe` is the
 // hidden worker that --jobs starts, one long-lived process per slot.
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -354,6 +355,14 @@ int run_bisect(int argc, char** argv) {
   o.window_only = r.count("window-only") > 0;
   if (r.count("reference")) o.reference = r["reference"].as<std::string>();
   o.fix = r.count("fix") ? r["fix"].as<std::string>() : o.reference;
+  // --report DIR is a folder (made when missing): a file there would fail only once the whole
+  // bisect has run, so it is refused before the first probe.
+  if (r.count("report")) {
+    struct stat st;
+    const std::string dir = r["report"].as<std::string>();
+    if (::stat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+      throw UsageError("bisect: --report " + dir + " is a file; it names a folder (for report.json, report.md, report.html)");
+  }
   o.progress = r.count("quiet") == 0;
   if (r.count("hold")) {
     o.hold = r["hold"].as<int64_t>();

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cxxopts.hpp>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -150,6 +151,27 @@ int checkpoint_every_option(const cxxopts::ParseResult& r) {
     throw UsageError("train: --checkpoint-every must be 1 or more, got " + std::to_string(k) +
                      " (a recording needs checkpoints to replay from)");
   return k;
+}
+
+// A CPU model whose training state cannot fit in the memory available, refused before it is
+// allocated (LibTorch would fail deep in an allocator). The estimate is a lower bound: FP32
+// weights, gradients and two AdamW moments, 16 bytes a parameter, activations left out.
+void refuse_model_beyond_memory(const train::Config& c, const std::string& device) {
+  if (device != "cpu") return;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  while (meminfo >> key >> kib && key != "MemAvailable:") meminfo.ignore(256, '\n');
+  if (key != "MemAvailable:" || kib <= 0) return;
+  const double e = c.n_embd;
+  const double params = (double(c.vocab_size) + c.block_size) * e + double(c.n_layer) * 12.0 * e * e;
+  const double need_gib = params * 16.0 / double(1 << 30), have_gib = kib / double(1 << 20);
+  if (need_gib > have_gib) {
+    char line[256];
+    std::snprintf(line, sizeof line, "train: this model (%.3g parameters) needs at least %.1f GiB for its training "
+                  "state; %.1f GiB of memory is available", params, need_gib, have_gib);
+    throw UsageError(line);
+  }
 }
 
 // --record PATH, checked before the model is built: an existing store is refused, and a stub
@@ -404,6 +426,7 @@ int run_train(int argc, char** argv) {
     check_record_path(r, env);
     spec.config = config_from(r);
     if (r.count("steps")) spec.config.max_iters = r["steps"].as<int>();
+    refuse_model_beyond_memory(spec.config, r["device"].as<std::string>());
     // Before anything is opened or written: a head dim the CUDA kernels lack is a usage error.
     spec.config.validate_for_device(r["device"].as<std::string>(),
                                     train::attention_impl(r["attention"].as<std::string>()) ==

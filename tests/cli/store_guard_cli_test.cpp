@@ -128,6 +128,7 @@ TEST_F(StoreGuard, BadOptionsAreRefusedBeforeTheStoreIsCreated) {
       {"--data " + data_ + " --checkpoint-every -1", "--checkpoint-every must be 1 or more, got -1"},
       {"--data " + tiny, "holds 20 tokens; a batch of block size 32 needs at least 34"},
       {"--data " + data_ + " --threads 100000", "--threads 100000 is more than the"},
+      {"--data " + data_ + " --n-embd 1000000", "needs at least"},
   };
   for (const Case& c : cases) {
     // --threads last: the case's own --threads overrides the model's.
@@ -142,6 +143,15 @@ TEST_F(StoreGuard, BisectJobsBeyondTheCoresAreCappedInOneLine) {
   const Cmd c = rewind_cmd("bisect --store " + base_ + " --window 5:9 --fail 'max(loss) > 1000' --jobs 1000 --quiet");
   EXPECT_NE(c.out.find("bisect: --jobs 1000 capped at "), std::string::npos) << c.out;
   EXPECT_NE(c.code, 137) << c.out;
+}
+
+TEST_F(StoreGuard, BisectReportThatIsAFileIsRefusedBeforeAProbe) {
+  const std::string file = dir_ + "/report.txt";
+  ASSERT_EQ(run_shell("echo keep > " + file).code, 0);
+  const Cmd c = rewind_cmd("bisect --store " + base_ + " --window 5:9 --fail 'max(loss) > 1000' --quiet --report " + file);
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_NE(c.out.find("--report " + file + " is a file"), std::string::npos) << c.out;
+  EXPECT_EQ(run_shell("grep -qx keep " + file).code, 0) << "the file was overwritten";
 }
 
 TEST_F(StoreGuard, RecordRefusesARealStoreAndReplacesAStub) {
