@@ -24,6 +24,7 @@
 #include "cli/script_server.h"
 #include "cli/script_window.h"
 #include "common/error.h"
+#include "plan/plan.h"
 #include "store/store.h"
 #include "train/plan_schedule.h"
 
@@ -426,6 +427,15 @@ int run_bisect(int argc, char** argv) {
   {
     store::Store st = store::Store::open(o.store_path, store::Mode::kReadOnly);
     spec = train::RunSpec::load(st, o.run);
+  }
+  // --fix is read only by the time probes and the hold check, after the search has run: a
+  // malformed one is refused now, like --reference.
+  if (o.fix != bisect::kFullPrecision) {
+    try {
+      plan::apply(plan::Plan::defaults(spec.config.n_layer, spec.config.n_head), o.fix);
+    } catch (const UsageError& e) {
+      throw UsageError("bisect: --fix '" + o.fix + "': " + e.what());
+    }
   }
   // Ranks: as many as recorded unless asked otherwise (replay's rule: another count warns).
   const int nproc = r.count("nproc-per-node") ? r["nproc-per-node"].as<int>() : spec.world_size;

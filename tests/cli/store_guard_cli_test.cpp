@@ -154,6 +154,13 @@ TEST_F(StoreGuard, BisectReportThatIsAFileIsRefusedBeforeAProbe) {
   EXPECT_EQ(run_shell("grep -qx keep " + file).code, 0) << "the file was overwritten";
 }
 
+TEST_F(StoreGuard, MalformedFixIsRefusedBeforeAProbe) {
+  const Cmd c = rewind_cmd("bisect --store " + base_ + " --find-window --fail 'max(loss) > 1000' --quiet --fix 'L*.H*.qk=bogus'");
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_NE(c.out.find("bisect: --fix 'L*.H*.qk=bogus': "), std::string::npos) << c.out;
+  EXPECT_EQ(c.out.find("probes:"), std::string::npos) << c.out;
+}
+
 TEST_F(StoreGuard, RecordRefusesARealStoreAndReplacesAStub) {
   const std::string real = copy("real.db");
   const Cmd again = rewind_cmd("train --data " + data_ + " --record " + real + " --steps 5" + kModel);
