@@ -93,8 +93,13 @@ TEST_F(RecordReplay, TokenFileFactsFromTheEnvironmentAreTrustedOnlyForTheSameFil
   EXPECT_EQ(other.code, 0) << other.out;
 }
 
+// The rows are altered with their checksum cleared (an unchecked row, as those of a store made
+// before row checksums): the value is believed, and the replay reports the difference as a
+// divergence at its step. With the checksum kept, the readers say "store corrupted"
+// (tests/cli/store_guard_cli_test.cpp).
 TEST_F(RecordReplay, TamperedLossIsReportedAtItsStep) {
-  const std::string copy = altered_copy("tampered.db", "UPDATE steps SET loss_bits = loss_bits + 1 WHERE step = 27");
+  const std::string copy =
+      altered_copy("tampered.db", "UPDATE steps SET loss_bits = loss_bits + 1, row_sum = NULL WHERE step = 27");
   Cmd r = sh(kBin + " replay --store " + copy + " --from 25 --to 30 --verify");
   EXPECT_EQ(r.code, 4) << r.out;
   EXPECT_NE(r.out.find("replay diverged at step 27: loss"), std::string::npos) << r.out;
@@ -104,13 +109,13 @@ TEST_F(RecordReplay, TamperedLossIsReportedAtItsStep) {
 // digits, no prefix) is recomputed the old way, FNV-1a over the bytes, for the comparison.
 TEST_F(RecordReplay, TamperedDigestIsReportedInTheFormItWasRecordedIn) {
   const std::string d2 = altered_copy("digest_d2.db",
-                                      "UPDATE steps SET param_digest = 'd2:0123456789abcdef' WHERE step = 27");
+                                      "UPDATE steps SET param_digest = 'd2:0123456789abcdef', row_sum = NULL WHERE step = 27");
   Cmd r = sh(kBin + " replay --store " + d2 + " --from 25 --to 30 --verify");
   EXPECT_EQ(r.code, 4) << r.out;
   EXPECT_NE(r.out.find("replay diverged at step 27: parameter digest recorded d2:0123456789abcdef vs replayed d2:"),
             std::string::npos) << r.out;
   const std::string legacy = altered_copy("digest_fnv.db",
-                                          "UPDATE steps SET param_digest = '0123456789abcdef' WHERE step = 27");
+                                          "UPDATE steps SET param_digest = '0123456789abcdef', row_sum = NULL WHERE step = 27");
   r = sh(kBin + " replay --store " + legacy + " --from 25 --to 30 --verify");
   EXPECT_EQ(r.code, 4) << r.out;
   const size_t at = r.out.find("parameter digest recorded 0123456789abcdef vs replayed ");
@@ -125,7 +130,7 @@ TEST_F(RecordReplay, RunFromAnotherVersionOrProcessorReplaysWithAWarning) {
   EXPECT_EQ(same.out.find("warning:"), std::string::npos) << same.out;
 
   const std::string old = altered_copy(
-      "old_numerics.db", "UPDATE runs SET meta = json_set(meta, '$.numerics', 1, '$.rewind_version', '0.1.0')");
+      "old_numerics.db", "UPDATE runs SET meta = json_set(meta, '$.numerics', 1, '$.rewind_version', '0.1.0'), row_sum = NULL");
   Cmd r = sh(kBin + " replay --store " + old + " --from 20 --to 21 --verify");
   EXPECT_EQ(r.code, 0) << r.out;  // a warning, not an error: the bits are still this build's
   EXPECT_NE(r.out.find("warning: run 1 was recorded by rewind 0.1.0 (numerics 1"), std::string::npos)
@@ -136,7 +141,7 @@ TEST_F(RecordReplay, RunFromAnotherVersionOrProcessorReplaysWithAWarning) {
 
   // Another processor: BLAS (or the GPU) may pick other kernels, so replay says so.
   const std::string moved =
-      altered_copy("other_cpu.db", "UPDATE runs SET meta = json_set(meta, '$.device_name', 'Imaginary CPU 9000')");
+      altered_copy("other_cpu.db", "UPDATE runs SET meta = json_set(meta, '$.device_name', 'Imaginary CPU 9000'), row_sum = NULL");
   Cmd m = sh(kBin + " replay --store " + moved + " --from 20 --to 21 --verify");
   EXPECT_EQ(m.code, 0) << m.out;
   EXPECT_NE(m.out.find("warning: run 1 was recorded on Imaginary CPU 9000; this is "), std::string::npos) << m.out;
@@ -248,8 +253,9 @@ TEST_F(RecordReplay, BadRequestsFailWithOneLineAndNothingChanges) {
   EXPECT_EQ(wrong_data.code, 3) << wrong_data.out;
   EXPECT_NE(wrong_data.out.find("differs from the recording"), std::string::npos);
 
-  const std::string nock = dir_ + "/nock.db";
-  ASSERT_EQ(sh(kBin + " train --data " + data_ + " --steps 5 --checkpoint-every 0 --record " + nock + kModel).code, 0);
+  // A store whose checkpoints are gone (`train --checkpoint-every 0`, which would make one, is
+  // refused before anything is written).
+  const std::string nock = altered_copy("nock.db", "DELETE FROM checkpoints");
   Cmd missing = sh(kBin + " replay --store " + nock + " --from 1 --to 3");
   EXPECT_EQ(missing.code, 3) << missing.out;
   EXPECT_NE(missing.out.find("missing checkpoint"), std::string::npos) << missing.out;
