@@ -7,7 +7,7 @@
 
 namespace rwd {
 
-// Documented in `rewind --help` and README.md.
+// Documented in `rewind --help` and docs/cli.md (exit codes).
 enum class ExitCode : int {
   kOk = 0,        // success
   kInternal = 1,  // a bug or an unexpected library failure

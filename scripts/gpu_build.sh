@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the lent GPU machine (Ubuntu, nvcc 13, pip torch 2.11+cu130): unpack the carried Debian
-# .debs (SQLite, nlohmann-json, cxxopts, gtest: see README "Building with CUDA"), configure
+# .debs (SQLite, nlohmann-json, cxxopts, gtest: see docs/cuda.md), configure
 # with -DREWIND_CUDA=ON against pip torch's LibTorch, build, and run the cuda-labelled tests.
 # Usage: bash scripts/gpu_build.sh [ctest args]   (BUILD, OUT honoured; logs under $OUT)
 #        TARGET=rewind bash scripts/gpu_build.sh    (that target only, no tests: a quick rebuild)

@@ -72,7 +72,7 @@ def main():
         lines = open(os.path.join(src, name)).read().splitlines()
         with open(os.path.join(dst, name), "w") as f:
             f.write("\n".join(apply(lines, diff, name)) + "\n")
-        print(f"applied the README's diff to {name}: {sum(d[:1] == '+' for d in diff)} lines in, "
+        print(f"applied the diff of docs/nanogpt.md to {name}: {sum(d[:1] == '+' for d in diff)} lines in, "
               f"{sum(d[:1] == '-' for d in diff)} out")
 
 

@@ -13,7 +13,7 @@
 namespace rwd::bisect::testing {
 namespace {
 
-// Calibrated strengths (bisect_test_util.h, README "Faults for testing"); a clean run keeps
+// Calibrated strengths (bisect_test_util.h, docs/plan.md "Faults for testing"); a clean run keeps
 // max(loss) <= 2.25 after step 20.
 const char* kFail = "'nan || max(loss) > 3'";
 const std::string kStrong = "fault(strength=25600)";

@@ -42,7 +42,7 @@ FAULT = "L1.H0.pv=fault(strength=25600)"
 
 
 class CausalSelfAttention(nn.Module):
-    """nanoGPT's, with `hand`: the same module edited as the README's diff edits it."""
+    """nanoGPT's, with `hand`: the same module edited as the diff of docs/nanogpt.md edits it."""
 
     def __init__(self, layer, hand, dropout=0.0, kind="sdpa"):
         super().__init__()

@@ -116,7 +116,7 @@ def main():
                          "what a served probe (no init draws) cannot repeat")
     a = ap.parse_args()
     torch.use_deterministic_algorithms(True)
-    if hasattr(torch.utils, "deterministic"):  # torch >= 2.1: no NaN fill of every new tensor (README)
+    if hasattr(torch.utils, "deterministic"):  # torch >= 2.1: no NaN fill of every new tensor (docs/python.md)
         torch.utils.deterministic.fill_uninitialized_memory = False
     torch.set_num_threads(1)
     rank = 0
