@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 38: a gpt2-small run that breaks on its own in the paper's numerics (S rounded to BF16
+# A gpt2-small run that breaks on its own in the paper's numerics (S rounded to BF16
 # before the softmax, running O and l in BF16), recorded, its window found, bisected, explained
 # with rewind's monitors, and the fix confirmed by training on past the failure.
 #
@@ -67,7 +67,7 @@ for stage in "${STAGES[@]}"; do
       "$R" data text "$W/corpus.txt" -o "$W/train.bin" | tee -a "$OUT/run.log"
     fi
     log "train.bin: $(stat -c %s "$W/train.bin") bytes, md5 $(md5sum < "$W/train.bin" | cut -c1-32)" \
-        "(issue 38's machine: 19584982 tokens, md5 890dc03c00dc1d67a959ddd05ef46130)"
+        "(the H100 recording's corpus, results/run.log: 19584982 tokens, md5 890dc03c00dc1d67a959ddd05ef46130)"
     ;;
   record)   # the failing run, resumed where an earlier call stopped (kill -9 keeps the store whole)
     last=$($A last-step "$W/fail.db" 2>/dev/null || echo -1)
