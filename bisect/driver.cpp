@@ -13,6 +13,7 @@
 #include "common/hash.h"
 #include "common/json_int.h"
 #include "common/progress.h"
+#include "store/reader_pins.h"
 
 namespace rwd::bisect {
 
@@ -88,6 +89,7 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   so.max_batch = o.pool.jobs;
   so.group_testing = o.group_testing;
   so.cheap_direction = o.cheap_direction;
+  so.fixing_only = o.hold.has_value();
   so.cost = CostModel::named(rep.cost_model);
   so.before_batch = [&](const std::string& phase) { ctx.phase = phase; };
   // Races (issue 32) where probes run on several workers at once: a failing probe's early
@@ -142,7 +144,7 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
       for (const Probe& p : rep.search.probes)
         if (p.parent >= 0) rep.probes[level_first + static_cast<size_t>(p.index)].parent = static_cast<int>(level_first) + p.parent;
     const Status s = rep.search.status;
-    if (space.depth >= o.depth || (s != Status::kLocalized && s != Status::kSeparateFix)) break;
+    if (space.depth >= o.depth || !found_fix(s)) break;
     const double level_min = (now_s() - level_t0) / 60, left_min = o.budget_min - (now_s() - ctx.t0) / 60;
     if (level_min > left_min) {
       char buf[200];
@@ -157,7 +159,7 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
   const Status st = rep.search.status;
   rep.near_miss.reset();
   if (st == Status::kNotReproducible) rep.near_miss = detail::recorded_near_miss(ctx, from, to);
-  if (st != Status::kLocalized && st != Status::kSeparateFix && st != Status::kNoFixInSpace) return;
+  if (!found_fix(st) && st != Status::kNoFixInSpace) return;
 
   // Fix checks: the fixing set promoted (already probed by the engine: a cache hit), and the
   // stabilized softmax in the guilty heads and everywhere (one batch).
@@ -371,6 +373,10 @@ BisectReport run_bisect(const BisectOptions& o) {
   store::Store st = store::Store::open(o.store_path, store::Mode::kReadWrite);
   BisectReport rep;
   train::RunSpec run = o.run_spec ? *o.run_spec : train::RunSpec::load(st, o.run);
+  // `store thin` keeps the checkpoints this bisect may read until it returns (a pin beside the
+  // store file, store/reader_pins.h): every one with --find-window, else the window's.
+  const store::ReaderPin pin(st.path(), run.run_id,
+                             o.window ? std::vector<int64_t>{o.window->first} : std::vector<int64_t>{}, "bisect");
   Predicate pred = Predicate::parse(o.fail);
   pred.validate(series_keys(run.config));
   const std::string job_text = "run " + std::to_string(run.run_id) + " " +
@@ -451,7 +457,7 @@ BisectReport run_bisect(const BisectOptions& o) {
   account_costs(rep, rep.narrowed ? searched_space(run, o, rep.from, rep.to) : space_for(run.config));
   if (rep.narrowed) {
     const Status s = rep.search.status;
-    rep.exit_code = (s == Status::kLocalized || s == Status::kSeparateFix || s == Status::kNoFixInSpace) ? 4 : 0;
+    rep.exit_code = (found_fix(s) || s == Status::kNoFixInSpace) ? 4 : 0;
   } else {
     rep.exit_code = rep.time && rep.time->status == TimeSearch::Status::kWindow ? 4 : 0;
   }

@@ -272,7 +272,7 @@ void find_point_of_no_return(Context& ctx, const BisectOptions& o, TimeSearch& t
 void hold_check(Context& ctx, const BisectOptions& o) {
   BisectReport& rep = ctx.report;
   const Status st = rep.search.status;
-  if (!rep.narrowed || (st != Status::kLocalized && st != Status::kSeparateFix) || rep.search.fixing_set.empty()) return;
+  if (!rep.narrowed || !found_fix(st) || rep.search.fixing_set.empty()) return;
   Horizon h;
   h.from = rep.from;
   h.hold = o.hold_check ? *o.hold_check : std::min<int64_t>(1000, 10 * (rep.to - rep.from + 1));
@@ -383,7 +383,7 @@ void describe_horizon(Context& ctx, const BisectOptions& o) {
                             step_text(h.fail_step) + " + " + step_text(h.to - h.fail_step) + ")";
   const std::string start = h.point_of_no_return >= 0 ? "from the point of no return, step " + step_text(rep.from)
                                                       : "from step " + step_text(rep.from);
-  if ((st != Status::kLocalized && st != Status::kSeparateFix) || rep.search.fixing_set.empty()) {
+  if (!found_fix(st) || rep.search.fixing_set.empty()) {
     h.claim = std::string("No set found that holds ") + until + ": " + status_name(st) + ".";
     return;
   }
@@ -416,6 +416,9 @@ void attach_band(Context& ctx, const BisectOptions& o, ProbeSpec& p) {
     if (!ref || e.spec.from != p.from || e.spec.to != p.to || e.outcome.fails || e.outcome.cut ||
         e.outcome.max_logit.size() != static_cast<size_t>(p.to - p.from + 1))
       continue;
+    // A candidate that trains the reference's own plans (promoting the whole space) is that
+    // branch: without a band its key is the reference probe's, a cache hit.
+    if (probe_key(p, ctx.run, ctx.pred) == probe_key(e.spec, ctx.run, ctx.pred)) return;
     p.band = e.outcome.max_logit;
     p.band_k = o.early_band;
     p.band_steps = o.early_steps;

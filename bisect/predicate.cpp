@@ -13,6 +13,7 @@
 #include "bisect/predicate_internal.h"
 #include "bisect/series_names.h"
 #include "common/error.h"
+#include "common/utf8.h"
 
 namespace rwd::bisect {
 
@@ -76,7 +77,7 @@ std::vector<Token> tokenize(const std::string& s) {
         if (c == '=') fail_at(i, "unexpected '=' (use '==' for equality)");
         if (c == '|' || c == '&')
           fail_at(i, std::string("unexpected '") + c + "' (use '" + c + c + "')");
-        fail_at(i, std::string("unexpected character '") + c + "'");
+        fail_at(i, "unexpected character '" + utf8_char_at(s, i) + "'");
       }
       t.type = Token::kOp;
       i += t.text.size();

@@ -14,6 +14,7 @@ const char* status_name(Status s) {
     case Status::kNotPrecision: return "not-a-precision-failure";
     case Status::kOutsideSpace: return "outside-search-space";
     case Status::kNoFixInSpace: return "no-fix-in-search-space";
+    case Status::kFixingSet: return "fixing-set";
   }
   return "unknown";
 }
@@ -40,6 +41,17 @@ SearchResult Engine::run() {
   if (!defer && fails(all_fp32)) return finish(Status::kNotPrecision, "the all-FP32 run fails too");
   if (!fails({Mode::kKeepLow, top}))
     return finish(Status::kOutsideSpace, "keeping the whole search space low passes");
+
+  if (fixing_only_) {
+    if (defer) {
+      phase_ = "check";
+      if (fails(all_fp32)) return finish(Status::kNotPrecision, "the all-FP32 run fails too");
+    }
+    res_ = separate_fix(top);
+    if (res_.status == Status::kSeparateFix)
+      finish(Status::kFixingSet, "promoting this set passes; the failing set was not searched");
+    return res_;
+  }
 
   // 2. One culprit acting alone, by the cheaper probes (issue 26); else, culprits acting alone:
   // adaptive group testing finds them all, every one a failing set.

@@ -29,8 +29,13 @@ enum class Status {
   kNotPrecision,     // the all-FP32 run fails too: not a precision failure
   kOutsideSpace,     // keeping the whole space low passes: the cause lies outside the space
   kNoFixInSpace,     // failing set found, but promoting the whole space does not fix the run
+  kFixingSet,        // the fixing set alone was searched (SearchOptions::fixing_only) and found
 };
 const char* status_name(Status s);
+// Whether the search ended with a set whose promotion makes the run pass.
+inline bool found_fix(Status s) {
+  return s == Status::kLocalized || s == Status::kSeparateFix || s == Status::kFixingSet;
+}
 
 struct Probe {
   int index = 0;      // 0-based, in the order the oracle saw them
@@ -80,6 +85,11 @@ struct SearchOptions {
   // log2(G) parts' worth per failure cheaper than G bits per whole window. Empty: never.
   RaceOracle race;
   std::function<double()> fail_fraction;
+  // Only the fixing set: after the anchors, narrow what must be promoted for the run to pass,
+  // never what kept low makes it fail. Over a horizon (bisect --hold) every probe that holds
+  // trains the whole horizon, and the failing set's questions ("these layers alone kept low")
+  // mostly hold, so asking them costs as much as the answer the verdict is about.
+  bool fixing_only = false;
   // Called before every oracle call with the phase its candidates belong to (for logs).
   std::function<void(const std::string& phase)> before_batch;
 };

@@ -20,7 +20,7 @@ class Engine {
  public:
   Engine(const SearchSpace& space, const Oracle& oracle, const SearchOptions& options)
       : space_(space), oracle_(oracle), max_batch_(std::max(1, options.max_batch)),
-        group_testing_(options.group_testing), cheap_(options.cheap_direction),
+        group_testing_(options.group_testing), cheap_(options.cheap_direction), fixing_only_(options.fixing_only),
         cost_(options.cost), race_(options.race), fail_fraction_(options.fail_fraction),
         before_batch_(options.before_batch) {}
 
@@ -288,6 +288,7 @@ class Engine {
   int max_batch_;
   bool group_testing_;
   bool cheap_;
+  bool fixing_only_;
   CostModel cost_;
   RaceOracle race_;
   std::function<double()> fail_fraction_;
