@@ -10,9 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <cxxopts.hpp>
-#include <fstream>
 #include <memory>
-#include <sstream>
+#include <optional>
 
 #include "bisect/driver.h"
 #include "bisect/probe_pool.h"
@@ -24,6 +23,7 @@
 #include "cli/script_server.h"
 #include "cli/script_window.h"
 #include "common/error.h"
+#include "common/proc_stat.h"
 #include "plan/plan.h"
 #include "store/store.h"
 #include "train/plan_schedule.h"
@@ -100,19 +100,11 @@ int run_worker(int argc, char** argv) {
 
 // Seconds since this process started (its start time in /proc, 10 ms ticks); -1 if unknown.
 double process_age_s() {
-  std::ifstream f("/proc/self/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const size_t close = stat.rfind(')');  // the command name may hold spaces
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(stat.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-    if (i < 22) continue;
-    timespec now{};
-    clock_gettime(CLOCK_BOOTTIME, &now);
-    return now.tv_sec + now.tv_nsec * 1e-9 - std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
-  }
-  return -1;
+  const std::optional<ProcStat> stat = read_proc_stat("self");
+  if (!stat) return -1;
+  timespec now{};
+  clock_gettime(CLOCK_BOOTTIME, &now);
+  return now.tv_sec + now.tv_nsec * 1e-9 - static_cast<double>(stat->start_ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // Prints the verdict, writes the report where asked; returns the exit code. REWIND_BISECT_TIMES

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/run_kind.h"
 #include "common/error.h"
+#include "common/utf8.h"
 #include "store/npy.h"
 #include "store/store.h"
 #include "store/writer_lock.h"
@@ -36,7 +37,7 @@ std::string human_bytes(int64_t n) {
   return buf;
 }
 
-// One-line summary of JSON text: whitespace collapsed, cut at `width` characters.
+// One-line summary of JSON text: whitespace collapsed, cut to `width` bytes between characters.
 std::string one_line(const std::string& text, size_t width) {
   std::string out;
   for (char c : text) {
@@ -44,8 +45,7 @@ std::string one_line(const std::string& text, size_t width) {
     if (space && (out.empty() || out.back() == ' ')) continue;
     out += space ? ' ' : c;
   }
-  if (out.size() > width) out = out.substr(0, width - 3) + "...";
-  return out;
+  return utf8_shorten(out, width);
 }
 
 std::string steps_text(const std::vector<int64_t>& steps) {
@@ -112,7 +112,7 @@ void add_retention_options(cxxopts::Options& opts) {
       cxxopts::value<int64_t>())(
       "keep-steps", "also keep the checkpoints replaying from these steps needs, e.g. 6550,6600",
       cxxopts::value<std::string>())(
-      "force", "also remove checkpoints stored bisect probes need")(
+      "force", "also remove checkpoints stored bisect probes need (never those a running replay or bisect reads)")(
       "run", "only this run (default: every run)", cxxopts::value<int64_t>());
 }
 
@@ -165,6 +165,8 @@ std::string removal_text(const store::ThinPlan& p) {
 }
 
 void print_pinned(const store::ThinPlan& p) {
+  for (const auto& [step, why] : p.in_use)
+    std::printf("  checkpoint %lld kept: %s\n", static_cast<long long>(step), why.c_str());
   if (p.pinned.empty()) return;
   std::string s;
   for (size_t i = 0; i < p.pinned.size(); ++i)
@@ -238,9 +240,10 @@ int cmd_thin(int argc, char** argv) {
       "store thin",
       "delete checkpoints a retention rule drops, with the blobs nothing else refers to, and give their "
       "space back.\nThe first and the last checkpoint of each run are always kept, and so are those stored "
-      "bisect probes\nneed (unless --force); steps, metrics, batches and captured tensors all stay. A store "
-      "being recorded\nis refused. Stores made before incremental auto-vacuum are rewritten once (VACUUM: "
-      "needs room for a copy).\n  rewind store thin run.db --keep-last 20 --keep-every 1000 --keep-steps 6550");
+      "bisect probes\nneed (unless --force) and those a running replay or bisect reads; steps, metrics, "
+      "batches and captured\ntensors all stay. A store being recorded is refused. Stores made before "
+      "incremental auto-vacuum are\nrewritten once (VACUUM: needs room for a copy).\n"
+      "  rewind store thin run.db --keep-last 20 --keep-every 1000 --keep-steps 6550");
   opts.add_options()("store", "store file", cxxopts::value<std::string>())("h,help", "show help");
   add_retention_options(opts);
   auto r = parse(opts, argc, argv);

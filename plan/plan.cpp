@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "common/utf8.h"
 
 namespace rwd::plan {
 namespace {
@@ -138,7 +139,7 @@ class Parser {
   }
   std::string found() const {
     if (i_ >= s_.size()) return "end of text";
-    return "'" + s_.substr(i_, 1) + "'";
+    return "'" + utf8_char_at(s_, i_) + "'";  // the whole character, never half of one
   }
   void skip_ws() {
     while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "store/reader_pins.h"
 #include "store/window_check.h"
 #include "train/tensor_io.h"
 
@@ -182,6 +183,8 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
 Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path,
                         bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
                         train::Comm* comm, bool warm) {
+  // Issue 64: `store thin` keeps the checkpoint read here until this returns (reader_pins.h).
+  const store::ReaderPin pin(s.path(), run_id, {step});
   if (!warm || !warm_trainer_on()) return restore_cold(s, run_id, step, data_path, verify, on_step, comm, warm);
   // REWIND_RESTORE_TIMES=1: each restore prints where its time went (stderr; cold ones below).
   static const bool times = std::getenv("REWIND_RESTORE_TIMES") != nullptr;

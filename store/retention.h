@@ -29,7 +29,7 @@ std::vector<int64_t> retained_steps(const std::vector<int64_t>& steps, const Ret
 // What a thinning of one run keeps beyond the rule: `keep_steps` (a user's pins: the
 // checkpoint at or before each, what replaying from that step needs), and, unless `force`,
 // every checkpoint a stored bisect probe or bisect log needs (the one at or before its
-// window's first step).
+// window's first step). A running replay's or bisect's pinned checkpoints are kept regardless.
 struct ThinRules {
   Retention rule;
   std::vector<int64_t> keep_steps;
@@ -42,6 +42,9 @@ struct ThinPlan {
   std::vector<int64_t> remove;       // the steps whose checkpoints go
   // Steps the rule drops but a pin keeps, each with why ("probe window 20:39 (job 1a2b)").
   std::vector<std::pair<int64_t, std::string>> pinned;
+  // Steps the rule drops but a running reader needs (reader_pins.h), kept even with `force`:
+  // "in use by bisect (process 4242)".
+  std::vector<std::pair<int64_t, std::string>> in_use;
   int64_t n_blobs = 0;        // blobs only the removed checkpoints refer to (deleted with them)
   int64_t stored_bytes = 0;   // their zstd bytes
   int64_t raw_bytes = 0;      // their raw bytes

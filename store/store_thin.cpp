@@ -1,11 +1,13 @@
 // Checkpoint retention applied to a store (issue 37): which checkpoints a rule keeps, what
 // stored bisect probes pin, the deletion of the others with the blobs nothing else refers to
-// (one transaction), and giving the freed pages back to the file system.
+// (one transaction), and giving the freed pages back to the file system. Checkpoints a running
+// reader has pinned (reader_pins.h) are kept, force or not.
 #include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <set>
 
+#include "store/reader_pins.h"
 #include "store/store.h"
 
 namespace rwd::store {
@@ -122,8 +124,13 @@ ThinPlan Store::plan_thin(int64_t run, const ThinRules& rules) {
   if (!rules.force) {
     for (auto& [step, why] : checkpoint_pins(run, plan.checkpoints)) pinned.emplace(step, std::move(why));
   }
+  const std::map<int64_t, std::string> in_use = reader_pins(path(), run, plan.checkpoints);
   for (int64_t s : plan.checkpoints) {
     if (keep.count(s)) continue;
+    if (auto use = in_use.find(s); use != in_use.end()) {
+      plan.in_use.push_back(*use);
+      continue;
+    }
     auto pin = pinned.find(s);
     if (pin != pinned.end()) {
       plan.pinned.push_back(*pin);
@@ -145,7 +152,9 @@ ThinPlan Store::plan_thin(int64_t run, const ThinRules& rules) {
 ThinPlan Store::thin(int64_t run, const ThinRules& rules) {
   require_writable("thinning checkpoints");
   // Planned and deleted in one write transaction: nothing can refer to a blob in between, and
-  // a kill leaves the store as it was or thinned, never half.
+  // a kill leaves the store as it was or thinned, never half. A reader writes its pin under a
+  // shared lock on the pins: held here until the commit, a pin is seen or comes after it.
+  const ReadersLock readers(path());
   ThinPlan plan;
   in_transaction(db_, [&] {
     plan = plan_thin(run, rules);

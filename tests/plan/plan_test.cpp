@@ -279,6 +279,8 @@ TEST(Plan, ErrorsNameThePosition) {
       {"L5-2=fp32", 2, "empty layer range 5-2"},
       {"L{1,2=fp32", 6, "expected '}' to close the layer set"},
       {"Lx=fp32", 2, "expected layer, found 'x'"},
+      {"L\xc3\xa9=fp32", 2, "expected layer, found '\xc3\xa9'"},  // the whole character, not half
+      {"L2.pv=fp32\xe2\x80\x94", 11, "found '\xe2\x80\x94'"},     // an em dash
       {"L2.H8.qk=bf16", 10, "'qk=bf16' is ambiguous"},
       {"L2.softmax=stable(beta=40)", 12, "beta must be in [1, 16]"},
       {"L2.softmax=stable(gamma=1)", 19, "unknown argument 'gamma'"},

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "store/npy.h"
+#include "store/reader_pins.h"
 #include "store/store.h"
 #include "store/writer_lock.h"
 #include "tests/store/store_test_util.h"
@@ -265,6 +266,21 @@ TEST_F(ThinCli, AStoreBeingRecordedIsRefused) {
   EXPECT_EQ(checkpoints().size(), 13u);
   EXPECT_EQ(run({"store", "thin", path_, "--keep-last", "1"}, &out), 0) << out;
   EXPECT_EQ(checkpoints(), (std::vector<int64_t>{0, 25, 60}));
+}
+
+// Issue 64 item 6: a running reader's checkpoint stays, --force or not, in one line each.
+TEST_F(ThinCli, ACheckpointInUseIsKeptAndSaysWhoUsesIt) {
+  std::string out;
+  {
+    const ReaderPin bisect(path_, 1, {33}, "bisect");
+    ASSERT_EQ(run({"store", "thin", path_, "--keep-last", "1", "--force"}, &out), 0) << out;
+    EXPECT_NE(out.find("\n  checkpoint 30 kept: in use by bisect (process " + std::to_string(getpid()) + ")\n"),
+              std::string::npos) << out;
+    EXPECT_EQ(checkpoints(), (std::vector<int64_t>{0, 30, 60}));
+  }
+  ASSERT_EQ(run({"store", "thin", path_, "--keep-last", "1", "--force"}, &out), 0) << out;
+  EXPECT_EQ(out.find("in use"), std::string::npos) << out;
+  EXPECT_EQ(checkpoints(), (std::vector<int64_t>{0, 60}));
 }
 
 }  // namespace
