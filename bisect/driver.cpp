@@ -199,6 +199,9 @@ void narrow_window(detail::Context& ctx, const BisectOptions& o, int64_t from, i
     ProbeSpec p = ctx.make(from, to, "fix");
     if (ch.spec.empty()) p.candidate = Candidate{Mode::kPromote, rep.search.fixing_set};
     else p.spec = ch.spec;
+    // Under --hold the band is part of a probe's key: the promotion is then the narrowing's own
+    // probe of the fixing set (a cache hit), not a second run of the whole horizon.
+    if (o.hold) detail::attach_band(ctx, o, p);
     batch.push_back(p);
   }
   const int first = static_cast<int>(rep.probes.size());

@@ -17,7 +17,7 @@ if [[ ${1:-} == start ]]; then
                                       echo "build rc $? in $(( $(date +%s) - T0 )) s" >> $W/out/build.txt; }
 fi
 if ! pgrep -f "real_failure/run.sh" > /dev/null && [[ ! -f $W/done ]]; then
-  setsid bash -c "env W=$W OUT=$W/out STEPS=3400 BUDGET=${BUDGET:-13} DEADLINE=$(cat $W/deadline) \
+  setsid bash -c "env W=$W OUT=$W/out STEPS=3400 BUDGET=${BUDGET:-13} CKPT_WAIT=${CKPT_WAIT:-} DEADLINE=$(cat $W/deadline) \
     bash $ROOT/experiments/real_failure/run.sh data record hold hold-confirm > $W/out/stdout.txt 2>&1; touch $W/done" \
     < /dev/null > /dev/null 2>&1 &
 fi

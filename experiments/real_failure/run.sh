@@ -17,7 +17,10 @@
 # Environment: BUILD (build-gpu), W (work dir, /tmp/rewind_real_failure: stores, corpus),
 #   OUT (results, $W/out), STEPS (8000: how far the failing run is recorded), EVERY (250:
 #   checkpoint spacing), FAIL (the failure predicate), REF (the healthy end of the bisect),
-#   DEADLINE (seconds since the epoch after which a stage starts nothing new), HOLD, HFAIL, BUDGET
+#   DEADLINE (seconds since the epoch after which a stage starts nothing new), CKPT_WAIT (1:
+#   record with --checkpoint-wait, a checkpoint at every EVERY steps exactly; unset, a checkpoint
+#   the writer has no room for is taken a few steps late, so two recordings differ in their
+#   checkpoint steps and the hold verdict, which starts only from checkpoints, with them), HOLD, HFAIL, BUDGET
 #   (the hold stage's horizon, predicate and minutes), WINDOW ("FROM TO",
 #   the causal window when this machine has no bisect report: "3000 3062").
 set -uo pipefail
@@ -73,7 +76,7 @@ for stage in "${STAGES[@]}"; do
     last=$($A last-step "$W/fail.db" 2>/dev/null || echo -1)
     if (( last + 1 < STEPS )); then
       if [[ -f $W/fail.db ]]; then args=(--resume "$W/fail.db" --steps "$STEPS")
-      else args=("${MODEL[@]}" --steps "$STEPS" --plan "$PAPER" --record "$W/fail.db" --checkpoint-every "$EVERY"); fi
+      else args=("${MODEL[@]}" --steps "$STEPS" --plan "$PAPER" --record "$W/fail.db" --checkpoint-every "$EVERY" ${CKPT_WAIT:+--checkpoint-wait}); fi
       log "recording the failing run to step $STEPS (from $((last + 1)))"
       timeout --signal=KILL $(( $(left) - 20 )) "$R" train "${args[@]}" --log-every 250 2>&1 | tee -a "$OUT/record.log" | grep -E "^step|error|recorded|resum"
     fi

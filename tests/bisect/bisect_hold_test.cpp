@@ -106,6 +106,14 @@ TEST_F(BisectHold, HoldFindsThePointOfNoReturnAndADurableSetThatAForkConfirms) {
   EXPECT_EQ(by_name["recorded plan"]["broke_at"], fail);
   EXPECT_TRUE(by_name["reference"]["held"].get<bool>());
   EXPECT_TRUE(by_name["fixing set"]["held"].get<bool>());
+  // Every plan trains once over the horizon: the fix check's promotion and the promotion of the
+  // whole space are the narrowing's and the reference's own probes, cache hits.
+  EXPECT_EQ(r["narrowing"]["status"], "fixing-set");
+  std::map<std::string, int> runs;
+  for (const auto& p : r["probes"])
+    if (!p["cached"].get<bool>()) EXPECT_EQ(++runs[p["plan"].get<std::string>() + " " + p["window"].dump()], 1) << p.dump().substr(0, 300);
+  for (const auto& p : r["probes"])
+    if (p["kind"] == "fix" && p["candidate"] == "fp32{L1.H2.delta}") EXPECT_TRUE(p["cached"].get<bool>()) << "the promotion reruns";
   // The independent confirmation: the printed fork, recorded, replayed bitwise, judged.
   std::string fork = h["fork_command"];
   ASSERT_FALSE(fork.empty()) << out;
@@ -236,6 +244,11 @@ TEST_F(BisectHold, LeadingIndicatorAgreesWithTheOutcomesAndSavesSteps) {
   EXPECT_EQ(e["missed"], 0) << m.out;
   EXPECT_GT(e["called_failed"].get<int>(), 2);
   EXPECT_GT(e["lead_steps"].get<int>(), 0);
+  // With the band in every narrowing probe's key, a plan still trains once: the promotion of the
+  // whole space is the reference's probe, the fix check's promotion the narrowing's.
+  std::map<std::string, int> runs;
+  for (const auto& p : a["probes"])
+    if (!p["cached"].get<bool>()) EXPECT_EQ(++runs[p["plan"].get<std::string>() + " " + p["window"].dump()], 1) << p.dump().substr(0, 300);
   EXPECT_NE(m.out.find("agreement with the outcome over " + std::to_string(measured) + " probe(s) run to their verdict: " +
                        std::to_string(measured) + "/" + std::to_string(measured)), std::string::npos) << m.out;
   Cmd t = rewind_cmd(base + "/ind_stop --early-stop");
