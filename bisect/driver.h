@@ -32,7 +32,7 @@ struct BisectOptions {
   std::string fix = kFullPrecision;            // --fix PLAN of the time probes
   std::string reference = kFullPrecision;      // --reference PLAN: what candidates promote towards
   bool group_testing = true;                   // --search cheap (default) | groups | ddmin
-  bool cheap_direction = true;                 // --search cheap (issue 26; the default since issue 36)
+  bool cheap_direction = true;                 // --search cheap (the default)
   bool progress = true;                        // progress line on stderr
   // The run as the probes see it, when rewind's trainer did not record it (bisect --cmd: a
   // script's run, its layers, heads and plan schedule); otherwise loaded from the store.
@@ -107,16 +107,16 @@ struct ProbeEntry {
   std::string phase;  // "time", "check", "failing/layers", ..., "fix"
   ProbeSpec spec;
   ProbeOutcome outcome;
-  // Cost in recorded steps (issue 26), NaN where unknown: predicted by the cost model (probes
+  // Cost in recorded steps, NaN where unknown: predicted by the cost model (probes
   // of a candidate set), and measured: its training-step time over the recorded plan's
   // per-step time measured in this bisect (BisectReport::recorded_step_s).
   double predicted_cost = 0, measured_cost = 0;
   // The probe whose set this one's was split from (the engine's Probe::parent as an index into
-  // BisectReport::probes; issue 35's narrowing tree); -1: a root (checks, time and fix probes).
+  // BisectReport::probes; the report's narrowing tree); -1: a root (checks, time and fix probes).
   int parent = -1;
 };
 
-// Time bisection over checkpoints (issue 9).
+// Time bisection over checkpoints.
 struct TimeSearch {
   enum class Status {
     kWindow,        // c* found: the causal window is [c*, F]
@@ -179,19 +179,19 @@ struct BisectReport {
   std::vector<double> recorded_loss;  // over the window (or over [c0, F] for a time search)
   int64_t recorded_from = 0;
   // Not reproducible (the recording never fails, or the window's recorded-plan replay passes):
-  // where the recording came closest to failing (issue 35).
+  // where the recording came closest to failing.
   std::optional<NearMiss> near_miss;
   int executed = 0, cached = 0, jobs = 1;
   int cut = 0, skipped = 0;  // probes cut short by a race / never started (ProbePool)
   int ranks = 1;                      // data-parallel ranks each probe ran on
   std::vector<std::string> gpus;
   double wall_s = 0;
-  // Issue 26: probe costs in recorded steps, summed over the probes that have one.
+  // Probe costs in recorded steps, summed over the probes that have one.
   std::string cost_model = "h100";
   double recorded_step_s = 0;          // per-step time of the recorded plan's probe (0: none)
   double predicted_cost = 0, measured_cost = 0;
   int predicted_probes = 0, measured_probes = 0;
-  // Issue 36 item 4: the cost model calibrated on this machine and plan pair. The reference
+  // The cost model calibrated on this machine and plan pair. The reference
   // run's probe (low{}) measures what promoting everything costs here (reference_step_ratio,
   // 0: not measured); each candidate's model cost above 1 is scaled so that the model's
   // low{} lands on it. calibrated_cost sums the candidates' calibrated per-step costs times
@@ -237,6 +237,17 @@ struct Context {
 
 // The near miss of the recorded steps [from, to] (history: every recorded step before them).
 NearMiss recorded_near_miss(Context& ctx, int64_t from, int64_t to);
+
+// bisect/narrow.cpp: the steady clock in seconds; what a window's narrowing searches; the report
+// so far handed to BisectOptions::on_interim with what is still to run; the narrowing of
+// [from, to] (search, fix checks) into ctx.report; a window widened when its recorded-plan
+// replay passes (nullopt: nothing left to widen to).
+double now_s();
+SearchSpace searched_space(const train::RunSpec& run, const BisectOptions& o, int64_t from, int64_t to);
+void interim(Context& ctx, const BisectOptions& o, const std::string& pending);
+void narrow_window(Context& ctx, const BisectOptions& o, int64_t from, int64_t to);
+std::optional<std::pair<int64_t, int64_t>> widen(Context& ctx, std::pair<int64_t, int64_t> w,
+                                                 std::pair<int64_t, int64_t> range);
 
 // Fills report.time; returns true when a window [c*, F] was found (with --hold: [the point of
 // no return, F + N], the horizon in report.horizon).

@@ -31,7 +31,7 @@ echo "== rewind._C against torch $("$PY" -c 'import torch; print(torch.__version
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREWIND_TESTS=OFF -DREWIND_PYTHON3="$PY" \
   "-DCMAKE_PREFIX_PATH=$TD;$TD/share/cmake" -DCMAKE_DISABLE_FIND_PACKAGE_pybind11=ON -DREWIND_GLOO_INCLUDE=OFF >/dev/null
 cmake --build "$BUILD" --target rewind_python -j "$(nproc)"
-TESTS=(test_rewind.py test_op.py test_record.py test_doctor.py test_instrument.py)
+TESTS=(test_rewind.py test_op.py test_record.py test_doctor.py test_instrument.py test_instrument_bench.py)
 [[ ${TORCH2_TESTS:-} == all ]] && TESTS=()
 echo "== Python tests under torch $TORCH: ${TESTS[*]:-all}"
 cd "$ROOT/tests/python"

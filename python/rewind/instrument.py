@@ -40,6 +40,24 @@ _hf_modules = weakref.WeakKeyDictionary()  # a Hugging Face attention module -> 
 _HF_NAME = "rewind"
 
 
+def _eager(fn, frame_only=False):
+    """`fn` run outside torch.compile's tracing. These wrappers read per-layer constants (the
+    layer, the module path); dynamo would guard on them and compile each block's frames once per
+    layer, past its recompile limit (8), after which those frames run uncompiled. frame_only:
+    only fn's own frame is skipped, what it calls (the block's own forward) is still compiled, as
+    one frame for every block. Called by instrument, not at `import rewind`: it imports
+    torch._dynamo (~2 s, once)."""
+    if not hasattr(torch, "compiler"):  # torch < 2.1: nothing compiles these
+        return fn
+    import torch._dynamo.decorators as decorators
+    if not frame_only:
+        return torch.compiler.disable(fn)
+    # skip() marks the code object, which dynamo then never sees again; disable(recursive=False)
+    # calls back into dynamo at every call (~0.25 ms on torch 2.15, two calls a block).
+    skip = getattr(decorators, "skip", None)
+    return skip(fn) if skip else torch.compiler.disable(fn, recursive=False)
+
+
 def _refuse(text):
     raise _C.RewindError("rewind.instrument: " + text)
 
@@ -72,6 +90,7 @@ class _State:
         self.hf_before = None
         self.mapping = {}  # module path -> what it runs as ("L0.qkv", "L0 attention", ...)
         self.wrapped = []  # (module, the instance forward it had or None)
+        self.sdpa = _eager(self._sdpa)  # under torch.compile: a graph break, never a trace of self.block
 
     def spec(self):
         return recording._active_plan if self.plan is None else self.plan
@@ -84,7 +103,7 @@ class _State:
                     f"(layer {layer}): call rewind.attention(q, k, v, layer={layer}) for the one the plan means")
         return _C.attention(q, k, v, self.spec(), layer, causal)
 
-    def sdpa(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    def _sdpa(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         path = self.block[1]
         what = "F.scaled_dot_product_attention"
         if attn_mask is not None:
@@ -151,7 +170,10 @@ def _wrap(state, module, forward):
 
 def _op_forward(state, name, orig):
     def forward(*args, **kwargs):
-        return ops.op(name, plan=state.plan)(orig, *args, **kwargs)
+        spec = recording._active_plan if state.plan is None else state.plan
+        if not spec:  # no plan: as written (rewind.op's answer), and no guard on `name` under torch.compile
+            return orig(*args, **kwargs)
+        return ops.op(name, plan=spec)(orig, *args, **kwargs)
     return forward
 
 
@@ -161,7 +183,7 @@ def _mode_forward(state, orig):
     def forward(*args, **kwargs):
         with _Mode(state):
             return orig(*args, **kwargs)
-    return forward
+    return _eager(forward, frame_only=True)
 
 
 def _block_forward(state, layer, path, orig):
@@ -179,7 +201,7 @@ def _block_forward(state, layer, path, orig):
         finally:
             state.block, state.calls = outer, calls
         return out
-    return forward
+    return _eager(forward, frame_only=True)
 
 
 def _blocks(model, blocks):
@@ -254,7 +276,7 @@ def _hf_register():
         state, layer, path = held
         return state.hf_attention(module, layer, path, query, key, value, attention_mask, **kwargs)
 
-    AttentionInterface.register(_HF_NAME, rewind_attention)
+    AttentionInterface.register(_HF_NAME, _eager(rewind_attention))  # a graph break under torch.compile
     # The mask as SDPA gets it: None for plain causal attention, a tensor (refused) for padding.
     AttentionMaskInterface.register(_HF_NAME, sdpa_mask)
 
@@ -295,6 +317,10 @@ def instrument(model, plan=None, blocks=None):
         for module, path, name in linears:
             _wrap(state, module, _op_forward(state, name, module.forward))
             state.mapping[path] = name
+            # Known to rewind.op now, not at each module's first call: torch.compile guards on that
+            # set's contents, and a set growing block by block recompiled every block's forward
+            # past dynamo's recompile limit (the blocks then ran uncompiled).
+            recording._op_names.add(name)
         for block, attn, path, attn_path, layer in found:
             _wrap(state, block, _block_forward(state, layer, path, block.forward))
             if not state.hf:
