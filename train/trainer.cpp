@@ -30,29 +30,6 @@ namespace rwd::train {
 
 namespace {
 
-const std::string kDigestPrefix = "d2:";
-
-// The d2 digest's word count per parameter (FP32: 4-byte words).
-std::vector<int64_t> digest_words(const std::vector<torch::Tensor>& params) {
-  std::vector<int64_t> words;
-  for (const auto& p : params) {
-    const int64_t bytes = p.numel() * static_cast<int64_t>(p.element_size());
-    if (bytes % 4 != 0) throw Error(ExitCode::kInternal, "param_digest: a parameter's size is not a whole number of 32-bit words");
-    words.push_back(bytes / 4);
-  }
-  return words;
-}
-
-// d2: FNV-1a over each tensor's word count and its position-weighted word sum.
-std::string digest_of(const std::vector<int64_t>& words, const uint64_t* sums) {
-  uint64_t h = kFnvOffset;
-  for (size_t k = 0; k < words.size(); ++k) {
-    h = fnv1a64(&words[k], sizeof(int64_t), h);
-    h = fnv1a64(&sums[k], sizeof(uint64_t), h);
-  }
-  return kDigestPrefix + hex64(h);
-}
-
 // REWIND_PHASE_TIMES=1: the trainer waits for the device at each phase edge and adds up the
 // time per phase (see Trainer::phase_report). Off by default: the waits slow a GPU run.
 bool phase_times_enabled() {
@@ -70,39 +47,6 @@ torch::Tensor batch_on(const std::vector<int64_t>& v, int64_t rows, int64_t cols
 }
 
 }  // namespace
-
-torch::Tensor spectral_norms_queued(const torch::Tensor& w, int iters) {
-  // sigma_max(W)^2 = lambda_max(G), G = W W^T (or W^T W, the smaller side; 64 x 64 for a head's
-  // W_Q). Power iteration on G^8 (three normalized squarings: same top eigenvector, gap raised
-  // to the 8th) from a fixed start vector, then sigma = sqrt(v^T G v). Equivalent to
-  // ~iters alternating W / W^T power steps in ~40 kernel launches instead of 8 * iters: this
-  // runs every step, and on a GPU each launch costs host time the step waits for.
-  torch::NoGradGuard no_grad;
-  torch::Tensor a = w.detach().to(torch::kFloat64);  // (N, D, C)
-  const int64_t n = a.size(0), c = a.size(2);
-  auto unit = [](const torch::Tensor& x, std::vector<int64_t> dims) {
-    return x / x.norm(2, dims, true).clamp_min(1e-300);
-  };
-  // Start where plain power iteration starts: v0 = ones(C), or u0 = W v0 on the D side.
-  torch::Tensor v = torch::ones({n, c, 1}, a.options()) / std::sqrt(double(c));
-  const bool rows = a.size(1) <= c;
-  torch::Tensor g = rows ? torch::bmm(a, a.transpose(1, 2)) : torch::bmm(a.transpose(1, 2), a);
-  if (rows) v = unit(torch::bmm(a, v), {1});
-  torch::Tensor h = g;
-  for (int s = 0; s < 3; ++s) h = unit(torch::bmm(h, h), {1, 2});  // G^2, G^4, G^8 (scaled)
-  for (int i = 0; i < (iters + 7) / 8; ++i) v = unit(torch::bmm(h, v), {1});
-  torch::Tensor lambda = torch::bmm(v.transpose(1, 2), torch::bmm(g, v)).reshape({n});
-  return lambda.clamp_min(0.0).sqrt();
-}
-
-std::vector<double> spectral_norms(const torch::Tensor& w, int iters) {
-  const torch::Tensor host = spectral_norms_queued(w, iters).to(torch::kCPU).contiguous();
-  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
-}
-
-double spectral_norm(const torch::Tensor& w, int iters) {
-  return spectral_norms(w.unsqueeze(0), iters)[0];
-}
 
 Trainer::Trainer(const Config& config, const plan::Plan& plan, const TokenFile& data,
                  torch::Device device, AttentionImpl impl, Init init)
@@ -267,50 +211,6 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   return r;
 }
 
-torch::Tensor Trainer::wq_spectral_norms_queued() const {
-  const int64_t H = config_.n_head, D = config_.head_dim(), C = config_.n_embd;
-  // Every head's W_Q slice of every layer at once, on the model's device: (L*H, D, C).
-  std::vector<torch::Tensor> wqs;
-  for (int l = 0; l < config_.n_layer; ++l)
-    wqs.push_back(model_->layer_c_attn(l).slice(0, 0, C).view({H, D, C}));
-  return spectral_norms_queued(torch::cat(wqs));
-}
-
-std::vector<HeadMonitor> Trainer::monitors(
-    const std::vector<std::shared_ptr<kernels::AttentionCapture>>& caps, const torch::Tensor& wq_norms) const {
-  std::vector<HeadMonitor> out;
-  const int64_t H = config_.n_head;
-  const torch::Tensor host = wq_norms.to(torch::kCPU).contiguous();
-  const double* sn = host.data_ptr<double>();
-  for (int l = 0; l < config_.n_layer; ++l) {
-    for (int hd = 0; hd < H; ++hd) {
-      HeadMonitor m;
-      m.layer = l;
-      m.head = hd;
-      m.wq_sn = sn[l * H + hd];
-      if (l < static_cast<int>(caps.size()) && caps[l] && hd < static_cast<int>(caps[l]->stats.size())) {
-        const kernels::HeadStats& s = caps[l]->stats[hd];
-        m.max_logit = s.max_logit;
-        m.repmax_rate = s.rows ? double(s.repeated_max_rows) / double(s.rows) : 0.0;
-        m.pbar_one = double(s.pbar_one);
-        m.stable_guard = double(s.stable_guard);
-      }
-      out.push_back(m);
-    }
-  }
-  return out;
-}
-
-void Trainer::set_monitor_every(int n) {
-  if (n < 1) throw UsageError("--monitor-every must be at least 1");
-  monitor_every_ = n;
-  stats_flag_ = n > 1 && device_.is_cuda()
-                    ? torch::ones({1}, torch::TensorOptions().dtype(torch::kInt).device(device_))
-                    : torch::Tensor();
-  model_->set_stats_flag(stats_flag_);
-  if (graph_) graph_->discard();  // a graph captured before reads no flag
-}
-
 StepResult Trainer::train_step(const std::vector<int>& capture_layers) {
   // Our kernels launch on the current device's stream: the trainer's GPU is current for the
   // whole step, whatever a library or an earlier call left current (issue 32: error 700 of a
@@ -447,97 +347,6 @@ std::string Trainer::phase_report() const {
   out += fused_variant_ >= 0 ? "; optimizer: fused (variant " + std::to_string(fused_variant_) + ")"
                              : std::string("; optimizer: foreach");
   return out;
-}
-
-std::string Trainer::param_digest(const std::string& like) const {
-  if (!like.empty() && like.rfind(kDigestPrefix, 0) != 0) {  // recorded before digest d2
-    uint64_t h = kFnvOffset;
-    for (const auto& p : params_) {
-      torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
-      h = fnv1a64(c.data_ptr(), c.numel() * c.element_size(), h);
-    }
-    return hex64(h);
-  }
-  return param_digest_queued()();
-}
-
-std::function<std::string()> Trainer::param_digest_queued() const { return queue_param_digest(params_); }
-
-std::function<std::string()> Trainer::digest_from_sums(const torch::Tensor& sums) const {
-  return queue_digest_of_sums(sums, digest_words(params_));
-}
-
-void add_word_sums(const std::vector<torch::Tensor>& tensors, torch::Tensor& sums, int64_t offset) {
-  const size_t n = tensors.size();
-  if (n == 0) return;
-  std::vector<torch::Tensor> flat(n);
-  for (size_t k = 0; k < n; ++k) flat[k] = tensors[k].detach().contiguous();
-  const std::vector<int64_t> words = digest_words(flat);
-  if (sums.scalar_type() != torch::kInt64 || !sums.is_contiguous() || offset < 0 ||
-      offset + static_cast<int64_t>(n) > sums.numel())
-    throw Error(ExitCode::kInternal, "add_word_sums: sums must be a contiguous int64 tensor with room for every tensor");
-  for (const torch::Tensor& t : flat)
-    if (t.device() != sums.device())
-      throw Error(ExitCode::kUsage, "param_digest: the tensors lie on more than one device");
-  if (sums.is_cuda()) {
-#ifdef REWIND_CUDA
-    const c10::DeviceGuard on_device(sums.device());
-    auto* out = reinterpret_cast<unsigned long long*>(sums.data_ptr<int64_t>()) + offset;
-    std::vector<kernels::cuda::DigestSegment> segs(n);
-    for (size_t k = 0; k < n; ++k) segs[k] = {static_cast<const uint32_t*>(flat[k].data_ptr()), words[k], out + k};
-    const int rc = kernels::cuda::digest_word_sums(segs.data(), static_cast<int>(n), at::cuda::getCurrentCUDAStream().stream());
-    if (rc != 0) throw Error(ExitCode::kInternal, "param_digest: CUDA launch failed (error " + std::to_string(rc) + ")");
-    return;
-#else
-    throw Error(ExitCode::kInternal, "param_digest: CUDA tensors need a REWIND_CUDA build");
-#endif
-  }
-  if (!sums.is_cpu()) throw Error(ExitCode::kUsage, "param_digest: tensors on a device other than the CPU or CUDA");
-  int64_t* out = sums.data_ptr<int64_t>() + offset;
-  for (size_t k = 0; k < n; ++k) {
-    const auto* w = static_cast<const uint32_t*>(flat[k].data_ptr());
-    const uint64_t sum = at::parallel_reduce(
-        0, words[k], 1 << 16, uint64_t{0},
-        [w](int64_t b, int64_t e, uint64_t acc) {
-          for (int64_t i = b; i < e; ++i) acc += digest_term(w[i], static_cast<uint64_t>(i));
-          return acc;
-        },
-        [](uint64_t a, uint64_t b) { return a + b; });
-    out[k] = static_cast<int64_t>(static_cast<uint64_t>(out[k]) + sum);  // wrapping, as on the GPU
-  }
-}
-
-std::function<std::string()> queue_param_digest(const std::vector<torch::Tensor>& params) {
-  const size_t n = params.size();
-  const torch::Device device = n > 0 ? params[0].device() : torch::Device(torch::kCPU);
-  // The sums' kernel, their copy and its event on the parameters' device's stream, whichever
-  // device is current.
-  const c10::DeviceGuard on_device(device);
-  torch::Tensor sums = torch::zeros({static_cast<int64_t>(n)}, torch::TensorOptions().dtype(torch::kInt64).device(device));
-  add_word_sums(params, sums, 0);
-  if (sums.is_cuda()) return queue_digest_of_sums(sums, digest_words(params));
-  const std::string d = digest_of(digest_words(params), reinterpret_cast<const uint64_t*>(sums.data_ptr<int64_t>()));
-  return [d] { return d; };
-}
-
-std::function<std::string()> queue_digest_of_sums(const torch::Tensor& sums, std::vector<int64_t> words) {
-#ifdef REWIND_CUDA
-  // The sums come back behind the work queued so far, into pinned memory; whoever calls the
-  // result (the step writer, when recording) waits for that copy alone.
-  auto host = std::make_shared<torch::Tensor>(
-      torch::empty({sums.numel()}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(true)));
-  host->copy_(sums, /*non_blocking=*/true);
-  auto done = std::make_shared<at::cuda::CUDAEvent>();
-  done->record(at::cuda::getCurrentCUDAStream());
-  return [host, done, words = std::move(words)] {
-    done->synchronize();
-    return digest_of(words, reinterpret_cast<const uint64_t*>(host->data_ptr<int64_t>()));
-  };
-#else
-  (void)sums;
-  (void)words;
-  throw Error(ExitCode::kInternal, "param_digest: CUDA parameters need a REWIND_CUDA build");
-#endif
 }
 
 }  // namespace rwd::train
