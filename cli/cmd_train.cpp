@@ -384,7 +384,12 @@ int run_train(int argc, char** argv) {
     require_recorded_ranks(spec, env, "resume");
     refuse_other_recorded(r, spec, "--resume");
     auto ckpts = st->checkpoint_steps(spec.run_id);
-    if (ckpts.empty()) throw Error(ExitCode::kData, "missing checkpoint: nothing to resume from");
+    if (ckpts.empty())
+      throw Error(ExitCode::kData, "missing checkpoint: nothing to resume from" +
+                                       std::string(store::Store::stub_reason(st->path())
+                                                       ? " (a recording killed before its first checkpoint); "
+                                                         "`rewind train --record " + st->path() + "` replaces it"
+                                                       : ""));
     auto range = st->step_range(spec.run_id);
     recorded_last = range ? range->second : -1;
     // The first step this resume records: after the last recorded one, or the checkpoint of a

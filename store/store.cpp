@@ -1,4 +1,4 @@
-// Store lifecycle (create/open), content-addressed blobs, runs and steps.
+// Store lifecycle (create/open), content-addressed blobs and runs (steps: store_steps.cpp).
 #include "store/store.h"
 
 #include <fcntl.h>
@@ -84,10 +84,6 @@ void check_shuffle(int shuffle_elem) {
   }
 }
 
-// Column 10 is the row checksum (Store::row_sum_column).
-constexpr const char* kStepColumns =
-    "SELECT run, step, lr, loss_bits, grad_norm_bits, param_digest, batch_ref, batch_hash, "
-    "rng_ref, extra";
 constexpr const char* kRunColumns = "SELECT id, created, config, plan, meta";
 
 }  // namespace
@@ -154,6 +150,11 @@ std::optional<std::string> Store::stub_reason(const std::string& path) {
                 "(SELECT count(*) FROM blob_chunks) + (SELECT count(*) FROM probes) + "
                 "(SELECT count(*) FROM kv) + (SELECT count(*) FROM steps)");
     if (n.step() && n.col_int(0) == 0) return std::string("a rewind store with no run in it");
+    // A run added and killed before its first checkpoint: nothing to replay or resume from.
+    Statement rows(s.db_,
+                   "SELECT (SELECT count(*) FROM checkpoints) + (SELECT count(*) FROM steps) + "
+                   "(SELECT count(*) FROM tensors) + (SELECT count(*) FROM metrics) + (SELECT count(*) FROM probes)");
+    if (rows.step() && rows.col_int(0) == 0) return std::string("a rewind store with no checkpoint and no step in it");
   } catch (const StoreError&) {
   }
   return std::nullopt;
@@ -473,57 +474,6 @@ RunInfo Store::read_run(const Statement& st) const {
   check_row(st, 5, run_row_sum(r.id, r.config, r.plan, r.meta), "runs",
             [&] { return "run " + std::to_string(r.id); });
   return r;
-}
-
-StepRecord Store::read_checked_step(const Statement& st) const {
-  StepRecord r = step_from_row(st);
-  check_row(st, 10, step_row_sum(r), "steps",
-            [&] { return "run " + std::to_string(r.run) + " step " + std::to_string(r.step); });
-  return r;
-}
-
-void Store::put_step(const StepRecord& r) {
-  require_writable("writing a step");
-  Statement st(db_, row_sums_ ? "INSERT INTO steps(run, step, lr, loss_bits, grad_norm_bits, param_digest, "
-                               "batch_ref, batch_hash, rng_ref, extra, row_sum) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-                             : "INSERT INTO steps(run, step, lr, loss_bits, grad_norm_bits, param_digest, "
-                               "batch_ref, batch_hash, rng_ref, extra) VALUES (?,?,?,?,?,?,?,?,?,?)");
-  st.bind(1, r.run)
-      .bind(2, r.step)
-      .bind(3, r.lr)
-      .bind(4, static_cast<int64_t>(r.loss_bits))
-      .bind(5, static_cast<int64_t>(r.grad_norm_bits))
-      .bind_opt(6, r.param_digest)
-      .bind_opt(7, r.batch_ref)
-      .bind(8, r.batch_hash)
-      .bind_opt(9, r.rng_ref)
-      .bind_opt(10, r.extra);
-  if (row_sums_) st.bind(11, step_row_sum(r));
-  st.run();
-}
-
-std::optional<StepRecord> Store::get_step(int64_t run, int64_t step) {
-  Statement st(db_, (std::string(kStepColumns) + row_sum_column() + " FROM steps WHERE run=? AND step=?").c_str());
-  st.bind(1, run).bind(2, step);
-  if (!st.step()) return std::nullopt;
-  return read_checked_step(st);
-}
-
-std::vector<StepRecord> Store::steps(int64_t run, int64_t from, int64_t to) {
-  std::vector<StepRecord> out;
-  const std::string sql =
-      std::string(kStepColumns) + row_sum_column() + " FROM steps WHERE run=? AND step BETWEEN ? AND ? ORDER BY step";
-  Statement st(db_, sql.c_str());
-  st.bind(1, run).bind(2, from).bind(3, to);
-  while (st.step()) out.push_back(read_checked_step(st));
-  return out;
-}
-
-std::optional<std::pair<int64_t, int64_t>> Store::step_range(int64_t run) {
-  Statement st(db_, "SELECT min(step), max(step) FROM steps WHERE run=?");
-  st.bind(1, run);
-  if (!st.step() || st.is_null(0)) return std::nullopt;
-  return std::make_pair(st.col_int(0), st.col_int(1));
 }
 
 }  // namespace rwd::store

@@ -83,8 +83,9 @@ class Store {
   static Store create(const std::string& path, const StoreOptions& options = {});
   // Why the file at `path` is a stub that holds nothing, or nullopt: "an empty file" (0 bytes),
   // "an SQLite file with no tables" (a file created by an older rewind killed before its
-  // schema was in, a hot rollback journal beside it included), or "a rewind store with no run
-  // in it" (no row in any table). Reads the file only.
+  // schema was in, a hot rollback journal beside it included), "a rewind store with no run in
+  // it" (no row in any table) or "... with no checkpoint and no step in it" (a run added and
+  // killed before its first checkpoint; unused blobs and kv rows may be left). Reads only.
   static std::optional<std::string> stub_reason(const std::string& path);
   // Opens an existing store. Anything that is not a rewind store (missing, directory, random
   // bytes, truncated, other SQLite database, newer schema) fails with one-line StoreError(kData)

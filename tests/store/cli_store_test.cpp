@@ -12,30 +12,13 @@
 #include "store/reader_pins.h"
 #include "store/store.h"
 #include "store/writer_lock.h"
+#include "tests/store/run_store_cli.h"
 #include "tests/store/store_test_util.h"
 
 namespace rwd::store {
 namespace {
 
-// Mirrors main(): a rwd::Error becomes its exit code, its message (one line) ends `out`.
-int run(std::vector<std::string> args, std::string* out = nullptr) {
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStdout();
-  int rc;
-  std::string error;
-  try {
-    rc = cli::run_store(static_cast<int>(argv.size()), argv.data());
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-    rc = static_cast<int>(e.code());
-    error = e.what();
-  }
-  std::fflush(stdout);
-  const std::string captured = testing::internal::GetCapturedStdout();
-  if (out) *out = captured + error;
-  return rc;
-}
+int run(std::vector<std::string> args, std::string* out = nullptr) { return test::run_store_cli(std::move(args), out); }
 
 struct Npy {
   std::string descr;

@@ -57,13 +57,23 @@ TEST(Stub, ReadersNameAndCreateReplacesFileLevelStubs) {
   }
 }
 
-TEST(Stub, AStoreWithNoRunIsAStubButCreateRefusesItAndAnyStore) {
+TEST(Stub, AStoreWithNoRunOrNoStepIsAStubButCreateRefusesItAndAnyStore) {
   test::TempDir dir;
   const std::string path = dir.file("s.db");
   { Store::create(path); }
   EXPECT_EQ(Store::stub_reason(path), "a rewind store with no run in it");
   EXPECT_THROW(Store::create(path), StoreError);
   { Store s = Store::open(path, Mode::kReadWrite); s.add_run("{}", "default", "{}"); }
+  // A run with no checkpoint and no step: a recording killed before its first checkpoint.
+  EXPECT_EQ(Store::stub_reason(path), "a rewind store with no checkpoint and no step in it");
+  EXPECT_THROW(Store::create(path), StoreError);
+  {
+    Store s = Store::open(path, Mode::kReadWrite);
+    StepRecord r;
+    r.run = 1;
+    r.batch_hash = "0000000000000000";
+    s.put_step(r);
+  }
   EXPECT_FALSE(Store::stub_reason(path).has_value());
   EXPECT_THROW(Store::create(path), StoreError);
   EXPECT_EQ(Store::open(path, Mode::kReadOnly).runs().size(), 1u);
