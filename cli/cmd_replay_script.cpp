@@ -55,7 +55,7 @@ int replay_script(const ScriptReplayOptions& o) {
   if (!is_script_run(st, run.id))
     throw UsageError("replay: run " + std::to_string(run.id) + " was recorded by rewind train; replay it without --cmd");
   store::check_window(st, run.id, o.from, o.to);
-  // Issue 64: `store thin` keeps the checkpoint the script reads while this replay runs.
+  // `store thin` keeps the checkpoint the script reads while this replay runs.
   const store::ReaderPin pin(st.path(), run.id, {o.from}, "replay");
   if (!st.nearest_checkpoint(run.id, o.from))
     throw Error(ExitCode::kData, "missing checkpoint: no checkpoint at or before step " + std::to_string(o.from) +

@@ -183,7 +183,7 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
 Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path,
                         bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
                         train::Comm* comm, bool warm) {
-  // Issue 64: `store thin` keeps the checkpoint read here until this returns (reader_pins.h).
+  // `store thin` keeps the checkpoint read here until this returns (reader_pins.h).
   const store::ReaderPin pin(s.path(), run_id, {step});
   if (!warm || !warm_trainer_on()) return restore_cold(s, run_id, step, data_path, verify, on_step, comm, warm);
   // REWIND_RESTORE_TIMES=1: each restore prints where its time went (stderr; cold ones below).

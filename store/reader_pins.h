@@ -1,4 +1,4 @@
-// Reader pins (issue 64): a replay's or a bisect's claim on the checkpoints it is about to read,
+// Reader pins: a replay's or a bisect's claim on the checkpoints it is about to read,
 // kept outside the store file, so that `store thin` (and a recording's retention) keeps them.
 //
 // Design, once:

@@ -251,7 +251,7 @@ TEST_F(ThinCli, AStoreBeingRecordedIsRefused) {
   EXPECT_EQ(checkpoints(), (std::vector<int64_t>{0, 25, 60}));
 }
 
-// Issue 64 item 6: a running reader's checkpoint stays, --force or not, in one line each.
+// A running reader's checkpoint stays, --force or not, in one line each.
 TEST_F(ThinCli, ACheckpointInUseIsKeptAndSaysWhoUsesIt) {
   std::string out;
   {

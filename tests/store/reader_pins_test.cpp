@@ -1,4 +1,4 @@
-// Reader pins (issue 64 item 6): a running reader's pin keeps its checkpoints through a thin, a
+// Reader pins: a running reader's pin keeps its checkpoints through a thin, a
 // dead process's pin keeps nothing (exited, killed and not yet reaped), pinning never writes
 // the store file, and a reader registering waits for a thin in progress.
 #include <dirent.h>
