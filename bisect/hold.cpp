@@ -281,8 +281,7 @@ void hold_check(Context& ctx, const BisectOptions& o) {
   const std::string window = "steps " + step_text(rep.from) + "-" + step_text(rep.to);
   h.to = h.hold > 0 ? horizon_end(ctx, o, rep.to + h.hold, h.capped) : rep.to;
   // A budget already spent leaves the hold check out, and the claim says so.
-  const double spent_min =
-      (std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - ctx.t0) / 60;
+  const double spent_min = (now_s() - ctx.t0) / 60;
   if (h.to > rep.to && o.budget_min > 0 && spent_min >= o.budget_min) {
     char buf[120];
     std::snprintf(buf, sizeof buf, "the budget of %g min was spent", o.budget_min);
