@@ -306,10 +306,9 @@ int run_bisect(int argc, char** argv) {
       ("early-steps", "steps in a row above the band that make a call (default 5)", cxxopts::value<int>()->default_value("5"))
       ("early-stop", "with --early-band: judge a probe failing where the indicator calls it, and stop it there "
                      "(trust it only where its agreement was measured)")
-      ("nproc-per-node", "data-parallel ranks every probe runs on (default: the recording's; Gloo on "
-       "CPU, NCCL on CUDA)", cxxopts::value<int>())
-      ("quiet", "no progress line")
-      ("h,help", "show help");
+      ("quiet", "no progress line");
+  add_launch_options(opts, "every probe runs on them (default: the recording's count over --nnodes)");
+  opts.add_options()("h,help", "show help");
   auto r = opts.parse(argc, argv);
   if (wants_help(opts, r)) return 0;
   if (!r.count("store")) throw UsageError("bisect: --store is required");
@@ -390,9 +389,9 @@ int run_bisect(int argc, char** argv) {
   o.group_testing = engine != "ddmin";
   o.cheap_direction = engine == "cheap";
   if (r.count("cmd")) {
-    if (r.count("nproc-per-node"))
-      throw UsageError("bisect --cmd: --nproc-per-node is for rewind's own runs; a data-parallel script's "
-                       "launcher goes in the command (--cmd \"torchrun --nproc_per_node N train.py\")");
+    if (r.count("nproc-per-node") || r.count("nnodes"))
+      throw UsageError("bisect --cmd: --nproc-per-node and --nnodes are for rewind's own runs; a data-parallel "
+                       "script's launcher goes in the command (--cmd \"torchrun --nproc_per_node N train.py\")");
     const bool per_probe = r.count("script-per-probe") > 0;
     const std::shared_ptr<ScriptServers> servers =
         use_script(o, r["cmd"].as<std::string>(), per_probe, r.count("jobs") > 0);
@@ -430,10 +429,14 @@ int run_bisect(int argc, char** argv) {
     }
   }
   // Ranks: as many as recorded unless asked otherwise (replay's rule: another count warns).
-  const int nproc = r.count("nproc-per-node") ? r["nproc-per-node"].as<int>() : spec.world_size;
-  if (nproc < 1) throw UsageError("bisect: --nproc-per-node must be at least 1");
+  const LaunchSpec ls = launch_spec(r, "bisect", spec.world_size);
+  const int nproc = ls.nproc;
   const train::DistEnv env = train::DistEnv::from_env();
-  const int world = inside_job() ? env.world : nproc;
+  const int world = inside_job() ? env.world : ls.world();
+  if (ls.nnodes > 1 && (o.pool.jobs != 1 || !o.pool.gpus.empty()))
+    throw UsageError("bisect: --jobs and --gpus run groups of ranks on this machine; on --nnodes " +
+                     std::to_string(ls.nnodes) +
+                     " every probe runs on all the nodes' ranks, one at a time (use --jobs 1)");
   if (world > 1 && inside_job() && (o.pool.jobs != 1 || !o.pool.gpus.empty()))
     throw UsageError("bisect: inside a job of " + std::to_string(world) + " ranks every probe runs on all of them, "
                      "one at a time: --jobs and --gpus are not supported there (use --jobs 1)");
@@ -447,7 +450,7 @@ int run_bisect(int argc, char** argv) {
     set_threads(spec.threads);
     return finish(bisect::run_bisect(o), r, began_s);
   }
-  if (!inside_job() && nproc != 1) return launch_local_ranks(nproc, argc, argv);
+  if (launches(ls)) return launch_ranks(ls, argc, argv);
   quiet_unless_rank0(env.rank);
   // Replay is bitwise only at the recorded thread count (in-process probes and workers).
   set_threads(spec.threads);

@@ -31,19 +31,19 @@ int run_replay(int argc, char** argv) {
       ("verify", "compare loss, grad norm, batch and digest bits with the recording")
       ("data", "token file (default: the recorded path; its fingerprint must match)", cxxopts::value<std::string>())
       ("json", "write the per-step curve (replayed vs recorded) to this file", cxxopts::value<std::string>())
-      ("nproc-per-node", "data-parallel ranks on this machine (default: the recording's count; a run "
-       "recorded on N ranks replays bitwise on N, on another count it gives the divergence curve)",
-       cxxopts::value<int>())
       ("cmd", "the training script of a run recorded by rewind.record in Python, run by /bin/sh with "
-       "the window in its environment (REWIND_REPLAY)", cxxopts::value<std::string>())
-      ("h,help", "show help");
+       "the window in its environment (REWIND_REPLAY)", cxxopts::value<std::string>());
+  add_launch_options(opts, "default: the recording's count over --nnodes; a run recorded on N ranks replays "
+                           "bitwise on N, on another count it gives the divergence curve");
+  opts.add_options()("h,help", "show help");
   auto r = opts.parse(argc, argv);
   if (wants_help(opts, r)) return 0;
   if (!r.count("store") || !r.count("from") || !r.count("to"))
     throw UsageError("replay: --store, --from and --to are required");
   if (r.count("cmd")) {
-    if (r.count("data") || r.count("nproc-per-node"))
-      throw UsageError("replay: --data and --nproc-per-node do not apply to --cmd (the script reads its own data)");
+    if (r.count("data") || r.count("nproc-per-node") || r.count("nnodes"))
+      throw UsageError("replay: --data, --nproc-per-node and --nnodes do not apply to --cmd (the script reads its "
+                       "own data; its launcher goes in the command)");
     ScriptReplayOptions so;
     so.store = r["store"].as<std::string>();
     so.run = r["run"].as<int64_t>();
@@ -63,15 +63,12 @@ int run_replay(int argc, char** argv) {
   }
   // Ranks: as many as recorded unless asked otherwise (as bisect does), so `replay --verify`
   // of an N-rank recording verifies without flags.
-  int nproc = 1;
-  if (r.count("nproc-per-node")) {
-    nproc = r["nproc-per-node"].as<int>();
-  } else if (!inside_job()) {
+  int recorded = 1;
+  if (!r.count("nproc-per-node") && !inside_job()) {
     store::Store peek = store::Store::open(r["store"].as<std::string>(), store::Mode::kReadOnly);
-    nproc = train::RunSpec::load(peek, r["run"].as<int64_t>()).world_size;
+    recorded = train::RunSpec::load(peek, r["run"].as<int64_t>()).world_size;
   }
-  if (nproc < 1) throw UsageError("replay: --nproc-per-node must be at least 1");
-  if (nproc != 1 && !inside_job()) return launch_local_ranks(nproc, argc, argv);
+  if (const LaunchSpec ls = launch_spec(r, "replay", recorded); launches(ls)) return launch_ranks(ls, argc, argv);
   const train::DistEnv env = train::DistEnv::from_env();
   quiet_unless_rank0(env.rank);
 

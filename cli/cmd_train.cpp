@@ -301,15 +301,13 @@ int run_train(int argc, char** argv) {
       ("zstd-level", "zstd level of the store", cxxopts::value<int>()->default_value("1"))
       ("zstd-threads", "checkpoint compression threads (0: the idle cores, at most 2)",
        cxxopts::value<int>()->default_value("0"))
-      ("log-every", "print every N steps", cxxopts::value<int>()->default_value("1"))
-      ("nproc-per-node", "data-parallel ranks on this machine (Gloo on CPU, NCCL with --device cuda); "
-       "each runs gradient_accumulation_steps / N of every step's micro-batches",
-       cxxopts::value<int>()->default_value("1"))
-      ("h,help", "show help");
+      ("log-every", "print every N steps", cxxopts::value<int>()->default_value("1"));
+  add_launch_options(opts, "each of the nnodes x K ranks runs gradient_accumulation_steps / (nnodes x K) of every "
+                           "step's micro-batches; rank 0 alone writes the store (default 1)");
+  opts.add_options()("h,help", "show help");
   auto r = opts.parse(argc, argv);
   if (wants_help(opts, r)) return 0;
-  if (const int nproc = r["nproc-per-node"].as<int>(); nproc != 1 && !inside_job())
-    return launch_local_ranks(nproc, argc, argv);
+  if (const LaunchSpec ls = launch_spec(r, "train", 0); launches(ls)) return launch_ranks(ls, argc, argv);
   const train::DistEnv env = train::DistEnv::from_env();
   quiet_unless_rank0(env.rank);
   std::unique_ptr<train::Comm> comm;

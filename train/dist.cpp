@@ -26,11 +26,17 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #endif
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <sstream>
 #include <string>
 
 #include "common/error.h"
@@ -56,12 +62,59 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(x);
 }
 
+const char* env_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+// Slurm's task variables stand for torchrun's when no launcher set WORLD_SIZE and the user
+// exported MASTER_ADDR (srun starts one task a rank and names no rendezvous host itself).
+bool slurm_ranks() {
+  return env_str("WORLD_SIZE") == nullptr && env_str("SLURM_PROCID") != nullptr &&
+         env_str("SLURM_NTASKS") != nullptr && env_str("MASTER_ADDR") != nullptr;
+}
+
+// LibTorch's messages run on with a C++ backtrace; the error is their first line.
+std::string first_line(const std::string& what) { return what.substr(0, what.find('\n')); }
+
+std::string what_of(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return first_line(c->what_without_backtrace());
+  return first_line(e.what());
+}
+
+// The local address this host reaches `host` from, as its routing picks it (connect() of a UDP
+// socket sends nothing). Empty when `host` does not resolve or has no route.
+std::string route_source(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return "";
+  std::string out;
+  for (addrinfo* a = found; a != nullptr && out.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, SOCK_DGRAM, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    char text[INET6_ADDRSTRLEN] = "";
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* bytes = local.ss_family == AF_INET6
+                              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      if (inet_ntop(local.ss_family, bytes, text, sizeof text) != nullptr) out = text;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return out;
+}
+
 // c10d's group over the host (Gloo) or the GPUs (NCCL), behind rank-ordered collectives.
 class C10dComm : public Comm {
  public:
   C10dComm(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<GroupBase> pg, DistEnv env,
-           torch::Device device, std::function<void()> shutdown = {})
-      : store_(std::move(store)), pg_(std::move(pg)), env_(std::move(env)), device_(device),
+           torch::Device device, std::chrono::seconds timeout, std::function<void()> shutdown = {})
+      : store_(std::move(store)), pg_(std::move(pg)), env_(std::move(env)), device_(device), timeout_(timeout),
         shutdown_(std::move(shutdown)) {}
   // A normal end shuts NCCL's group down first (what destroy_process_group does in Python);
   // otherwise its destructor warns "destroy_process_group() was not called" on every job.
@@ -81,7 +134,7 @@ class C10dComm : public Comm {
     std::vector<torch::Tensor> in{t.to(device_).contiguous()};
     std::vector<std::vector<torch::Tensor>> out(1);
     for (int r = 0; r < env_.world; ++r) out[0].push_back(torch::empty_like(in[0]));
-    pg_->allgather(out, in)->wait();
+    guarded([&] { pg_->allgather(out, in)->wait(); });
     return out[0];
   }
 
@@ -89,7 +142,7 @@ class C10dComm : public Comm {
     if (!device_.is_cuda()) return Comm::allgather_flat(t);  // Gloo of LibTorch 1.x: no _allgather_base
     torch::Tensor in = t.to(device_).contiguous().view({-1});
     torch::Tensor out = torch::empty({in.numel() * env_.world}, in.options());
-    pg_->_allgather_base(out, in)->wait();
+    guarded([&] { pg_->_allgather_base(out, in)->wait(); });
     return out;
   }
 
@@ -97,7 +150,7 @@ class C10dComm : public Comm {
     torch::Tensor in = t.to(device_).contiguous();
     torch::Tensor out = torch::empty_like(in);
     std::vector<int64_t> equal;  // empty counts: equal chunks of the first dimension
-    pg_->alltoall_base(out, in, equal, equal)->wait();
+    guarded([&] { pg_->alltoall_base(out, in, equal, equal)->wait(); });
     return out;
   }
 
@@ -112,7 +165,7 @@ class C10dComm : public Comm {
     store_->set(key(call, env_.rank), mine);
     std::vector<int64_t> out(static_cast<size_t>(env_.world));
     for (int r = 0; r < env_.world; ++r) {
-      const std::vector<uint8_t> b = store_->get(key(call, r));  // waits for it (the store's timeout)
+      const std::vector<uint8_t> b = guarded([&] { return store_->get(key(call, r)); });  // the store's timeout
       if (b.size() != sizeof v) throw Error(ExitCode::kInternal, "host allgather: a rank sent " + std::to_string(b.size()) + " bytes");
       std::memcpy(&out[static_cast<size_t>(r)], b.data(), sizeof v);
     }
@@ -121,11 +174,30 @@ class C10dComm : public Comm {
   }
 
  private:
+  // A collective that fails, because a peer ended or none answered within the timeout (a node
+  // gone from the network), ends this rank with one line saying so; the launcher then stops
+  // the node's other ranks. rewind's own errors pass through.
+  template <class F>
+  auto guarded(F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const Error&) {
+      throw;
+    } catch (const c10::OutOfMemoryError&) {
+      throw;  // main names the rank and the allocation
+    } catch (const std::exception& e) {
+      throw Error(ExitCode::kInternal,
+                  "rank " + std::to_string(env_.rank) + " lost the other ranks: one ended, or none answered within " +
+                      std::to_string(timeout_.count()) + " s (REWIND_DIST_TIMEOUT): " + what_of(e));
+    }
+  }
+
   c10::intrusive_ptr<c10d::Store> store_;  // the rendezvous; kept alive with the group
   uint64_t host_calls_ = 0;                // host_allgather_int64 calls so far
   c10::intrusive_ptr<GroupBase> pg_;
   DistEnv env_;
   torch::Device device_;
+  std::chrono::seconds timeout_;
   std::function<void()> shutdown_;
 };
 
@@ -133,32 +205,48 @@ class C10dComm : public Comm {
 
 DistEnv DistEnv::from_env() {
   DistEnv e;
-  e.world = env_int("WORLD_SIZE", 1);
-  e.rank = env_int("RANK", 0);
-  e.local_rank = env_int("LOCAL_RANK", e.rank);
-  if (e.world < 1) throw UsageError("WORLD_SIZE must be at least 1");
+  const bool slurm = slurm_ranks();
+  const char* world = slurm ? "SLURM_NTASKS" : "WORLD_SIZE";
+  const char* rank = slurm ? "SLURM_PROCID" : "RANK";
+  e.world = env_int(world, 1);
+  e.rank = env_int(rank, 0);
+  e.local_rank = env_int(slurm ? "SLURM_LOCALID" : "LOCAL_RANK", e.rank);
+  if (e.world < 1) throw UsageError(std::string(world) + " must be at least 1");
   if (e.rank >= e.world)
-    throw UsageError("RANK " + std::to_string(e.rank) + " is not below WORLD_SIZE " + std::to_string(e.world));
-  if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != '\0') e.master_addr = a;
+    throw UsageError(std::string(rank) + " " + std::to_string(e.rank) + " is not below " + world + " " +
+                     std::to_string(e.world));
+  if (const char* a = env_str("MASTER_ADDR")) e.master_addr = a;
   e.master_port = env_int("MASTER_PORT", e.master_port);
   if (e.master_port == 0 || e.master_port > 65535) throw UsageError("MASTER_PORT must be 1..65535");
+  e.rendezvous_port = e.master_port;
+  if (const char* agent = env_str("TORCHELASTIC_USE_AGENT_STORE"); agent != nullptr && std::string(agent) == "True") {
+    if (e.master_port == 65535)
+      throw UsageError("MASTER_PORT 65535: under torchrun rewind's rendezvous takes MASTER_PORT + 1");
+    e.rendezvous_port = e.master_port + 1;
+  }
   return e;
 }
+
+bool DistEnv::in_job() { return env_str("WORLD_SIZE") != nullptr || slurm_ranks(); }
 
 std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const torch::Device& device,
                                     std::chrono::seconds timeout) {
   c10d::TCPStoreOptions so;
-  so.port = static_cast<uint16_t>(env.master_port);
+  so.port = static_cast<uint16_t>(env.rendezvous_port);
   so.isServer = env.rank == 0;
   so.numWorkers = env.world;
   so.waitWorkers = true;
   so.timeout = timeout;
+  const std::string rank = "rank " + std::to_string(env.rank);
+  const std::string at = env.master_addr + ":" + std::to_string(env.rendezvous_port);
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
   } catch (const std::exception& e) {
-    throw Error(ExitCode::kInternal, "rank " + std::to_string(env.rank) + ": cannot reach the rendezvous at " +
-                                         env.master_addr + ":" + std::to_string(env.master_port) + ": " + e.what());
+    // Rank 0 fails to bind the port or to see every rank arrive; the others fail to connect.
+    throw Error(ExitCode::kInternal, rank + ": cannot " + (env.rank == 0 ? "serve" : "reach") + " the rendezvous at " +
+                                         at + " (REWIND_DIST_TIMEOUT " + std::to_string(timeout.count()) +
+                                         " s): " + what_of(e));
   }
   c10::intrusive_ptr<GroupBase> pg;
   std::function<void()> shutdown;
@@ -176,20 +264,34 @@ std::unique_ptr<Comm> Comm::connect(const DistEnv& env, const torch::Device& dev
 #ifdef REWIND_GLOO
     auto o = c10d::ProcessGroupGloo::Options::create();
     o->timeout = timeout;
-    // GLOO_SOCKET_IFNAME picks the interface as in PyTorch; otherwise the address the
-    // rendezvous is reached by (loopback for one host, what `--nproc-per-node` sets up).
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0')
-      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    else if (env.master_addr == "127.0.0.1" || env.master_addr == "localhost")
-      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    else
+    // GLOO_SOCKET_IFNAME picks the interfaces as in PyTorch. Otherwise Gloo listens on the
+    // address this host reaches the rendezvous from: loopback on one host, the right interface
+    // across hosts, and inside a network namespace too, where Gloo's own default (the address
+    // the hostname resolves to) may not exist or be the host's loopback.
+    std::string listen;
+    if (const char* names = env_str("GLOO_SOCKET_IFNAME")) {
+      std::stringstream list(names);
+      for (std::string name; std::getline(list, name, ',');)
+        if (!name.empty()) o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+      listen = std::string("GLOO_SOCKET_IFNAME=") + names;
+    } else if (listen = route_source(env.master_addr, env.rendezvous_port); !listen.empty()) {
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(listen));
+    } else {
       o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world, o);
+      listen = "the address the hostname resolves to";
+    }
+    try {
+      pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world, o);
+    } catch (const std::exception& e) {
+      throw Error(ExitCode::kInternal, rank + ": Gloo, listening on " + listen +
+                                           ", cannot connect to the other ranks (GLOO_SOCKET_IFNAME names the "
+                                           "interface they reach): " + what_of(e));
+    }
 #else
     throw UsageError("multi-rank training on CPUs needs Gloo: this build found no gloo headers");
 #endif
   }
-  return std::make_unique<C10dComm>(store, pg, env, device, std::move(shutdown));
+  return std::make_unique<C10dComm>(store, pg, env, device, timeout, std::move(shutdown));
 }
 
 std::string rank_device(const std::string& device, const DistEnv& env) {

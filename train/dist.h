@@ -14,17 +14,27 @@
 namespace rwd::train {
 
 // Where this process sits in a data-parallel job: torchrun's variables (RANK, WORLD_SIZE,
-// LOCAL_RANK, MASTER_ADDR, MASTER_PORT). world == 1 without them.
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT), which rewind's own launcher sets too; under Slurm
+// without them, SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID with the MASTER_ADDR the user
+// exports. world == 1 without any. RANK is the global rank (rank 0 alone writes the store),
+// LOCAL_RANK the GPU on this node.
 struct DistEnv {
   int rank = 0;
   int world = 1;
   int local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // Where rank 0 serves the rendezvous: MASTER_PORT, except under torchrun's agent store
+  // (TORCHELASTIC_USE_AGENT_STORE=True), whose own TCP store holds MASTER_PORT and speaks
+  // PyTorch 2's protocol, not LibTorch 1.13's: MASTER_PORT + 1 there.
+  int rendezvous_port = 29500;
 
   bool active() const { return world > 1; }
   // Reads the environment; a malformed or inconsistent variable is a UsageError.
   static DistEnv from_env();
+  // Whether this process is one rank of a job: WORLD_SIZE is set (torchrun, rewind's
+  // launcher), or Slurm's task variables are, with MASTER_ADDR.
+  static bool in_job();
 };
 
 // A process group of `world` ranks. Every collective is called by all ranks in the same order
@@ -51,8 +61,8 @@ class Comm {
   // Rank r receives chunk `rank` of rank r's `t` as its chunk r (t's first dimension split into
   // `world` equal chunks; every rank's t has the same shape).
   virtual torch::Tensor all_to_all(const torch::Tensor& t) = 0;
-  // Sum over the ranks in rank order: identical bits on every rank. Large tensors go sharded
-  // (issue 32): an all-to-all gives rank r shard r of every rank's tensor, rank r sums them in
+  // Sum over the ranks in rank order: identical bits on every rank. Large tensors go sharded:
+  // an all-to-all gives rank r shard r of every rank's tensor, rank r sums them in
   // rank order, an allgather returns the summed shards. Each element is still r0 + r1 + ...,
   // so the bits are those of gathering everything, but a rank receives 2(N-1)/N of the tensor
   // instead of (N-1) times it. REWIND_GRAD_EXCHANGE=allgather keeps the whole-tensor allgather.
@@ -72,7 +82,10 @@ class Comm {
 // several ranks (one GPU per rank); anything else is returned as is.
 std::string rank_device(const std::string& device, const DistEnv& env);
 // The job's process group, or nullptr for a single process. Collectives time out after
-// REWIND_DIST_TIMEOUT seconds (default 300), so a dead rank ends the others.
+// REWIND_DIST_TIMEOUT seconds (default 300), so a dead rank or an unreachable node ends the
+// others with one line instead of hanging them. On CPUs Gloo listens on GLOO_SOCKET_IFNAME
+// (PyTorch's variable; a comma-separated list for several) or else on the address this host
+// reaches MASTER_ADDR from, which is right across hosts and network namespaces alike.
 std::unique_ptr<Comm> connect_ranks(const DistEnv& env, const std::string& device);
 
 }  // namespace rwd::train

@@ -18,6 +18,7 @@
 #include "common/local_port.h"
 #include "store/store.h"
 #include "tests/common/cli_run.h"
+#include "tests/common/step_bits.h"
 #include "tests/common/store_poll.h"
 
 namespace {
@@ -113,14 +114,7 @@ TEST_F(Dist, ShardedExchangeHasTheBitsOfTheWholeAllgather) {
     Cmd r = sh(env + " " + kBin + " train --nproc-per-node 2 --data " + data_ +
                " --steps 40 --checkpoint-every 10 --record " + other + kModel);
     ASSERT_EQ(r.code, 0) << env << "\n" << r.out;
-    const auto b = steps(other);
-    ASSERT_EQ(a.size(), b.size()) << env;
-    for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_EQ(a[i].loss_bits, b[i].loss_bits) << env << ", step " << i;
-      EXPECT_EQ(a[i].grad_norm_bits, b[i].grad_norm_bits) << env << ", step " << i;
-      EXPECT_EQ(a[i].param_digest, b[i].param_digest) << env << ", step " << i;
-      EXPECT_EQ(a[i].batch_hash, b[i].batch_hash) << env << ", step " << i;
-    }
+    rwd::testing::expect_same_steps(a, steps(other), env);
   }
   EXPECT_EQ(sh("REWIND_GRAD_BUCKET_MB=lots " + kBin + " train --nproc-per-node 2 --data " + data_ +
                " --steps 2" + kModel).code, 2);
