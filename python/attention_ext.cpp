@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/error.h"
@@ -110,20 +111,46 @@ kernels::AttentionOptions options_for(const std::string& spec, int n_head, int64
   return opt;
 }
 
+// Whether rewind.attention on BF16 q, k, v of `layer` takes the kernels' BF16 entry points: the
+// plan promotes no op of the layer's heads to FP32 (those need the FP32 path's twins).
+bool bf16_ok(const std::string& spec, int n_head, int64_t head_dim, int layer) {
+  TORCH_CHECK(layer >= 0 && layer < kMaxLayers, "rewind.attention: layer must be in 0..", kMaxLayers - 1);
+  return kernels::bf16_attention_ok(options_for(spec, n_head, head_dim, layer, true).flags);
+}
+
+// The BF16 path's forward (what rewind's trainer runs): one copy of q, k, v into the kernels'
+// (3, B, H, T, D) layout. Returns O (BF16), LSE (FP32) and that copy, which the backward reads.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> bf16_forward(const torch::Tensor& q, const torch::Tensor& k,
+                                                                     const torch::Tensor& v, const std::string& spec,
+                                                                     int64_t layer, bool causal) {
+  TORCH_CHECK(layer >= 0 && layer < kMaxLayers, "rewind.attention: layer must be in 0..", kMaxLayers - 1);
+  const kernels::AttentionOptions opt =
+      options_for(spec, static_cast<int>(q.size(1)), q.size(3), static_cast<int>(layer), causal);
+  std::shared_ptr<kernels::AttentionCapture> capture = monitor_capture(static_cast<int>(layer));
+  const torch::Tensor qkv = torch::stack({q, k, v});
+  torch::Tensor lse;
+  torch::Tensor o = kernels::attention_bf16_forward(qkv, opt, capture.get(), lse);
+  return {o, lse, qkv};
+}
+
+// dQ, dK, dV (BF16) of bf16_forward's call, as one (3, B, H, T, D) tensor.
+torch::Tensor bf16_backward(const torch::Tensor& d_o, const torch::Tensor& qkv, const torch::Tensor& o,
+                            const torch::Tensor& lse, const std::string& spec, int64_t layer, bool causal) {
+  const kernels::AttentionOptions opt =
+      options_for(spec, static_cast<int>(qkv.size(2)), qkv.size(4), static_cast<int>(layer), causal);
+  const torch::Tensor g = d_o.defined() ? d_o.to(torch::kBFloat16).contiguous() : torch::zeros_like(o);
+  return kernels::attention_bf16_backward(qkv, o, lse, g, opt).to(torch::kBFloat16);
+}
+
 // rewind.attention on BF16 q, k, v (a model under autocast) where the plan promotes no op of
-// the layer's heads: the kernels' BF16 entry points (what rewind's trainer runs), one copy of
-// q, k, v into the kernels' (3, B, H, T, D) layout instead of the FP32 path's conversions of
+// the layer's heads: the kernels' BF16 entry points instead of the FP32 path's conversions of
 // q, k, v, O and their gradients. Same kernels, same bits as the FP32 path on the widened
-// values (tests/python/test_rewind.py).
+// values (tests/python/test_rewind.py). Under torch.compile the same two halves run as the
+// custom ops rewind::attention and rewind::attention_backward (python/rewind/compiled.py).
 struct Bf16Attention : public torch::autograd::Function<Bf16Attention> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const std::string& spec, int64_t layer, bool causal) {
-    const kernels::AttentionOptions opt =
-        options_for(spec, static_cast<int>(q.size(1)), q.size(3), static_cast<int>(layer), causal);
-    std::shared_ptr<kernels::AttentionCapture> capture = monitor_capture(static_cast<int>(layer));
-    const torch::Tensor qkv = torch::stack({q, k, v});
-    torch::Tensor lse;
-    torch::Tensor o = kernels::attention_bf16_forward(qkv, opt, capture.get(), lse);
+    auto [o, lse, qkv] = bf16_forward(q, k, v, spec, layer, causal);
     ctx->save_for_backward({qkv, o, lse});
     ctx->saved_data["spec"] = spec;
     ctx->saved_data["layer"] = layer;
@@ -134,12 +161,8 @@ struct Bf16Attention : public torch::autograd::Function<Bf16Attention> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
     const torch::autograd::variable_list s = ctx->get_saved_variables();
-    const torch::Tensor &qkv = s[0], &o = s[1], &lse = s[2];
-    const kernels::AttentionOptions opt =
-        options_for(ctx->saved_data["spec"].toStringRef(), static_cast<int>(qkv.size(2)), qkv.size(4),
-                    static_cast<int>(ctx->saved_data["layer"].toInt()), ctx->saved_data["causal"].toBool());
-    const torch::Tensor d_o = grad_out[0].defined() ? grad_out[0].to(torch::kBFloat16).contiguous() : torch::zeros_like(o);
-    const torch::Tensor d = kernels::attention_bf16_backward(qkv, o, lse, d_o, opt).to(torch::kBFloat16);
+    const torch::Tensor d = bf16_backward(grad_out[0], s[0], s[1], s[2], ctx->saved_data["spec"].toStringRef(),
+                                          ctx->saved_data["layer"].toInt(), ctx->saved_data["causal"].toBool());
     return {d[0], d[1], d[2], torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -172,6 +195,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &rwd::python::attention, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
         pybind11::arg("plan") = "", pybind11::arg("layer") = 0, pybind11::arg("causal") = true,
         "rewind's attention on (B, H, T, D) tensors with the plan's per-head flags for `layer`");
+  m.def("attention_bf16_ok", &rwd::python::bf16_ok, pybind11::arg("plan"), pybind11::arg("heads"),
+        pybind11::arg("head_dim"), pybind11::arg("layer"),
+        "whether attention() on BF16 operands of `layer` takes the BF16 kernels under this plan");
+  m.def("attention_bf16_forward", &rwd::python::bf16_forward, pybind11::arg("q"), pybind11::arg("k"),
+        pybind11::arg("v"), pybind11::arg("plan"), pybind11::arg("layer"), pybind11::arg("causal"),
+        "the BF16 path's forward: (O, LSE, the (3, B, H, T, D) copy of q, k, v the backward reads)");
+  m.def("attention_bf16_backward", &rwd::python::bf16_backward, pybind11::arg("d_o"), pybind11::arg("qkv"),
+        pybind11::arg("o"), pybind11::arg("lse"), pybind11::arg("plan"), pybind11::arg("layer"),
+        pybind11::arg("causal"), "the BF16 path's backward: dQ, dK, dV as one (3, B, H, T, D) tensor");
   m.def("op_fp32", &rwd::python::op_fp32, pybind11::arg("plan"), pybind11::arg("name"),
         "whether the plan runs rewind.op(name)'s block in FP32");
   rwd::python::bind_monitors(m);

@@ -3,8 +3,7 @@ same model in plain PyTorch, measured in one process: a nanoGPT-style GPT-2 smal
 F.scaled_dot_product_attention in its attention) and Hugging Face's GPT2LMHeadModel from a
 GPT2Config (nothing downloaded), BF16 autocast, AdamW, gradient clipping, a fixed seed and
 synthetic tokens. Modes: eager; compiled (torch.compile(model)); compiled_blocks (each block
-compiled on its own, block.compile(), as torchtitan does: Hugging Face's model under a whole-model
-torch.compile builds an explicit causal mask, which rewind's attention refuses).
+compiled on its own, block.compile(), as torchtitan does).
 
 Each (model, mode) starts every variant from one set of initial weights and one list of batches:
   plain         the model as written, PyTorch's defaults (nondeterministic algorithms allowed)

@@ -12,7 +12,7 @@ per-step metrics, captured tensors, checkpoints, bisect reports).
 """
 import torch  # noqa: F401  (loads LibTorch before the extension)
 
-from . import _C
+from . import _C, compiled
 from .instrument import instrument, instrumented, uninstrument
 from .ops import op
 from . import serve  # noqa: F401  (notes the directory the script started in)
@@ -36,4 +36,7 @@ def attention(q, k, v, plan=None, layer=0, causal=True, dropout_p=0.0):
         raise RewindError(f"rewind.attention: dropout_p={dropout_p} is not supported (rewind's attention has no "
                           f"dropout); pass dropout_p=0 (e.g. dropout_p=0 when attn_pdrop is 0, or train without "
                           f"attention dropout) to use it")
-    return _C.attention(q, k, v, active_plan() if plan is None else plan, layer, causal)
+    spec = active_plan() if plan is None else plan
+    if compiled.serves(q, k, v, spec, layer):  # under torch.compile: a custom op, no graph break
+        return compiled.attention(q, k, v, torch.tensor([compiled.plan_source(plan), layer]), causal)
+    return _C.attention(q, k, v, spec, layer, causal)

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _C, ops, recording
+from . import compiled as _custom
 
 _LISTS = ("h", "layers", "blocks", "layer", "block")
 _ATTN = ("attn", "self_attn", "attention", "self_attention")
@@ -36,26 +37,12 @@ _HEAD = ("lm_head",)
 
 _SDPA = getattr(F, "scaled_dot_product_attention", None)  # torch >= 2.0
 _states = weakref.WeakKeyDictionary()      # model -> _State
-_hf_modules = weakref.WeakKeyDictionary()  # a Hugging Face attention module -> (_State, layer, path)
+_MARKS = ("_rewind_where", "_rewind_layer", "_rewind_path", "_rewind_state")  # set on attention modules
 _HF_NAME = "rewind"
 
 
-def _eager(fn, frame_only=False):
-    """`fn` run outside torch.compile's tracing. These wrappers read per-layer constants (the
-    layer, the module path); dynamo would guard on them and compile each block's frames once per
-    layer, past its recompile limit (8), after which those frames run uncompiled. frame_only:
-    only fn's own frame is skipped, what it calls (the block's own forward) is still compiled, as
-    one frame for every block. Called by instrument, not at `import rewind`: it imports
-    torch._dynamo (~2 s, once)."""
-    if not hasattr(torch, "compiler"):  # torch < 2.1: nothing compiles these
-        return fn
-    import torch._dynamo.decorators as decorators
-    if not frame_only:
-        return torch.compiler.disable(fn)
-    # skip() marks the code object, which dynamo then never sees again; disable(recursive=False)
-    # calls back into dynamo at every call (~0.25 ms on torch 2.15, two calls a block).
-    skip = getattr(decorators, "skip", None)
-    return skip(fn) if skip else torch.compiler.disable(fn, recursive=False)
+def _attention_fp32_path(q, k, v, spec, layer, causal):
+    return _C.attention(q, k, v, spec, layer, causal)
 
 
 def _refuse(text):
@@ -68,43 +55,60 @@ def _is_hf(model):
 
 
 class _Mode(torch.overrides.TorchFunctionMode if hasattr(torch.overrides, "TorchFunctionMode") else object):
-    """F.scaled_dot_product_attention inside a block, as rewind's attention for that block."""
+    """F.scaled_dot_product_attention inside an attention module, as rewind's attention for
+    that module's layer. One per instrumented model: the module running now is an attribute
+    (dynamo traces the mode and these writes; per-layer objects would be guarded one by one)."""
 
     def __init__(self, state):
         super().__init__()
         self.state = state
+        self.module = None  # the attention module whose forward runs now
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is _SDPA:
-            return self.state.sdpa(*args, **kwargs)
+            return self.state.sdpa(self.module, *args, **kwargs)
         return func(*args, **kwargs)
 
 
 class _State:
     def __init__(self, model, plan):
         self.model, self.plan = model, plan
-        self.block = None  # (layer, path) of the block running now
-        self.calls = 0     # attention calls routed in that block's forward
+        self.calls = 0     # attention calls routed in the running attention module's forward
         self.hf = _is_hf(model)
         self.hf_before = None
         self.mapping = {}  # module path -> what it runs as ("L0.qkv", "L0 attention", ...)
         self.wrapped = []  # (module, the instance forward it had or None)
-        self.sdpa = _eager(self._sdpa)  # under torch.compile: a graph break, never a trace of self.block
+        self.marked = []   # attention modules given _rewind_* attributes
+        self.mode = _Mode(self)
+        self.source = _custom.register_source(self)
+        _custom.ensure()
+        c = getattr(torch, "compiler", None)
+        # Under torch.compile a plan that promotes an attention op to FP32 runs the eager op
+        # between graphs (its FP32 twins have no custom op).
+        self.fp32_path = c.disable(_attention_fp32_path) if c is not None and hasattr(c, "disable") \
+            else _attention_fp32_path
 
     def spec(self):
         return recording._active_plan if self.plan is None else self.plan
 
-    def attention(self, q, k, v, causal, what):
-        layer, path = self.block
+    def attention(self, module, q, k, v, causal, what):
         self.calls += 1
         if self.calls > 1:
-            _refuse(f"{path} ran {what} more than once in one forward; rewind maps one attention a block "
-                    f"(layer {layer}): call rewind.attention(q, k, v, layer={layer}) for the one the plan means")
-        return _C.attention(q, k, v, self.spec(), layer, causal)
+            layer = module._rewind_layer
+            _refuse(f"{module._rewind_path} ran {what} more than once in one forward; rewind maps one attention a "
+                    f"block (layer {layer}): call rewind.attention(q, k, v, layer={layer}) for the one the plan means")
+        spec = self.spec()
+        if _custom.serves(q, k, v, spec, None if not spec else module._rewind_layer):
+            return _custom.attention(q, k, v, module._rewind_where, causal)
+        if _custom.compiling():
+            return self.fp32_path(q, k, v, spec, module._rewind_layer, causal)
+        return _C.attention(q, k, v, spec, module._rewind_layer, causal)
 
-    def _sdpa(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        path = self.block[1]
+    def sdpa(self, module, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        # The module's path only where a refusal names it: read while dynamo traces, a string
+        # per layer would be a guard per layer, and blocks compiled one by one would recompile.
+        path = _Path(module)
         what = "F.scaled_dot_product_attention"
         if attn_mask is not None:
             _refuse(f"{path} calls {what} with an attn_mask, which rewind's attention does not take (causal or "
@@ -114,10 +118,11 @@ class _State:
                     f"set the model's attention dropout to 0 (nanoGPT: dropout=0.0) or call model.eval()")
         _check_scale(path, scale, q)
         k, v = _same_heads(path, q, k, v, enable_gqa)
-        return self.attention(q, k, v, bool(is_causal), what)
+        return self.attention(module, q, k, v, bool(is_causal), what)
 
-    def hf_attention(self, module, layer, path, query, key, value, attention_mask, dropout=0.0, scaling=None,
+    def hf_attention(self, module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                      is_causal=None, **kwargs):
+        path = _Path(module)
         what = "its attention"
         if attention_mask is not None:
             _refuse(f"{path} got an attention mask (padding, packed sequences or a custom mask), which rewind's "
@@ -138,8 +143,19 @@ class _State:
         if groups > 1:  # grouped-query attention: each K/V head repeated for its query heads
             key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
         causal = getattr(module, "is_causal", True) if is_causal is None else bool(is_causal)
-        o = self.attention(query, key, value, causal, what)
+        o = self.attention(module, query, key, value, causal, what)
         return o.transpose(1, 2).contiguous(), None
+
+
+class _Path:
+    """An attention module's path, read from the module when a message is formatted."""
+    __slots__ = ("module",)
+
+    def __init__(self, module):
+        self.module = module
+
+    def __format__(self, spec):
+        return format(self.module._rewind_path, spec)
 
 
 def _check_scale(path, scale, q):
@@ -177,31 +193,35 @@ def _op_forward(state, name, orig):
     return forward
 
 
-def _mode_forward(state, orig):
-    """The attention module's forward under the TorchFunctionMode: only the torch calls of the
-    attention module pay the mode's Python call, not the MLP's."""
-    def forward(*args, **kwargs):
-        with _Mode(state):
-            return orig(*args, **kwargs)
-    return _eager(forward, frame_only=True)
-
-
-def _block_forward(state, layer, path, orig):
+def _attention_forward(state, module):
+    """The attention module's forward: counts the attention calls it routes (exactly one), and
+    for a model that is not Hugging Face's runs it under the TorchFunctionMode, so only the
+    attention module's torch calls pay the mode's Python call, not the MLP's. Traced by dynamo
+    (no graph break): it reads the module's tensors and writes attributes of one state."""
+    own = module.__dict__.get("forward")
+    fn = own if own is not None else type(module).forward
+    call = (lambda *a, **kw: fn(*a, **kw)) if own is not None else (lambda *a, **kw: fn(module, *a, **kw))
     what = "its attention through transformers' attention registry" if state.hf else "F.scaled_dot_product_attention"
 
     def forward(*args, **kwargs):
-        outer, calls = state.block, state.calls
-        state.block, state.calls = (layer, path), 0
-        try:
-            out = orig(*args, **kwargs)
-            if state.calls == 0:
-                _refuse(f"{path} ran no {what} (a hand-written softmax attention?); rewind cannot route it: use "
-                        f"F.scaled_dot_product_attention(q, k, v, is_causal=True) there, or "
-                        f"rewind.attention(q, k, v, layer={layer}), or leave it uninstrumented")
-        finally:
-            state.block, state.calls = outer, calls
+        outer = state.calls
+        state.calls = 0
+        if state.hf:
+            out = call(*args, **kwargs)
+        else:
+            mode = state.mode
+            before, mode.module = mode.module, module
+            with mode:
+                out = call(*args, **kwargs)
+            mode.module = before
+        if state.calls == 0:
+            layer = module._rewind_layer
+            _refuse(f"{module._rewind_path} ran no {what} (a hand-written softmax attention?); rewind cannot "
+                    f"route it: use F.scaled_dot_product_attention(q, k, v, is_causal=True) there, or "
+                    f"rewind.attention(q, k, v, layer={layer}), or leave it uninstrumented")
+        state.calls = outer
         return out
-    return _eager(forward, frame_only=True)
+    return forward
 
 
 def _blocks(model, blocks):
@@ -269,16 +289,23 @@ def _hf_register():
                 f"(transformers >= 4.53): {e}")
 
     def rewind_attention(module, query, key, value, attention_mask, **kwargs):
-        held = _hf_modules.get(module)
-        if held is None:
+        state = getattr(module, "_rewind_state", None)
+        if state is None:
             raise _C.RewindError(f"attn_implementation='{_HF_NAME}' runs on models given to rewind.instrument; "
                                  f"{type(module).__name__} was not")
-        state, layer, path = held
-        return state.hf_attention(module, layer, path, query, key, value, attention_mask, **kwargs)
+        return state.hf_attention(module, query, key, value, attention_mask, **kwargs)
 
-    AttentionInterface.register(_HF_NAME, _eager(rewind_attention))  # a graph break under torch.compile
-    # The mask as SDPA gets it: None for plain causal attention, a tensor (refused) for padding.
-    AttentionMaskInterface.register(_HF_NAME, sdpa_mask)
+    def rewind_mask(*args, attention_mask=None, **kwargs):
+        # While tracing, transformers cannot look into position_ids for packed sequences and
+        # builds an explicit causal mask, which rewind's attention would refuse. Without a
+        # padding mask the rows are taken as one sequence each and the mask is causal: None, as
+        # SDPA gets it in eager mode. Eager: sdpa_mask decides (a tensor is refused).
+        if attention_mask is None and _custom.compiling():
+            return None
+        return sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
+
+    AttentionInterface.register(_HF_NAME, rewind_attention)
+    AttentionMaskInterface.register(_HF_NAME, rewind_mask)
 
 
 def _unwrap(model):
@@ -322,12 +349,16 @@ def instrument(model, plan=None, blocks=None):
             # past dynamo's recompile limit (the blocks then ran uncompiled).
             recording._op_names.add(name)
         for block, attn, path, attn_path, layer in found:
-            _wrap(state, block, _block_forward(state, layer, path, block.forward))
-            if not state.hf:
-                _wrap(state, attn, _mode_forward(state, attn.forward))
+            marks = {"_rewind_where": _custom.where(state.source, layer), "_rewind_layer": layer,
+                     "_rewind_path": attn_path, "_rewind_state": state}
+            clash = [n for n in marks if n in attn.__dict__]
+            if clash:
+                _refuse(f"{attn_path} already has an attribute {clash[0]}; rewind.instrument names its own so")
+            for n, value in marks.items():
+                object.__setattr__(attn, n, value)
+            state.marked.append(attn)
+            _wrap(state, attn, _attention_forward(state, attn))
             state.mapping[attn_path] = f"L{layer} attention"
-            if state.hf:
-                _hf_modules[attn] = (state, layer, attn_path)
         if state.hf:
             state.hf_before = model.config._attn_implementation
             model.set_attn_implementation(_HF_NAME)
@@ -350,8 +381,10 @@ def _undo(state):
         else:
             module.forward = before
     state.wrapped = []
-    for m in [m for m, held in _hf_modules.items() if held[0] is state]:
-        del _hf_modules[m]
+    for m in state.marked:
+        for n in _MARKS:
+            m.__dict__.pop(n, None)
+    state.marked = []
     if state.hf_before is not None:
         state.model.set_attn_implementation(state.hf_before)
         state.hf_before = None

@@ -11,7 +11,7 @@ import re
 
 import torch
 
-from . import _C, recording
+from . import _C, compiled, recording
 
 _NAME = re.compile(r"(head|L[0-9]{1,4}\.(qkv|proj|mlp|ln|attn))")
 _fp32_of = {}  # (plan, name) -> whether the plan promotes the block
@@ -112,10 +112,15 @@ def op(name, plan=None):
     spec = recording._active_plan if plan is None else plan
     if not spec:
         return _AS_WRITTEN
+    return _Fp32(name) if _promoted(spec, name) else _AS_WRITTEN
+
+
+@compiled.traced_constant  # under torch.compile: a constant of the trace, not a graph break
+def _promoted(spec, name):
     key = (spec, name)
     fp32 = _fp32_of.get(key)
     if fp32 is None:
         if len(_fp32_of) >= _kMaxCached:
             _fp32_of.clear()
         fp32 = _fp32_of[key] = _C.op_fp32(spec, name)
-    return _Fp32(name) if fp32 else _AS_WRITTEN
+    return fp32

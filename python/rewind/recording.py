@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from . import _C, ranks, serve
+from . import _C, compiled, ranks, serve
 from .batches import decode_batch, describe_batch, shapes_text, to_host
 from .doctor import DOCTOR_ENV, Doctor
 
@@ -161,6 +161,8 @@ class Recorder:
         self._ranks = ranks.world()  # None, or a data-parallel script's ranks (rank 0 writes the store)
         self._rank = self._ranks.rank if self._ranks else 0
         self.model, self.optimizer = model, optimizer
+        if "torch._dynamo" in sys.modules:  # torch.compile was called: its traces need the custom ops
+            compiled.ensure()
         self._params = list(model.parameters())  # digested every step: listed once
         self.state = dict(state or {})
         for name, obj in self.state.items():

@@ -262,7 +262,7 @@ class NanoGPT(Plan):
             self.assertIn(t, msg)
 
     def test_what_it_cannot_map_is_one_line(self):
-        for kw, texts in ((dict(kind="softmax"), ("transformer.h.0 ran no F.scaled_dot_product_attention",)),
+        for kw, texts in ((dict(kind="softmax"), ("transformer.h.0.attn ran no F.scaled_dot_product_attention",)),
                           (dict(kind="mask"), ("transformer.h.0", "attn_mask")),
                           (dict(dropout=0.1), ("transformer.h.0", "dropout_p=0.1"))):
             plain, _ = self.models(**kw)
@@ -306,17 +306,57 @@ class NanoGPT(Plan):
         rewind.uninstrument(compiled)
         self.assertTrue(all(same(u, v) for u, v in zip(before, run(compiled))))
 
+    @unittest.skipUnless(rewind.compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    def test_compiled_model_is_one_graph_with_the_eager_bits(self):
+        """The whole model under fullgraph=True (a graph break would raise): rewind's attention
+        is a custom op in dynamo's graph, its autograd formula traced by AOTAutograd (aot_eager).
+        Same bits as the eager instrumented model, with and without a plan."""
+        plain, _ = self.models()
+        rewind.instrument(plain)
+        want = {plan: self.with_plan(plan, lambda: run(plain)) for plan in ("", FAULT)}
+        compiled = torch.compile(plain, backend="aot_eager", fullgraph=True)
+        for plan in ("", FAULT, ""):
+            got = self.with_plan(plan, lambda: run(compiled))
+            self.assertTrue(all(same(u, v) for u, v in zip(want[plan], got)), plan)
+
+    @unittest.skipUnless(rewind.compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    def test_blocks_compiled_one_by_one_share_their_graphs(self):
+        """block.compile() on every block (torchtitan's way): without a plan nothing per layer
+        is a constant of the trace, so 12 blocks compile 2 graphs (dynamo's first call and its
+        automatic-dynamic retrace), not one per layer past the recompile limit."""
+        from torch._dynamo.utils import counters
+        torch._dynamo.reset()
+        counters.clear()
+        plain, _ = self.models(n_layer=12)
+        rewind.instrument(plain)
+        want = run(plain)
+        for blk in plain.transformer.h:
+            blk.compile(backend="eager", fullgraph=True)
+        got = run(plain)
+        self.assertTrue(all(same(u, v) for u, v in zip(want, got)))
+        self.assertLessEqual(counters["stats"]["unique_graphs"], 3, dict(counters["stats"]))
+
     @unittest.skipUnless(hasattr(torch, "compile") and os.environ.get("REWIND_TEST_INDUCTOR") == "1",
                          "inductor on the CPU: REWIND_TEST_INDUCTOR=1 (~80 s of compiling on 2 cores)")
     def test_inductor_gives_the_bits_of_the_hand_edited_model_compiled(self):
         """Inductor's fused kernels round otherwise than eager, so the reference is the model
-        edited by hand, compiled alike."""
+        edited by hand, compiled alike; dynamo is reset between the two (they share code
+        objects). Under deterministic algorithms, as rewind asks of a loop: without them
+        inductor's CPU embedding backward adds with atomics, and the tied weight's gradient
+        changes from one compile to the next."""
         plain, hand = self.models()
         rewind.instrument(plain)
-        a, b = torch.compile(plain), torch.compile(hand)
-        for plan in ("", FAULT):
-            got, want = self.with_plan(plan, lambda: run(a)), self.with_plan(plan, lambda: run(b))
-            self.assertTrue(all(same(u, v) for u, v in zip(want, got)), plan)
+        torch.use_deterministic_algorithms(True)
+        try:
+            for plan in ("", FAULT):
+                torch._dynamo.reset()
+                got = self.with_plan(plan, lambda: run(torch.compile(plain)))
+                torch._dynamo.reset()
+                want = self.with_plan(plan, lambda: run(torch.compile(hand)))
+                self.assertTrue(all(same(u, v) for u, v in zip(want, got)), plan)
+        finally:
+            torch.use_deterministic_algorithms(False)
+            torch._dynamo.reset()
 
 
 class AnyTorch(unittest.TestCase):
@@ -350,6 +390,34 @@ class HuggingFace(Plan):
 
     def test_llama(self):
         self.check_model("llama", "o_proj")
+
+    @unittest.skipUnless(rewind.compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    def test_whole_model_compiled(self):
+        """torch.compile(model) of Hugging Face's GPT-2 and Llama: while tracing transformers
+        builds an explicit causal mask unless the mask function says none is needed; rewind's
+        does, without a padding mask. The eager instrumented model's bits."""
+        for kind in ("gpt2", "llama"):
+            model = rewind.instrument(hf_model(kind))
+            want = {plan: self.with_plan(plan, lambda: run(model)) for plan in ("", FAULT)}
+            compiled = torch.compile(model, backend="eager")
+            for plan in ("", FAULT):
+                got = self.with_plan(plan, lambda: run(compiled))
+                self.assertTrue(all(same(u, v) for u, v in zip(want[plan], got)), (kind, plan))
+
+    @unittest.skipUnless(rewind.compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    def test_blocks_compiled_one_by_one_share_their_graphs(self):
+        """GPT-2's 12 blocks compiled one by one: nothing per layer (not even the module path a
+        refusal would name) is read while tracing, so one graph serves every block."""
+        from torch._dynamo.utils import counters
+        torch._dynamo.reset()
+        counters.clear()
+        model = rewind.instrument(hf_model("gpt2", n_layer=12))
+        want = run(model)
+        for blk in model.transformer.h:
+            blk.compile(backend="eager")
+        got = run(model)
+        self.assertTrue(all(same(u, v) for u, v in zip(want, got)))
+        self.assertLessEqual(counters["stats"]["unique_graphs"], 2, dict(counters["stats"]))
 
     def test_what_it_cannot_map_is_one_line(self):
         model = rewind.instrument(hf_model("gpt2", attn_pdrop=0.1))

@@ -1,7 +1,7 @@
 """experiments/instrument_bench/bench.py in its tiny CPU mode (~15 s on 2 cores): the rows asked
 for are in its table and CSV with a step time for every variant, two instrumented runs give the
 same loss bits, the recorded run gives the instrumented run's, and the compiled instrumented model
-breaks its graph around the attention without hitting dynamo's recompile limit. The numbers
+compiles as many graphs as the plain one, with no graph break and no recompile-limit hit. The numbers
 themselves are the GPU run's business (experiments/instrument_bench/device.sh)."""
 import csv
 import importlib.metadata
@@ -53,7 +53,8 @@ class InstrumentBench(unittest.TestCase):
             self.assertRegex(text, rf"(?m)^{row['model']} +{row['mode']} ")
         compiled = rows[1]
         self.assertEqual(int(compiled["breaks_plain"]), 0)      # the plain model: one graph
-        self.assertGreater(int(compiled["breaks_instr"]), 0)    # rewind's attention: outside the graph
+        self.assertEqual(int(compiled["breaks_instr"]), 0)      # rewind's attention: a custom op in the graph
+        self.assertEqual(compiled["graphs_instr"], compiled["graphs_plain"])
         self.assertEqual(int(compiled["recompile_limit_hits"]), 0)
 
 

@@ -1,0 +1,170 @@
+"""rewind's attention as torch.library custom ops, for models under torch.compile.
+
+dynamo puts a custom op in its graph like any aten op (no graph break), AOTAutograd traces its
+autograd formula into the joint graph, and inductor calls it as an opaque kernel. The ops run
+the same two C++ halves as the eager op (rewind._C.attention_bf16_forward / _backward), so a
+compiled model has the eager model's attention bits.
+
+Which plan and layer an op runs is not an argument dynamo can see: `where` is a small CPU int64
+tensor [source, layer] (a graph input, not a constant), read when the op runs. Every block of a
+model then calls the same graph with its own `where`, so blocks compiled one by one share one
+compiled frame instead of one per layer (past dynamo's recompile limit of 8 a frame runs
+uncompiled), and a plan that changes between steps needs no recompile. `source` names the
+rewind.instrument state whose plan the op reads (plan_of).
+
+Needs torch >= 2.4 (torch.library.custom_op); ensure() defines them, defined() says whether it has.
+"""
+import itertools
+import sys
+import weakref
+
+import torch
+
+from . import _C
+
+_sources = weakref.WeakValueDictionary()  # source id -> an object with spec() (instrument's _State)
+_next_source = itertools.count(1)
+
+
+def register_source(obj):
+    """An id for `obj` (anything with spec() -> plan string) that `where` tensors can carry."""
+    sid = next(_next_source)
+    _sources[sid] = obj
+    return sid
+
+
+def where(source, layer):
+    """The op's `where` argument for `layer` of `source`: int64 [source, layer] on the CPU (read
+    on the host when the op runs, so a model on a GPU pays no device-to-host copy)."""
+    return torch.tensor([source, layer], dtype=torch.int64)
+
+
+def _plan_of(w):
+    source, layer = (int(x) for x in w.tolist())
+    owner = _sources.get(source)
+    if owner is None:
+        raise _C.RewindError("rewind: attention of a model that is no longer instrumented (its rewind.instrument "
+                             "state is gone); instrument the model again")
+    return owner.spec() or "", layer
+
+
+def available():
+    return hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+
+
+def defined():
+    return _ops is not None
+
+
+def compiling():
+    """Whether dynamo is tracing the caller (False on torch < 2.3, which has no such question)."""
+    c = getattr(torch, "compiler", None)
+    return c is not None and hasattr(c, "is_compiling") and c.is_compiling()
+
+
+def traced_constant(fn):
+    """fn, which dynamo calls while tracing and whose result it bakes into the graph (a pure
+    function of constants: plan, shapes, layer)."""
+    c = getattr(torch, "compiler", None)
+    return c.assume_constant_result(fn) if c is not None and hasattr(c, "assume_constant_result") else fn
+
+
+@traced_constant
+def _bf16_ok(spec, heads, head_dim, layer):
+    return _C.attention_bf16_ok(spec, heads, head_dim, layer)
+
+
+def serves(q, k, v, spec, layer):
+    """Whether the custom op runs this call while dynamo traces: BF16 q, k, v of one shape (a
+    model under autocast) and a plan that promotes no attention op of the layer to FP32 (those
+    take the eager op's FP32 path). Without a plan the layer is not read: nothing per layer
+    becomes a constant of the trace."""
+    if not (compiling() and defined()):
+        return False
+    if not (q.dtype == torch.bfloat16 and k.dtype == q.dtype and v.dtype == q.dtype and
+            q.shape == k.shape and q.shape == v.shape):
+        return False
+    return not spec or _bf16_ok(spec, q.shape[1], q.shape[3], layer)
+
+
+class _Plan:
+    """The source of rewind.attention's calls: a fixed plan, or the active one (None)."""
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    def spec(self):
+        from . import recording
+        return recording._active_plan if self.plan is None else self.plan
+
+
+_plans = {}  # plan (or None) -> (source id, _Plan), held for the process
+
+
+@traced_constant
+def plan_source(plan):
+    """The source id of rewind.attention(..., plan=plan)'s calls."""
+    if plan not in _plans:
+        obj = _Plan(plan)
+        _plans[plan] = (register_source(obj), obj)
+    return _plans[plan][0]
+
+
+def attention(q, k, v, w, causal):
+    """O of rewind's BF16 attention through the custom op (differentiable in q, k, v)."""
+    return _ops(q, k, v, w, causal)[0]
+
+
+def _register():
+    lib = torch.library
+
+    @lib.custom_op("rewind::attention", mutates_args=())
+    def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: torch.Tensor,
+                causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        spec, layer = _plan_of(where)
+        return tuple(_C.attention_bf16_forward(q, k, v, spec, layer, causal))
+
+    @forward.register_fake
+    def _(q, k, v, where, causal):
+        b, h, t, d = q.shape
+        return q.new_empty(q.shape), q.new_empty((b, h, t), dtype=torch.float32), q.new_empty((3, b, h, t, d))
+
+    @lib.custom_op("rewind::attention_backward", mutates_args=())
+    def backward(d_o: torch.Tensor, qkv: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, where: torch.Tensor,
+                 causal: bool) -> torch.Tensor:
+        spec, layer = _plan_of(where)
+        return _C.attention_bf16_backward(d_o, qkv, o, lse, spec, layer, causal)
+
+    @backward.register_fake
+    def _(d_o, qkv, o, lse, where, causal):
+        return qkv.new_empty(qkv.shape)
+
+    def setup_context(ctx, inputs, output):
+        _, _, _, w, causal = inputs
+        o, lse, qkv = output
+        ctx.save_for_backward(qkv, o, lse, w)
+        ctx.causal = causal
+
+    def grads(ctx, d_o, d_lse, d_qkv):
+        qkv, o, lse, w = ctx.saved_tensors
+        dq, dk, dv = backward(d_o, qkv, o, lse, w, ctx.causal).unbind(0)
+        return dq, dk, dv, None, None
+
+    forward.register_autograd(grads, setup_context=setup_context)
+    return forward
+
+
+def ensure():
+    """Defines the ops (once) where torch has custom ops. Not at the first call: that one may be
+    inside dynamo's trace, which cannot define ops. Called by rewind.instrument and
+    rewind.record, and at import when dynamo is loaded already; defining them imports dynamo
+    (~1.5 s), which a script that never compiles need not pay at `import rewind`."""
+    global _ops
+    if _ops is None and available():
+        _ops = _register()
+    return _ops is not None
+
+
+_ops = None
+if "torch._dynamo" in sys.modules:
+    ensure()
