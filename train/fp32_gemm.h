@@ -20,7 +20,7 @@ enum class Fp32Gemm { kSplitTf32, kSimt };
 // opt-in: on an H200 its tensor-core sums of cancelling inputs err up to 28x more than the FP32
 // GEMM (fp32_gemm_test prints it), outside the FP32 accuracy contract; it cuts an `all=fp32`
 // step from 165 ms to 121 ms on an H200, where the default step takes 20-22 ms
-// (experiments/README.md).
+// (experiments/gpu_bench/README.md).
 Fp32Gemm fp32_gemm();
 void set_fp32_gemm(Fp32Gemm g);
 // Whether REWIND_FP32_GEMM is set (to a valid value): then a replay keeps it even where the
