@@ -92,7 +92,8 @@ void backward_head(const AttentionParams& p, int b, int h, const float* q, const
   const HeadFlags& f = p.flags[h];
   const bool b32 = is(f, Op::kBwd, Prec::kFp32);
   HeadBackward hb;
-  hb.so = detail::load_score_operands(p, f, q + off, k + off);
+  hb.so = detail::load_score_operands(p, f, b, h, q + off, k + off);
+  const uint64_t sr_pv = sr_stream(p.sr_key, SrSite::kPv, b, h);  // pv=sr: the forward's P̄ bits
   if (b32) {
     hb.qg.assign(q + off, q + off + static_cast<size_t>(t) * d_dim);
     hb.kg.assign(k + off, k + off + static_cast<size_t>(t) * d_dim);
@@ -125,9 +126,14 @@ void backward_head(const AttentionParams& p, int b, int h, const float* q, const
         if (n == 0) continue;
         const size_t ro = static_cast<size_t>(r) * d_dim;
         recompute_p(f, s.data() + static_cast<size_t>(r - i0) * bk, n, lse_h[r], pr.data());
-        // dV_c += bf16(P_rc) dO_r  (rows ascending per key)
+        // dV_c += bf16(P_rc) dO_r  (rows ascending per key); pv=sr rounds P with the bits the
+        // forward's P̄ of (r, c) drew.
+        const uint32_t pv_rw = f.pv_sr ? sr_row_word(sr_pv, r) : 0;
         for (int j = 0; j < n; ++j) {
-          const float pj = b32 ? pr[j] : round_bf16(pr[j]);
+          const uint32_t col = static_cast<uint32_t>(j0 + j);
+          const float pj = b32       ? pr[j]
+                         : f.pv_sr ? round_bf16_sr(pr[j], sr_bits_in_row(sr_pv, pv_rw, col))
+                                   : round_bf16(pr[j]);
           float* dvr = dv_acc.data() + static_cast<size_t>(j0 + j) * d_dim;
           for (int d = 0; d < d_dim; ++d) dvr[d] += pj * hb.dog[ro + d];
         }

@@ -47,6 +47,12 @@ void attention_reference_backward(const AttentionParams& p, const double* q, con
 //   delta_dpp    delta = rowsum(dP * P) over unmasked keys instead of rowsum(dO * O)
 //   bwd=fp32     backward matmuls on unrounded q, k, v, dO; P, dS, dQ, dK, dV not rounded
 //   acc_bf16     running Ō and l rounded to BF16 after every key-tile update
+//   s_sr, pv_sr, acc_sr  the qk=sbf16 rounding of S, the PV operand bf16(P̄) (and, in the
+//                backward, bf16(P) of dV unless bwd=fp32) and the acc=bf16 rounding of Ō and
+//                l made stochastic (kernels/stochastic_round.h): bits of the element's absolute
+//                (row, key), the same in the forward and the backward; acc=sr rounds after each
+//                64-key tile (kSrAccTile) whatever block_k, keyed by that tile's index (one tile
+//                with tiling off). p.sr_key is the call's key.
 //   stable       paper Alg. 3 per key tile with the underflow guard (kernels/stable_softmax.h)
 // Faults (Prec::kFault, strength f = flags.fault[op], c = f * 2^-8), forward unless noted:
 //   qk       S += c * |S|                     every logit biased upward (also in the recompute)

@@ -34,10 +34,21 @@ struct HeadForward {
   HeadStats stats;
   std::vector<double> pbar;  // scratch, one tile row
   std::vector<float> pv;     // scratch, the PV operand of one tile row
+  uint64_t sr_pv = 0, sr_acc = 0;  // pv=sr, acc=sr: the streams of their random bits
 };
 
-// Merges one tile row s[0..n) (keys c0..c0+n) into the row state.
-void process_row_tile(HeadForward& hf, RowState& st, const float* s, int n, int c0) {
+// acc=sr: Ō and l of row r rounded stochastically after the key tile starting at key c0 (the
+// tile index of the stochastic_round.h columns: tiles are kSrAccTile keys, or one).
+void round_acc_sr(const HeadForward& hf, RowState& st, int r, int c0) {
+  const uint32_t rw = sr_row_word(hf.sr_acc, r);
+  const uint32_t col0 = static_cast<uint32_t>(c0 / kSrAccTile) * kSrAccStride;
+  auto bits = [&](uint32_t col) { return sr_bits_in_row(hf.sr_acc, rw, col); };
+  for (int d = 0; d < hf.so->dim; ++d) st.acc[d] = round_bf16_sr(st.acc[d], bits(col0 + static_cast<uint32_t>(d)));
+  st.l = round_bf16_sr(static_cast<float>(st.l), bits(col0 + kSrAccL));
+}
+
+// Merges one tile row s[0..n) (keys c0..c0+n) of query row r into the row state.
+void process_row_tile(HeadForward& hf, RowState& st, const float* s, int n, int r, int c0) {
   const HeadFlags& f = *hf.f;
   const int d_dim = hf.so->dim;
   float r_m = kNegInf;
@@ -94,13 +105,18 @@ void process_row_tile(HeadForward& hf, RowState& st, const float* s, int n, int 
     st.l = lf;
   }
 
-  // The PV operand: bf16(P̄) (tensor-core input), biased for the pv fault, FP32 for pv=fp32.
+  // The PV operand: bf16(P̄) (tensor-core input), biased for the pv fault, FP32 for pv=fp32;
+  // pv=sr rounds it stochastically with the bits of (r, key).
   hf.pv.resize(n);
   const bool pv32 = is(f, Op::kPv, Prec::kFp32);
   const float pv_bias = is(f, Op::kPv, Prec::kFault) ? 1.0f + detail::fault_c(f, Op::kPv) : 1.0f;
+  const uint32_t pv_rw = f.pv_sr ? sr_row_word(hf.sr_pv, r) : 0;
   for (int j = 0; j < n; ++j) {
     const float x = static_cast<float>(hf.pbar[j]);
-    hf.pv[j] = pv32 ? x : round_bf16(x * pv_bias);
+    const uint32_t col = static_cast<uint32_t>(c0 + j);
+    hf.pv[j] = pv32      ? x
+             : f.pv_sr ? round_bf16_sr(x * pv_bias, sr_bits_in_row(hf.sr_pv, pv_rw, col))
+                       : round_bf16(x * pv_bias);
   }
   // Ō = scale * Ō, then keys ascending: Ō += P_c V_c (FP32; products of BF16 values exact).
   const float sc = static_cast<float>(scale);
@@ -115,6 +131,7 @@ void process_row_tile(HeadForward& hf, RowState& st, const float* s, int n, int 
     for (int d = 0; d < d_dim; ++d) acc[d] = round_bf16(acc[d]);
     st.l = round_bf16(static_cast<float>(st.l));
   }
+  if (f.acc_sr) round_acc_sr(hf, st, r, c0);
 }
 
 // O = Ō / l with the o op's rounding, LSE = m + log l; o_f32 receives Ō / l unrounded.
@@ -146,13 +163,16 @@ void forward_head(const AttentionParams& p, int b, int h, const float* q, const 
   const size_t off = (static_cast<size_t>(b) * p.heads + h) * t * d_dim;
   const size_t off_row = (static_cast<size_t>(b) * p.heads + h) * t;
   const HeadFlags& f = p.flags[h];
-  detail::ScoreOperands so = detail::load_score_operands(p, f, q + off, k + off);
-  HeadForward hf{&so, &f, {}, HeadStats{}, {}, {}};
+  detail::ScoreOperands so = detail::load_score_operands(p, f, b, h, q + off, k + off);
+  HeadForward hf{&so, &f, {}, HeadStats{}, {}, {}, sr_stream(p.sr_key, SrSite::kPv, b, h),
+                 sr_stream(p.sr_key, SrSite::kAcc, b, h)};
   detail::load_rounded(v + off, t, d_dim, is(f, Op::kPv, Prec::kFp32), hf.v);
 
   // Naive: one query tile and one key tile, i.e. S materialized for the whole (T, T) block.
+  // acc=sr rounds after each of the GPU's 64-key tiles (kSrAccTile) whatever the plan's key
+  // tile, so its bits are keyed by that tile's index; tiling off keeps one tile.
   const int bq = p.naive ? t : detail::tile_size(p.block_q, t);
-  const int bk = p.naive ? t : detail::tile_size(p.block_k, t);
+  const int bk = p.naive ? t : detail::tile_size(f.acc_sr && detail::tile_size(p.block_k, t) < t ? kSrAccTile : p.block_k, t);
   std::vector<float> s(static_cast<size_t>(bq) * bk);
   std::vector<RowState> rows(bq);
   for (int i0 = 0; i0 < t; i0 += bq) {
@@ -164,7 +184,7 @@ void forward_head(const AttentionParams& p, int b, int h, const float* q, const 
       detail::compute_scores(so, i0, i1, j0, j1, s.data(), bk);
       for (int r = i0; r < i1; ++r) {
         const int n = detail::unmasked(so, r, j0, j1);
-        if (n > 0) process_row_tile(hf, rows[r - i0], s.data() + static_cast<size_t>(r - i0) * bk, n, j0);
+        if (n > 0) process_row_tile(hf, rows[r - i0], s.data() + static_cast<size_t>(r - i0) * bk, n, r, j0);
       }
     }
     for (int r = i0; r < i1; ++r)

@@ -56,6 +56,7 @@ AttentionParams params_for(c10::IntArrayRef bhtd, const AttentionOptions& opt) {
   p.naive = opt.naive;
   p.block_q = opt.block_q;
   p.block_k = opt.block_k;
+  p.sr_key = opt.sr_key;
   return p;
 }
 
@@ -115,7 +116,7 @@ Tensor flags_on(const std::vector<HeadFlags>& flags, const torch::Device& dev) {
   for (const HeadFlags& f : flags) {  // field by field: padding bytes are not part of the key
     put(f.prec, sizeof f.prec);
     put(f.fault, sizeof f.fault);
-    const bool modes[4] = {f.s_bf16, f.acc_bf16, f.stable, f.delta_dpp};
+    const bool modes[7] = {f.s_bf16, f.acc_bf16, f.stable, f.delta_dpp, f.s_sr, f.pv_sr, f.acc_sr};
     put(modes, sizeof modes);
     put(&f.beta, sizeof f.beta);
     put(&f.eps, sizeof f.eps);

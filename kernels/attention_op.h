@@ -17,6 +17,9 @@ struct AttentionOptions {
   bool naive = false;  // materialized S (one tile), same rounding points
   int block_q = 64, block_k = 64;
   std::vector<HeadFlags> flags;  // one per head; empty means every head at the defaults
+  // AttentionParams::sr_key: the call's stochastic-rounding key, sr_call_key(seed, step,
+  // micro-batch, layer) (kernels/stochastic_round.h); read by heads with an sr flag only.
+  uint64_t sr_key = 0;
   // CUDA: an int32 on the device, read by the forward when a capture asks for stats: 0 leaves
   // the plain BF16 heads' stats untouched (no monitors this step). The trainer's sampled
   // monitors: one graph serves both kinds of step. Undefined: stats always collected.

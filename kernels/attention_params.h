@@ -28,6 +28,10 @@ struct HeadFlags {
   float beta = 2.0f;       // stable: shift multiplier for a repeated positive max
   float eps = 0.0f;        // stable: a tie is S >= r_m - eps
   bool delta_dpp = false;  // delta=dpp: delta = rowsum(dP * P) instead of rowsum(dO * O)
+  // Stochastic rounding (kernels/stochastic_round.h), random bits from AttentionParams::sr_key:
+  bool s_sr = false;       // qk=sr: S rounded to BF16 before the softmax, stochastically
+  bool pv_sr = false;      // pv=sr: the BF16 P̄ of P̄V (and P of dV = P^T dO) stochastic
+  bool acc_sr = false;     // acc=sr: running O and l in BF16 as acc=bf16, stochastically
 };
 
 // Per-head monitor counters, accumulated over all (batch, query-row, key-tile) visits of a
@@ -63,6 +67,10 @@ struct AttentionParams {
   int block_k = 64;            // key tile; <= 0 or >= seq: tiling off
   const HeadFlags* flags = nullptr;  // `heads` entries, one per head
   HeadStats* stats = nullptr;        // optional, `heads` entries
+  // Stochastic rounding's per-call key, sr_call_key(seed, step, micro-batch, layer)
+  // (kernels/stochastic_round.h): read only by heads with an sr flag. Whoever replays a call
+  // passes the same key and gets the same bits.
+  uint64_t sr_key = 0;
 };
 
 }  // namespace rwd::kernels

@@ -9,6 +9,7 @@
 
 #include "kernels/attention_params.h"
 #include "kernels/bf16.h"
+#include "kernels/stochastic_round.h"
 
 namespace rwd::kernels::detail {
 
@@ -45,9 +46,11 @@ struct ScoreOperands {
   float alpha = 0.0f;
   bool causal = true;
   const HeadFlags* flags = nullptr;
+  uint64_t sr_qk = 0;  // qk=sr: the stream of S's random bits (kernels/stochastic_round.h)
 };
 
-inline ScoreOperands load_score_operands(const AttentionParams& p, const HeadFlags& f,
+// q, k point at head (b, h)'s (T, D) slices.
+inline ScoreOperands load_score_operands(const AttentionParams& p, const HeadFlags& f, int b, int h,
                                          const float* q, const float* k) {
   ScoreOperands s;
   s.seq = p.seq;
@@ -55,6 +58,7 @@ inline ScoreOperands load_score_operands(const AttentionParams& p, const HeadFla
   s.alpha = p.scale;
   s.causal = p.causal;
   s.flags = &f;
+  s.sr_qk = sr_stream(p.sr_key, SrSite::kQk, b, h);
   bool keep = is(f, Op::kQk, Prec::kFp32);
   load_rounded(q, p.seq, p.dim, keep, s.q);
   std::vector<float> kr;
@@ -72,7 +76,8 @@ inline int unmasked(const ScoreOperands& s, int r, int c0, int c1) {
 // S tile rows [r0, r1) x keys [c0, c1) into s (row stride `ld` >= c1 - c0). Masked entries are left
 // untouched: callers only read the first unmasked(r, c0, c1) entries of each row.
 // S = alpha * acc with acc accumulated in FP32 over d ascending; then the qk fault, then the
-// s_bf16 rounding (qk=bf16 regime).
+// s_bf16 rounding (qk=sbf16 regime) or its stochastic twin (qk=sr; bits of (row, key), so the
+// backward's recompute rounds each S as the forward did).
 inline void compute_scores(const ScoreOperands& so, int r0, int r1, int c0, int c1, float* s,
                            int ld) {
   const int d_dim = so.dim, t = so.seq;
@@ -89,10 +94,15 @@ inline void compute_scores(const ScoreOperands& so, int r0, int r1, int c0, int 
       const float* kd = so.kt.data() + static_cast<size_t>(d) * t + c0;
       for (int j = 0; j < n; ++j) row[j] += qv * kd[j];
     }
+    const uint32_t rw = f.s_sr ? sr_row_word(so.sr_qk, r) : 0;
     for (int j = 0; j < n; ++j) {
       float x = so.alpha * row[j];
       if (fault) x += c * std::fabs(x);
       if (f.s_bf16) x = round_bf16(x);
+      if (f.s_sr) {
+        const uint32_t col = static_cast<uint32_t>(c0 + j);
+        x = round_bf16_sr(x, sr_bits_in_row(so.sr_qk, rw, col));
+      }
       row[j] = x;
     }
   }

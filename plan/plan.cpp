@@ -31,8 +31,10 @@ constexpr float kDefaultBeta = 2.0f, kDefaultEps = 0.0f;
 
 // A parsed right-hand side. `low` (alias `bf16` wherever BF16 is the default) resets the
 // target to its default; `fp32` only promotes precisions and leaves regimes (sbf16, stable,
-// dpp, acc=bf16, naive) alone.
-enum class Kind { kLow, kFp32, kFault, kSbf16, kStable, kDpp, kAccBf16, kNaive, kFlash, kOn, kOff,
+// dpp, acc=bf16, naive, the sr roundings) alone. `sr` makes the op's BF16 rounding stochastic:
+// qk=sr and acc=sr replace sbf16 and acc=bf16 (the same rounding points), pv=sr rides on the
+// pv precision (inert where pv=fp32 keeps P̄ unrounded, kept with a pv fault).
+enum class Kind { kLow, kFp32, kFault, kSbf16, kStable, kDpp, kAccBf16, kSr, kNaive, kFlash, kOn, kOff,
                   kTile };
 struct Mode {
   Kind kind = Kind::kLow;
@@ -69,12 +71,13 @@ std::string format_selection(const std::vector<int>& ids, int n) {
 
 void reset_op(HeadFlags& f, int op) {
   if (op == kAccOp) {
-    f.acc_bf16 = false;
+    f.acc_bf16 = f.acc_sr = false;
     return;
   }
   f.prec[op] = Prec::kLow;
   f.fault[op] = 0;
-  if (op == static_cast<int>(kernels::Op::kQk)) f.s_bf16 = false;
+  if (op == static_cast<int>(kernels::Op::kQk)) f.s_bf16 = f.s_sr = false;
+  if (op == static_cast<int>(kernels::Op::kPv)) f.pv_sr = false;
   if (op == static_cast<int>(kernels::Op::kSoftmax)) {
     f.stable = false;
     f.beta = kDefaultBeta;
@@ -88,17 +91,28 @@ void apply_op(HeadFlags& f, int op, const Mode& m) {
     case Kind::kLow: reset_op(f, op); break;
     case Kind::kFp32:
       if (op == kAccOp) {
-        f.acc_bf16 = false;
+        f.acc_bf16 = f.acc_sr = false;
       } else {
         f.prec[op] = Prec::kFp32;
         f.fault[op] = 0;
       }
       break;
     case Kind::kFault: f.prec[op] = Prec::kFault; f.fault[op] = m.strength; break;
-    case Kind::kSbf16: f.s_bf16 = true; break;
+    case Kind::kSbf16: f.s_bf16 = true; f.s_sr = false; break;
     case Kind::kStable: f.stable = true; f.beta = m.beta; f.eps = m.eps; break;
     case Kind::kDpp: f.delta_dpp = true; break;
-    case Kind::kAccBf16: f.acc_bf16 = true; break;
+    case Kind::kAccBf16: f.acc_bf16 = true; f.acc_sr = false; break;
+    case Kind::kSr:
+      if (op == kAccOp) {
+        f.acc_sr = true;
+        f.acc_bf16 = false;
+      } else if (op == static_cast<int>(kernels::Op::kQk)) {
+        f.s_sr = true;
+        f.s_bf16 = false;
+      } else {
+        f.pv_sr = true;
+      }
+      break;
     default: throw Error(ExitCode::kInternal, "plan: mode not valid for an op");
   }
 }
@@ -261,6 +275,7 @@ class Parser {
                                                       ? Kind::kAccBf16 : Kind::kLow;
     else if (name == "fp32") m.kind = Kind::kFp32;
     else if (name == "sbf16") m.kind = Kind::kSbf16;
+    else if (name == "sr") m.kind = Kind::kSr;
     else if (name == "dpp") m.kind = Kind::kDpp;
     else if (name == "naive") m.kind = Kind::kNaive;
     else if (name == "flash") m.kind = Kind::kFlash;
@@ -292,6 +307,12 @@ class Parser {
       return;
     }
     std::string name = word();
+    if (is_op_target(name)) {  // `pv=sr`: the op of every head (or the module of every layer)
+      std::vector<int> layers(p_.n_layer);
+      for (int l = 0; l < p_.n_layer; ++l) layers[l] = l;
+      target_assignment(layers, {}, false, name, at);
+      return;
+    }
     static const std::map<std::string, std::vector<std::string>> kGlobal = {
         {"head", {"low", "bf16", "fp32"}}, {"tiling", {"on", "off"}},
         {"tile", {"QxK"}}, {"all", {"low", "bf16", "fp32"}}};
@@ -299,7 +320,7 @@ class Parser {
     if (it == kGlobal.end())
       fail(at, (name.empty() ? "expected a target, found " + found()
                              : "unknown target '" + name + "'") +
-                   " (expected L<layers>[.H<heads>][.op], head, tiling, tile, all)");
+                   " (expected L<layers>[.H<heads>][.op], an op of every layer, head, tiling, tile, all)");
     expect('=', "after the target");
     Mode m = mode(name, it->second);
     if (name == "head") p_.head_fp32 = (m.kind == Kind::kFp32);
@@ -338,6 +359,20 @@ class Parser {
         if (op.empty()) fail(i_, "expected H<heads> or an op after '.', found " + found());
       }
     }
+    target_assignment(layers, heads, has_heads, op, op_at);
+  }
+
+  // An attention op, `acc`, a layer module or `attn`: what may follow `L<layers>.`.
+  static bool is_op_target(const std::string& name) {
+    for (int k = 0; k < kNumOps; ++k) if (name == kOpNames[k]) return true;
+    for (int k = 0; k < kNumModules; ++k) if (name == kModuleNames[k]) return true;
+    return name == "acc" || name == "attn";
+  }
+
+  // `=mode` of the parsed target: `op` (empty: whole heads or layers) of `heads` (all of them
+  // unless has_heads) in `layers`; op_at is where the op's name starts.
+  void target_assignment(const std::vector<int>& layers, std::vector<int> heads, bool has_heads,
+                         const std::string& op, size_t op_at) {
     int op_index = -1, module = -1;
     for (int k = 0; k < kNumOps; ++k) if (op == kOpNames[k]) op_index = k;
     if (op == "acc") op_index = kAccOp;
@@ -352,10 +387,11 @@ class Parser {
     std::vector<std::string> allowed = {"low", "bf16", "fp32"};
     if (op == "attn") allowed = {"low", "bf16", "fp32", "naive", "flash"};
     if (op_index >= 0 && op_index != kAccOp && op != "bwd") allowed.push_back("fault(strength=X)");
-    if (op == "qk") allowed = {"low", "fp32", "sbf16", "fault(strength=X)"};
+    if (op == "qk") allowed = {"low", "fp32", "sbf16", "sr", "fault(strength=X)"};
     if (op == "softmax") allowed.push_back("stable(beta=B,eps=E)");
+    if (op == "pv") allowed.push_back("sr");
     if (op == "delta") allowed.push_back("dpp");
-    if (op == "acc") allowed = {"low", "fp32", "bf16"};
+    if (op == "acc") allowed = {"low", "fp32", "bf16", "sr"};
     Mode m = mode(op.empty() ? (has_heads ? "a head" : "a layer") : op, allowed);
 
     for (int l : layers) {
@@ -399,11 +435,14 @@ std::vector<std::pair<std::string, std::string>> head_settings(const HeadFlags& 
       out.emplace_back(kOpNames[op], "fault(strength=" + format_float(f.fault[op]) + ")");
   }
   if (f.s_bf16) out.emplace_back("qk", "sbf16");
+  if (f.s_sr) out.emplace_back("qk", "sr");
+  if (f.pv_sr) out.emplace_back("pv", "sr");
   if (f.stable)
     out.emplace_back("softmax", "stable(beta=" + format_float(f.beta) +
                                     ",eps=" + format_float(f.eps) + ")");
   if (f.delta_dpp) out.emplace_back("delta", "dpp");
   if (f.acc_bf16) out.emplace_back("acc", "bf16");
+  if (f.acc_sr) out.emplace_back("acc", "sr");
   return out;
 }
 
@@ -487,6 +526,13 @@ std::string Plan::canonical() const {
 }
 
 uint64_t Plan::hash() const { return fnv1a64(canonical()); }
+
+bool rounds_stochastically(const Plan& p) {
+  for (const auto& l : p.layers)
+    for (const auto& h : l.heads)
+      if (h.s_sr || h.pv_sr || h.acc_sr) return true;
+  return false;
+}
 
 std::string Plan::hash_hex() const { return hex64(hash()); }
 

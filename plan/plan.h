@@ -40,6 +40,10 @@ struct Plan {
   bool operator!=(const Plan& o) const { return !(*this == o); }
 };
 
+// Whether some head of the plan rounds stochastically (qk=sr, pv=sr or acc=sr): its attention
+// calls then read a key that changes with every step and micro-batch.
+bool rounds_stochastically(const Plan& p);
+
 // Parses `spec` (assignments separated by ';') on top of `base` for a model of the given
 // size. Throws rwd::UsageError naming the character position and the offending text for
 // unknown ops/modes, out-of-range layers/heads and malformed text.

@@ -31,7 +31,8 @@ bool same_head(const HeadFlags& a, const HeadFlags& b) {
   }
   if (a.stable != b.stable) return false;
   if (a.stable && (a.beta != b.beta || a.eps != b.eps)) return false;
-  return a.s_bf16 == b.s_bf16 && a.acc_bf16 == b.acc_bf16 && a.delta_dpp == b.delta_dpp;
+  return a.s_bf16 == b.s_bf16 && a.acc_bf16 == b.acc_bf16 && a.delta_dpp == b.delta_dpp &&
+         a.s_sr == b.s_sr && a.pv_sr == b.pv_sr && a.acc_sr == b.acc_sr;
 }
 
 bool same_plan(const Plan& a, const Plan& b) {
@@ -169,6 +170,45 @@ TEST(Plan, LowResetsAndBf16IsDefaultExceptQkAndAcc) {
   EXPECT_EQ(p.canonical(), "L0=fp32;L0.H0.qk=sbf16");
 }
 
+// sr makes an op's BF16 rounding stochastic: per head, layer or model like the other values,
+// printed back; qk=sr and acc=sr replace sbf16 and acc=bf16 (and the other way round), pv=sr
+// rides on the pv precision (fp32 and faults leave it), low resets it.
+TEST(Plan, StochasticRounding) {
+  Plan p = parse("L1.H3.pv=sr", kLayers, kHeads);
+  EXPECT_TRUE(p.layers[1].heads[3].pv_sr);
+  EXPECT_EQ(prec(p, 1, 3, Op::kPv), Prec::kLow);
+  EXPECT_EQ(p.canonical(), "L1.H3.pv=sr");
+  EXPECT_EQ(parse("L1.pv=sr", kLayers, kHeads).canonical(), "L1.H*.pv=sr");
+  p = parse("pv=sr", kLayers, kHeads);
+  EXPECT_EQ(p.canonical(), "L*.H*.pv=sr");
+  EXPECT_TRUE(same_plan(p, parse("L*.H*.pv=sr", kLayers, kHeads)));
+  EXPECT_TRUE(rounds_stochastically(p));
+  EXPECT_FALSE(rounds_stochastically(parse("L*.H*.qk=sbf16;acc=bf16", kLayers, kHeads)));
+
+  p = parse("L0.H0.qk=sbf16;L0.H0.qk=sr;L0.H1.acc=bf16;L0.H1.acc=sr;L0.H2.qk=sr;L0.H2.qk=sbf16", kLayers, kHeads);
+  const auto& hs = p.layers[0].heads;
+  EXPECT_TRUE(hs[0].s_sr && !hs[0].s_bf16);
+  EXPECT_TRUE(hs[1].acc_sr && !hs[1].acc_bf16);
+  EXPECT_TRUE(hs[2].s_bf16 && !hs[2].s_sr);
+  EXPECT_EQ(p.canonical(), "L0.H2.qk=sbf16;L0.H0.qk=sr;L0.H1.acc=sr");
+
+  p = parse("L0.H0.pv=sr;L0.H0.pv=fault(strength=4);L0.H1.pv=sr;L0=fp32;L2.pv=sr;L2.H1.pv=low", kLayers, kHeads);
+  EXPECT_TRUE(p.layers[0].heads[0].pv_sr);
+  EXPECT_EQ(prec(p, 0, 0, Op::kPv), Prec::kFp32);
+  EXPECT_FALSE(p.layers[2].heads[1].pv_sr);
+  EXPECT_EQ(p.canonical(), "L0=fp32;L0.H0-1.pv=sr;L2.H{0,2-11}.pv=sr");
+  EXPECT_TRUE(same_plan(parse(p.canonical(), kLayers, kHeads), p));
+  p = parse("L1.acc=sr;L1.H2.acc=fp32;L1.H3.acc=low;qk=sr;L3.qk=low", kLayers, kHeads);
+  EXPECT_EQ(p.canonical(), "L{0-2,4-11}.H*.qk=sr;L1.H{0-1,4-11}.acc=sr");
+  EXPECT_TRUE(same_plan(parse(p.canonical(), kLayers, kHeads), p));
+
+  // Bare targets are the op of every layer, modules too; sr only where BF16 is rounded.
+  EXPECT_EQ(parse("mlp=fp32", kLayers, kHeads).canonical(), "L*.mlp=fp32");
+  EXPECT_THROW(parse("o=sr", kLayers, kHeads), UsageError);
+  EXPECT_THROW(parse("L0.H0.delta=sr", kLayers, kHeads), UsageError);
+  EXPECT_THROW(parse("pv=sbf16", kLayers, kHeads), UsageError);
+}
+
 TEST(Plan, GlobalTargets) {
   Plan p = parse("tiling=off;head=fp32", kLayers, kHeads);
   EXPECT_EQ(p.block_q, 0);
@@ -227,8 +267,12 @@ Plan random_plan(std::mt19937& rng, int n_layer, int n_head) {
           h.fault[op] = real(-3, 3);
         }
       }
+      // S and the accumulator round one way each: nearest-even or stochastic.
       h.s_bf16 = coin(0.1);
+      h.s_sr = !h.s_bf16 && coin(0.1);
       h.acc_bf16 = coin(0.1);
+      h.acc_sr = !h.acc_bf16 && coin(0.1);
+      h.pv_sr = coin(0.1);
       h.delta_dpp = coin(0.1);
       if (coin(0.15)) { h.stable = true; h.beta = real(1, 16); h.eps = real(0, 0.01); }
     }
