@@ -272,7 +272,9 @@ int run_train(int argc, char** argv) {
   opts.add_options()
       ("data", "nanoGPT uint16 token file", cxxopts::value<std::string>())
       ("steps", "total number of steps (max_iters; with --resume the step to train to)", cxxopts::value<int>())
-      ("plan", "precision plan (see README: plan language); with --resume or --fork on top of the recorded one",
+      ("plan", "precision plan, e.g. 'L2.H8.pv=fp32' (P̄V in FP32), 'pv=sr' (P̄ rounded to BF16 stochastically), "
+               "'qk=sr' / 'acc=sr' (S / running O and l likewise); docs/plan.md has every value; with --resume or "
+               "--fork on top of the recorded one",
        cxxopts::value<std::string>()->default_value(""))
       ("plan-from", "STEP:SPEC: apply SPEC on top of the plan from STEP on (repeatable)",
        cxxopts::value<std::vector<std::string>>())

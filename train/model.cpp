@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "kernels/stochastic_round.h"
 #include "train/fast_block.h"
 #include "train/mixed.h"
 
@@ -97,6 +98,7 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const plan::Plan& plan,
   opt.block_k = plan.block_k;
   opt.flags = lp.heads;
   opt.stats_on = stats_on;
+  opt.sr_key = sr_key;
   if (impl == AttentionImpl::kRewind && fast != FastPath::kOff && (x.is_cuda() || fast == FastPath::kOn) &&
       fast_block_applies(lp, ln_1_bias.defined(), capture.get())) {
     BlockWeights w{ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj};
@@ -225,6 +227,11 @@ void GPTImpl::set_attention_impl(AttentionImpl impl) {
 
 void GPTImpl::set_stats_flag(const torch::Tensor& flag) {
   for (auto& b : blocks_) b->stats_on = flag;
+}
+
+void GPTImpl::set_sr_micro_batch(uint64_t seed, int64_t step, int64_t micro) {
+  for (size_t l = 0; l < blocks_.size(); ++l)
+    blocks_[l]->sr_key = kernels::sr_call_key(seed, step, micro, static_cast<int64_t>(l));
 }
 
 void GPTImpl::keep_bf16_weights(bool on) {

@@ -58,6 +58,7 @@ class BlockImpl : public torch::nn::Module {
   AttentionImpl impl = AttentionImpl::kRewind;
   FastPath fast = FastPath::kAuto;
   torch::Tensor stats_on;  // GPTImpl::set_stats_flag
+  uint64_t sr_key = 0;     // GPTImpl::set_sr_micro_batch: this layer's stochastic-rounding key
   torch::Tensor ln_1, c_attn, c_proj, ln_2, c_fc, mlp_proj;  // weights, nanoGPT order
   // Biases ("<weight>_bias"), registered only when Config::bias; undefined otherwise.
   torch::Tensor ln_1_bias, c_attn_bias, c_proj_bias, ln_2_bias, c_fc_bias, mlp_proj_bias;
@@ -93,6 +94,10 @@ class GPTImpl : public torch::nn::Module {
   // Sampled monitors (Trainer::set_monitor_every): every block's attention reads this device
   // int32 when it collects stats, 0 meaning "not this step" (kernels::AttentionOptions).
   void set_stats_flag(const torch::Tensor& flag);
+  // The micro-batch the next forward computes: each layer's attention gets the stochastic-
+  // rounding key sr_call_key(seed, step, micro, layer) (kernels/stochastic_round.h), so the
+  // pv=sr / acc=sr / qk=sr heads of a replay draw the recording's bits.
+  void set_sr_micro_batch(uint64_t seed, int64_t step, int64_t micro);
   // Between keep_bf16_weights(true) and (false), the fast block and head cast each GEMM weight
   // to BF16 once and reuse the cast in every later forward (the same values while the weights
   // stay unchanged: the trainer brackets one step's micro-batches, before its update). A step

@@ -91,6 +91,7 @@ QueuedPasses Trainer::queue_passes(const plan::Plan& plan, const std::vector<int
   for (int i = 0; i < share; ++i) {
     ForwardTap tap;
     if (first + i == 0) tap.tensor_layers = capture_layers;
+    model_->set_sr_micro_batch(config_.seed, step_, first + i);
     torch::Tensor loss = model_->loss(xs[i], ys[i], plan, monitors ? &tap : nullptr);
     phase_mark(kPhaseForward);
     const bool last = i == share - 1;
@@ -134,7 +135,9 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
   // accumulate-grad nodes alive, and a node is bound to the stream current when it was made: a
   // capture needs them made anew on its own stream, so the buckets are dropped before it and
   // made again inside it. Without them in the graph, ranks exchange after the replay.
-  const bool graphable = graph_ && capture_layers.empty() && !phase_enabled_;
+  // A graph replays its launches' arguments, and the stochastic-rounding key is one of them: a
+  // plan with sr heads runs eagerly, with this step's key (the same bits as its replay).
+  const bool graphable = graph_ && capture_layers.empty() && !phase_enabled_ && !plan::rounds_stochastically(plan);
   // Sampled monitors: a graph is captured with them, and the kernels read this step's choice
   // from stats_flag_ (written here, before the replay, on the same stream).
   const bool monitored = !capture_layers.empty() || monitor_due(monitor_every_, step_);

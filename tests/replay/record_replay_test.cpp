@@ -235,6 +235,24 @@ TEST_F(RecordReplay, StepProbeAllFp32DiffersAndRecordedPlanIsExactlyZero) {
   EXPECT_EQ(jz["loss_lp"].get<double>(), jz["loss_hp"].get<double>());
 }
 
+// A plan that rounds stochastically records and replays bit for bit: the random bits are a
+// function of the run's seed, the step, the micro-batch and the layer (kernels/
+// stochastic_round.h), so a window replayed from a checkpoint draws what the recording drew,
+// micro-batch by micro-batch. The bits are used: the losses differ from the default plan's.
+TEST_F(RecordReplay, StochasticRoundingPlanReplaysBitwise) {
+  const std::string sr = dir_ + "/sr.db", plain = dir_ + "/sr_plain.db";
+  const std::string args = " train --data " + data_ + " --steps 12 --checkpoint-every 5 --gradient-accumulation-steps 2";
+  Cmd r = sh(kBin + args + " --plan 'pv=sr;L0.acc=sr;L1.H0.qk=sr' --record " + sr + kModel);
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(sh(kBin + args + " --record " + plain + kModel).code, 0);
+  Cmd v = sh(kBin + " replay --store " + sr + " --from 5 --to 11 --verify");
+  EXPECT_EQ(v.code, 0) << v.out;
+  EXPECT_NE(v.out.find("bitwise identical"), std::string::npos) << v.out;
+  const std::vector<uint32_t> a = loss_bits(sr, 1, 11), b = loss_bits(plain, 1, 11);
+  ASSERT_EQ(a.size(), 11u);
+  EXPECT_NE(a, b) << "pv=sr trained as the default plan does";
+}
+
 TEST_F(RecordReplay, PlanOverrideGivesDivergenceCurveNotFailure) {
   Cmd r = sh(kBin + " replay --store " + store_ + " --from 20 --to 25 --verify --plan 'all=fp32'");
   EXPECT_EQ(r.code, 0) << r.out;
