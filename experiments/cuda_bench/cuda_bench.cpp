@@ -1,6 +1,6 @@
 // Forward/backward TFLOP/s of the rewind CUDA flash kernels (standard, stabilized, mixed plans
 // with FP32 heads on the tensor cores and on the SIMT reference) against PyTorch SDPA (flash
-// backend) and the all-BF16 kernel in the same run.
+// backend) and the all-BF16 kernel in the same run; --sr: what stochastic rounding costs.
 #include <cuda_runtime.h>
 #include <torch/torch.h>
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention_cuda.h"
+#include "kernels/stochastic_round.h"
 
 namespace {
 
@@ -82,86 +83,104 @@ struct Summary {
 
 bool g_mixed = true;  // also time the mixed plan (slow SIMT path); off with --no-mixed
 
+// The device tensors of one causal (B, H, T, D) problem: random BF16 inputs, their FP32
+// twins, the outputs and the gradients.
+struct Problem {
+  int B, H, T, D;
+  torch::Tensor q, k, v, d_o, q32, k32, v32, o, o32, do32, lse, delta, dq, dk, dv;
+  Problem(int b, int h, int t, int d) : B(b), H(h), T(t), D(d) {
+    auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+    q = torch::randn({B, H, T, D}, opts), k = torch::randn({B, H, T, D}, opts);
+    v = torch::randn({B, H, T, D}, opts), d_o = torch::randn({B, H, T, D}, opts);
+    auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
+    q32 = q.to(torch::kFloat32), k32 = k.to(torch::kFloat32), v32 = v.to(torch::kFloat32);
+    o = torch::empty_like(q), o32 = torch::empty_like(q32), do32 = d_o.to(torch::kFloat32);
+    lse = torch::empty({B, H, T}, f32), delta = torch::empty({B, H, T}, f32);
+    dq = torch::empty({B, H, T, D}, f32), dk = torch::empty_like(dq), dv = torch::empty_like(dq);
+  }
+  double fwd_flop() const { return 4.0 * B * H * static_cast<double>(T) * T * D / 2.0; }  // causal
+};
+
+// One call of our kernels on a problem: its forward and backward launches, each owning what it
+// needs (flags on the device, workspaces).
+// monitors: 0 none, 1 collected (p.stats set, as in a recorded training step), 2 requested but
+// switched off by the stats_on flag (a step without monitors under --monitor-every, as a CUDA
+// graph captured with them runs it).
+// simt: FP32 heads on the SIMT reference kernels (the path before the split-BF16 variant).
+// ds_dq: BackwardArgs::ds_dq (-1 default; 0 dQ recomputed per tile pair; 1 from stored dS).
+// sr_key: AttentionParams::sr_key, read by heads with an sr flag.
+struct Launch {
+  std::function<void()> fwd, bwd;
+};
+Launch make_launch(const Problem& t, std::vector<HeadFlags> flag_list, int monitors = 0, bool simt = false,
+                   int ds_dq = -1, uint64_t sr_key = 0) {
+  const int B = t.B, H = t.H, T = t.T, D = t.D;
+  const torch::Tensor &q = t.q, &k = t.k, &v = t.v, &d_o = t.d_o, &q32 = t.q32, &k32 = t.k32, &v32 = t.v32;
+  const torch::Tensor &o = t.o, &o32 = t.o32, &do32 = t.do32, &lse = t.lse, &delta = t.delta;
+  const torch::Tensor &dq = t.dq, &dk = t.dk, &dv = t.dv;
+  auto flags = std::make_shared<std::vector<HeadFlags>>(std::move(flag_list));
+  auto flags_d = torch::empty({static_cast<int64_t>(flags->size() * sizeof(HeadFlags))},
+                              torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
+  cudaMemcpy(flags_d.data_ptr(), flags->data(), flags->size() * sizeof(HeadFlags), cudaMemcpyHostToDevice);
+  AttentionParams p;
+  p.batch = B;
+  p.heads = H;
+  p.seq = T;
+  p.dim = D;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  p.causal = true;
+  p.sr_key = sr_key;
+  p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
+  auto stats_d = torch::zeros({static_cast<int64_t>(H * sizeof(rwd::kernels::HeadStats))},
+                              torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
+  if (monitors) p.stats = reinterpret_cast<rwd::kernels::HeadStats*>(stats_d.data_ptr());
+  kc::ForwardArgs fa;
+  fa.q = reinterpret_cast<const uint16_t*>(q.data_ptr());
+  fa.k = reinterpret_cast<const uint16_t*>(k.data_ptr());
+  fa.v = reinterpret_cast<const uint16_t*>(v.data_ptr());
+  fa.q_f32 = q32.data_ptr<float>();
+  fa.k_f32 = k32.data_ptr<float>();
+  fa.v_f32 = v32.data_ptr<float>();
+  fa.o = reinterpret_cast<uint16_t*>(o.data_ptr());
+  fa.o_f32 = o32.data_ptr<float>();
+  fa.lse = lse.data_ptr<float>();
+  fa.host_flags = flags->data();
+  fa.simt_fp32 = simt;
+  auto stats_off = torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kInt32));
+  if (monitors == 2) fa.stats_on = stats_off.data_ptr<int>();
+  auto ws = torch::empty({static_cast<int64_t>(kc::forward_workspace_bytes(p, flags->data()))},
+                         torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
+  fa.workspace = ws.numel() ? ws.data_ptr() : nullptr;
+  kc::BackwardArgs ba = kc::backward_args_of(fa);
+  ba.d_o_f32 = do32.data_ptr<float>();
+  ba.d_o = reinterpret_cast<const uint16_t*>(d_o.data_ptr());
+  ba.delta = delta.data_ptr<float>();
+  ba.dq = dq.data_ptr<float>();
+  ba.dk = dk.data_ptr<float>();
+  ba.dv = dv.data_ptr<float>();
+  ba.ds_dq = ds_dq;
+  // dS tiles, then the split planes (q, k, v, dO)
+  auto bws = torch::empty({static_cast<int64_t>(kc::backward_workspace_bytes(p, flags->data(), ds_dq))},
+                          torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
+  ba.workspace = bws.numel() ? bws.data_ptr() : nullptr;
+  // Own copies of the parameters and keep the flags and workspaces alive.
+  return Launch{[p, fa, flags, flags_d, stats_d, ws, stats_off] { check(kc::attention_forward(p, fa, nullptr), "forward"); },
+                [p, ba, flags, flags_d, bws] { check(kc::attention_backward(p, ba, nullptr), "backward"); }};
+}
+
 Summary bench(int B, int H, int T, int D) {
-  auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
-  auto q = torch::randn({B, H, T, D}, opts), k = torch::randn({B, H, T, D}, opts);
-  auto v = torch::randn({B, H, T, D}, opts), d_o = torch::randn({B, H, T, D}, opts);
-  auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
-  auto q32 = q.to(torch::kFloat32), k32 = k.to(torch::kFloat32), v32 = v.to(torch::kFloat32);
-  auto o = torch::empty_like(q), o32 = torch::empty_like(q32), do32 = d_o.to(torch::kFloat32);
-  auto lse = torch::empty({B, H, T}, f32), delta = torch::empty({B, H, T}, f32);
-  auto dq = torch::empty({B, H, T, D}, f32), dk = torch::empty_like(dq), dv = torch::empty_like(dq);
-  const double fwd_flop = 4.0 * B * H * static_cast<double>(T) * T * D / 2.0;  // causal
+  const Problem t(B, H, T, D);
+  const double fwd_flop = t.fwd_flop();
   const double bwd_flop = 2.5 * fwd_flop;
 
   std::vector<Row> rows;
   std::vector<std::function<void()>> fwd_of;  // the forward launch of each of our rows
-  // monitors: per-head stats collected (p.stats set), as in a recorded training step.
-  // simt: FP32 heads on the SIMT reference kernels (the path before the split-BF16 variant).
-  // ds_dq: BackwardArgs::ds_dq (-1 default; 0 dQ recomputed per tile pair; 1 from stored dS).
-  // monitors: 0 none, 1 collected, 2 requested but switched off by the stats_on flag (a step
-  // without monitors under --monitor-every, as a CUDA graph captured with them runs it).
-  auto run_ours = [&](const std::string& name, std::vector<HeadFlags> flag_list,
-                      int monitors = 0, bool simt = false, int ds_dq = -1) {
-    auto flags = std::make_shared<std::vector<HeadFlags>>(std::move(flag_list));
-    auto flags_d = torch::empty({static_cast<int64_t>(flags->size() * sizeof(HeadFlags))},
-                                torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
-    cudaMemcpy(flags_d.data_ptr(), flags->data(), flags->size() * sizeof(HeadFlags), cudaMemcpyHostToDevice);
-    AttentionParams p;
-    p.batch = B;
-    p.heads = H;
-    p.seq = T;
-    p.dim = D;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    p.causal = true;
-    p.flags = reinterpret_cast<const HeadFlags*>(flags_d.data_ptr());
-    auto stats_d = torch::zeros({static_cast<int64_t>(H * sizeof(rwd::kernels::HeadStats))},
-                                torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
-    if (monitors) p.stats = reinterpret_cast<rwd::kernels::HeadStats*>(stats_d.data_ptr());
-    kc::ForwardArgs fa;
-    fa.q = reinterpret_cast<const uint16_t*>(q.data_ptr());
-    fa.k = reinterpret_cast<const uint16_t*>(k.data_ptr());
-    fa.v = reinterpret_cast<const uint16_t*>(v.data_ptr());
-    fa.q_f32 = q32.data_ptr<float>();
-    fa.k_f32 = k32.data_ptr<float>();
-    fa.v_f32 = v32.data_ptr<float>();
-    fa.o = reinterpret_cast<uint16_t*>(o.data_ptr());
-    fa.o_f32 = o32.data_ptr<float>();
-    fa.lse = lse.data_ptr<float>();
-    fa.host_flags = flags->data();
-    fa.simt_fp32 = simt;
-    auto stats_off = torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA).dtype(torch::kInt32));
-    if (monitors == 2) fa.stats_on = stats_off.data_ptr<int>();
-    auto ws = torch::empty({static_cast<int64_t>(kc::forward_workspace_bytes(p, flags->data()))},
-                           torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
-    fa.workspace = ws.numel() ? ws.data_ptr() : nullptr;
-    kc::BackwardArgs ba;
-    ba.q = fa.q;
-    ba.k = fa.k;
-    ba.v = fa.v;
-    ba.q_f32 = fa.q_f32;
-    ba.k_f32 = fa.k_f32;
-    ba.v_f32 = fa.v_f32;
-    ba.o = fa.o;
-    ba.o_f32 = fa.o_f32;
-    ba.d_o_f32 = do32.data_ptr<float>();
-    ba.d_o = reinterpret_cast<const uint16_t*>(d_o.data_ptr());
-    ba.lse = fa.lse;
-    ba.delta = delta.data_ptr<float>();
-    ba.dq = dq.data_ptr<float>();
-    ba.dk = dk.data_ptr<float>();
-    ba.dv = dv.data_ptr<float>();
-    ba.host_flags = flags->data();
-    ba.simt_fp32 = simt;
-    ba.ds_dq = ds_dq;
-    // dS tiles, then the split planes (q, k, v, dO)
-    auto bws = torch::empty({static_cast<int64_t>(kc::backward_workspace_bytes(p, flags->data(), ds_dq))},
-                            torch::TensorOptions().device(torch::kCUDA).dtype(torch::kUInt8));
-    ba.workspace = bws.numel() ? bws.data_ptr() : nullptr;
-    // Owns copies of the parameters and keeps the flags alive for paired_ratio below.
-    fwd_of.push_back([p, fa, flags, flags_d, stats_d, ws, stats_off] { check(kc::attention_forward(p, fa, nullptr), "forward"); });
-    const double f = time_ms(fwd_of.back());
-    const double b = time_ms([&] { check(kc::attention_backward(p, ba, nullptr), "backward"); });
+  auto run_ours = [&](const std::string& name, std::vector<HeadFlags> flag_list, int monitors = 0,
+                      bool simt = false, int ds_dq = -1) {
+    const Launch l = make_launch(t, std::move(flag_list), monitors, simt, ds_dq);
+    fwd_of.push_back(l.fwd);
+    const double f = time_ms(l.fwd);
+    const double b = time_ms(l.bwd);
     rows.push_back({name, f, b});
   };
 
@@ -169,6 +188,7 @@ Summary bench(int B, int H, int T, int D) {
   // then cuDNN's fused attention (skipped, with a note, where SDPA cannot run it).
   size_t n_base = 0;  // baseline rows at the front of `rows`
 #if defined(TORCH_VERSION_MAJOR) && TORCH_VERSION_MAJOR >= 2
+  const torch::Tensor &q = t.q, &k = t.k, &v = t.v, &d_o = t.d_o;
   auto sdpa_row = [&](const std::string& name, bool cudnn) {
     at::globalContext().setSDPUseFlash(!cudnn);
     at::globalContext().setSDPUseMemEfficient(false);
@@ -297,11 +317,46 @@ void bench_head_dims() {
 
 }  // namespace
 
-// Usage: cuda_bench [--shape 0|1] [--no-mixed] [--head-dims]   (default: both shapes, all
-// kernels; --head-dims: one shape per head dim instead, see bench_head_dims)
+// --sr: stochastic rounding's cost at a shape: the forward and backward of a call whose heads
+// round stochastically (pv=sr, acc=sr, qk=sr, all three; every head, or half of them) against
+// the same call without sr, timed alone (median ms) and in alternation (paired_ratio: the
+// ratio to print). acc=bf16 (the extras kernel without random bits) shows what of the cost is
+// the variant itself.
+void bench_sr(int B, int H, int T, int D) {
+  const Problem t(B, H, T, D);
+  const uint64_t key = rwd::kernels::sr_call_key(1, 100, 0, 0);
+  const Launch base = make_launch(t, std::vector<HeadFlags>(H));
+  const double base_f = time_ms(base.fwd), base_b = time_ms(base.bwd);
+  std::printf("\nstochastic rounding, B=%d H=%d T=%d D=%d causal: against the same call without sr\n", B, H, T, D);
+  std::printf("%-20s %10s %10s %10s %10s %10s %10s\n", "heads", "fwd_ms", "bwd_ms", "fwd_x", "bwd_x", "fwd_pair",
+              "bwd_pair");
+  std::printf("%-20s %10.3f %10.3f %10.2f %10.2f %10s %10s\n", "none (base)", base_f, base_b, 1.0, 1.0, "-", "-");
+  const struct {
+    const char* name;
+    void (*set)(HeadFlags&);
+    bool half;  // only the even heads
+  } kCases[] = {{"pv=sr", [](HeadFlags& f) { f.pv_sr = true; }, false},
+                {"acc=sr", [](HeadFlags& f) { f.acc_sr = true; }, false},
+                {"qk=sr", [](HeadFlags& f) { f.s_sr = true; }, false},
+                {"qk,pv,acc=sr", [](HeadFlags& f) { f.s_sr = f.pv_sr = f.acc_sr = true; }, false},
+                {"pv=sr half the heads", [](HeadFlags& f) { f.pv_sr = true; }, true},
+                {"acc=bf16 (no sr)", [](HeadFlags& f) { f.acc_bf16 = true; }, false}};
+  for (const auto& c : kCases) {
+    std::vector<HeadFlags> flags(H);
+    for (int h = 0; h < H; h += c.half ? 2 : 1) c.set(flags[h]);
+    const Launch l = make_launch(t, flags, 0, false, -1, key);
+    const double f = time_ms(l.fwd), b = time_ms(l.bwd);
+    std::printf("%-20s %10.3f %10.3f %10.2f %10.2f %10.3f %10.3f\n", c.name, f, b, f / base_f, b / base_b,
+                paired_ratio(base.fwd, l.fwd), paired_ratio(base.bwd, l.bwd));
+  }
+}
+
+// Usage: cuda_bench [--shape 0|1] [--no-mixed] [--head-dims] [--sr]   (default: both shapes,
+// all kernels; --head-dims: one shape per head dim instead, see bench_head_dims; --sr: the
+// stochastic-rounding table of each shape instead, see bench_sr)
 int main(int argc, char** argv) {
   int shape = -1;
-  bool head_dims = false;
+  bool head_dims = false, sr = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--shape" && i + 1 < argc) {
@@ -310,8 +365,10 @@ int main(int argc, char** argv) {
       g_mixed = false;
     } else if (arg == "--head-dims") {
       head_dims = true;
+    } else if (arg == "--sr") {
+      sr = true;
     } else {
-      std::fprintf(stderr, "usage: cuda_bench [--shape 0|1] [--no-mixed] [--head-dims]\n");
+      std::fprintf(stderr, "usage: cuda_bench [--shape 0|1] [--no-mixed] [--head-dims] [--sr]\n");
       return 2;
     }
   }
@@ -321,6 +378,11 @@ int main(int argc, char** argv) {
   }
   if (head_dims) {
     bench_head_dims();
+    return 0;
+  }
+  if (sr) {
+    if (shape != 1) bench_sr(8, 12, 1024, 64);
+    if (shape != 0) bench_sr(2, 16, 4096, 128);
     return 0;
   }
   if (shape != 1) bench(8, 12, 1024, 64);

@@ -1,9 +1,11 @@
 // FlashAttention-2 backward on tensor cores (mma.sync BF16, FP32 accumulate) and the public
 // backward launcher.
 //
-// Rounding points (DESIGN §4), recomputing S exactly as the forward did:
+// Rounding points (DESIGN §4), recomputing S exactly as the forward did (qk=sr: with the
+// forward's bits):
 //   P = exp(S - LSE)                        FP32
-//   dV += bf16(P)^T dO                      FP32 accumulate
+//   dV += bf16(P)^T dO                      FP32 accumulate (pv=sr: bf16 stochastic, the bits the
+//                                           forward drew for P̄ of the element)
 //   dP = dO V^T                             FP32
 //   delta = rowsum(dO * O)  (O = bf16 output, or o_f32 for o=fp32 heads)
 //         | rowsum(dP * P)  (delta=dpp: an extra pass over the keys in the dQ kernel)
@@ -40,6 +42,7 @@
 #include "kernels/cuda/attention_backward_mma.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/attention_split.cuh"
+#include "kernels/cuda/attention_sr.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace rwd::kernels::cuda {
@@ -50,8 +53,9 @@ namespace rwd::kernels::cuda {
 // delta and dQ. Grid (ceil(T/64), B*H), 128 threads; warp w owns query rows q0 + 16w ...
 // For delta=dpp heads the key loop runs twice: pass 0 sums dP * P into delta, pass 1 forms dQ.
 // kF32: the heads with an FP32 op (PlaneUse says which operands come in planes); delta from the
-// FP32 dO for bwd=fp32, in double for delta=fp32.
-template <int D, bool kF32>
+// FP32 dO for bwd=fp32, in double for delta=fp32. kSr: the BF16 heads with qk=sr or pv=sr
+// (backward_variant 2), whose S this kernel rounds with the forward's bits.
+template <int D, bool kF32, bool kSr = false>
 __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksDq) flash_dq_kernel(KernelArgs a) {
   constexpr int kTile = kBlockQ * (D + 8);
   constexpr int kPl = BwdShape<D, kF32>::kPl, kSt = BwdShape<D, kF32>::kDqStages;
@@ -59,7 +63,7 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksDq) fla
   const BlockTile bt = block_tile(a.causal, true);
   const int q_tile = bt.tile, bh = a.bh0 + bt.bh, h = bh % a.heads, q0 = q_tile * kBlockQ, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
-  if (backward_variant(f, a.simt_fp32) != (kF32 ? 1 : 0)) return;
+  if (backward_variant(f, a.simt_fp32) != bf16_variant<kF32, kSr>()) return;
   if (!kF32 && a.ds_dq && !f.delta_dpp) return;  // dQ from the stored dS (flash_dq_ds_kernel)
   const PlaneUse u = plane_use<kF32>(f);
   extern __shared__ __align__(16) uint16_t smem[];
@@ -72,6 +76,7 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksDq) fla
   const size_t base = static_cast<size_t>(bh) * T * D, row_base = static_cast<size_t>(bh) * T;
   const int n_kt = a.causal ? q_tile + 1 : (T + kBlockK - 1) / kBlockK;
   const int n_pass = f.delta_dpp ? 2 : 1;
+  const uint64_t qk_stream = kSr ? sr_stream(a.sr_key, SrSite::kQk, bh / a.heads, h) : 0;
 
   auto load_k = [&](uint16_t* dst, int j) {
     load_operand<D, kPl>(dst, a.k, a.k_pl, u.k_s || u.k_g, base, j * kBlockK, T);
@@ -129,11 +134,21 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksDq) fla
     }
     // P = exp(S - LSE); masked entries (causal, T tail) -> 0 in a pass of their own, taken only
     // by the tiles that need it (a runtime test inside the element loop costs a branch each).
+    // qk=sr (kSr) rounds S as the forward did first.
+    const bool s_sr = kSr && f.s_sr;
+    if (s_sr) {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nb][e] = finish_score(s[nb][e], a.scale, f);
+      }
+      sr_round_rows<8>(s, qk_stream, row_a, j * kBlockK + (lane % 4) * 2);
+    }
 #pragma unroll
     for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[nb][e] = p_from_lse<kF32>(finish_score(s[nb][e], a.scale, f), lse[e / 2], f);
+        s[nb][e] = p_from_lse<kF32>(s_sr ? s[nb][e] : finish_score(s[nb][e], a.scale, f), lse[e / 2], f);
       }
     }
     const bool need_mask = (a.causal && j == q_tile) || (j + 1) * kBlockK > T;
@@ -198,36 +213,44 @@ constexpr int kv_smem() {
 }
 
 // Dc: the dim the dK/dV kernel computes (wgmma_pad_dim: 128 for a head of dim 80 or 96); the dQ
-// kernel (mma.sync) computes D.
-template <int D, bool kF32, bool kWg, int Dc = D>
+// kernel (mma.sync) computes D. kSr: the kernels of the BF16 heads that round stochastically.
+template <int D, bool kF32, bool kWg, int Dc = D, bool kSr = false>
 int launch_flash_backward_on(const KernelArgs& a, cudaStream_t stream) {
   using Shape = BwdShape<D, kF32>;
   constexpr int kKv = kv_smem<Dc, kF32, kWg>();
-  int err = set_smem(flash_dq_kernel<D, kF32>, Shape::kSmemDq);
-  if (err == 0) err = set_smem(flash_dkdv_kernel<Dc, kF32, false, kWg, D>, kKv);
+  int err = set_smem(flash_dq_kernel<D, kF32, kSr>, Shape::kSmemDq);
+  if (err == 0) err = set_smem(flash_dkdv_kernel<Dc, kF32, false, kWg, D, kSr>, kKv);
   if (err != 0) return err;
   const dim3 grid((a.seq + kBlockQ - 1) / kBlockQ, a.batch * a.heads);
-  flash_dq_kernel<D, kF32><<<grid, kThreads, Shape::kSmemDq, stream>>>(a);  // writes delta, read below
+  flash_dq_kernel<D, kF32, kSr><<<grid, kThreads, Shape::kSmemDq, stream>>>(a);  // writes delta, read below
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   const dim3 grid_kv(grid.x, grid.y, Dc / kDkdvCols<Dc>);
-  flash_dkdv_kernel<Dc, kF32, false, kWg, D><<<grid_kv, kThreads, kKv, stream>>>(a);
+  flash_dkdv_kernel<Dc, kF32, false, kWg, D, kSr><<<grid_kv, kThreads, kKv, stream>>>(a);
   return cudaGetLastError();
 }
 
 // The recompute path: the BF16 heads' dK/dV kernel on wgmma unless REWIND_ATTN_WGMMA=0 or
 // the dim has no wgmma kernels (wgmma_pad_dim). FP32 heads exist here only up to D = 128
 // (split_head_dim; attention_backward sends larger dims' FP32 heads to the SIMT kernels).
-template <int D, bool kF32>
+template <int D, bool kF32, bool kSr = false>
 int launch_flash_backward(const KernelArgs& a, cudaStream_t stream) {
   if constexpr (kF32 && !split_head_dim(D)) {
     return cudaErrorNotSupported;
   } else {
     if constexpr (!kF32 && wgmma_pad_dim(D) != 0) {
-      if (wgmma_on()) return launch_flash_backward_on<D, false, true, wgmma_pad_dim(D)>(a, stream);
+      if (wgmma_on()) return launch_flash_backward_on<D, false, true, wgmma_pad_dim(D), kSr>(a, stream);
     }
-    return launch_flash_backward_on<D, kF32, false>(a, stream);
+    return launch_flash_backward_on<D, kF32, false, D, kSr>(a, stream);
   }
+}
+
+// The recompute path's BF16 groups: the plain heads' kernels, then the sr heads' own.
+template <int D>
+int launch_flash_backward16(const KernelArgs& a, const Bf16Groups& g, cudaStream_t stream) {
+  int err = g.plain ? launch_flash_backward<D, false, false>(a, stream) : 0;
+  if (err == 0 && g.sr) err = launch_flash_backward<D, false, true>(a, stream);
+  return err;
 }
 
 // Most dS workspace one backward holds (REWIND_ATTN_DS_WORKSPACE bytes, default 1 GiB): heads
@@ -247,26 +270,25 @@ int64_t ds_chunk_heads(const AttentionParams& p) {
   return (bh + chunks - 1) / chunks;
 }
 
-// The BF16 heads through the dS path: delta for its heads; the recompute kernels for the
-// delta=dpp heads (any_dpp; their dQ kernel writes their delta); then per chunk of heads the
-// dK/dV kernel storing dS and the dQ kernel over the stored tiles. kWg: on wgmma, those two
-// computing dim Dc (as launch_flash_backward_on).
-template <int D, bool kWg, int Dc = D>
-int launch_ds_backward_on(KernelArgs a, bool any_dpp, cudaStream_t stream) {
+// One BF16 group (kSr: the sr heads, else the plain ones) through the dS path, after the delta
+// kernel: the recompute kernels for its delta=dpp heads (dpp; their dQ kernel writes their
+// delta); then per chunk of heads the dK/dV kernel storing dS and the dQ kernel over the stored
+// tiles (the workspace holds one group's chunk at a time). kWg: on wgmma, those two computing
+// dim Dc (as launch_flash_backward_on).
+template <int D, bool kWg, int Dc, bool kSr>
+int launch_ds_group(KernelArgs a, bool dpp, cudaStream_t stream) {
   using Shape = BwdShape<D, false>;
   constexpr int kKv = kv_smem<Dc, false, kWg>(), kDq = DsDqShape<Dc, kWg>::kSmem;
-  int err = set_smem(flash_dq_kernel<D, false>, Shape::kSmemDq);
-  if (err == 0) err = set_smem(flash_dkdv_kernel<Dc, false, false, kWg, D>, kKv);
-  if (err == 0) err = set_smem(flash_dkdv_kernel<Dc, false, true, kWg, D>, kKv);
-  if (err == 0) err = set_smem(flash_dq_ds_kernel<Dc, kWg, D>, kDq);
+  int err = set_smem(flash_dq_kernel<D, false, kSr>, Shape::kSmemDq);
+  if (err == 0) err = set_smem(flash_dkdv_kernel<Dc, false, false, kWg, D, kSr>, kKv);
+  if (err == 0) err = set_smem(flash_dkdv_kernel<Dc, false, true, kWg, D, kSr>, kKv);
+  if (err == 0) err = set_smem(flash_dq_ds_kernel<Dc, kWg, D, kSr>, kDq);
   if (err != 0) return err;
-  a.ds_dq = true;
   const int bh = a.batch * a.heads, n_t = (a.seq + kBlockQ - 1) / kBlockQ;
-  flash_delta_kernel<D><<<dim3((a.seq + kThreads / 4 - 1) / (kThreads / 4), bh), kThreads, 0, stream>>>(a);
   constexpr unsigned kCols = Dc / kDkdvCols<Dc>;  // dK/dV column blocks (grid z)
-  if (any_dpp) {
-    flash_dq_kernel<D, false><<<dim3(n_t, bh), kThreads, Shape::kSmemDq, stream>>>(a);
-    flash_dkdv_kernel<Dc, false, false, kWg, D><<<dim3(n_t, bh, kCols), kThreads, kKv, stream>>>(a);
+  if (dpp) {
+    flash_dq_kernel<D, false, kSr><<<dim3(n_t, bh), kThreads, Shape::kSmemDq, stream>>>(a);
+    flash_dkdv_kernel<Dc, false, false, kWg, D, kSr><<<dim3(n_t, bh, kCols), kThreads, kKv, stream>>>(a);
   }
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
@@ -276,32 +298,43 @@ int launch_ds_backward_on(KernelArgs a, bool any_dpp, cudaStream_t stream) {
   for (int64_t h0 = 0; h0 < bh; h0 += chunk) {
     a.bh0 = static_cast<int>(h0);
     const dim3 grid(n_t, static_cast<unsigned>(std::min<int64_t>(chunk, bh - h0)));
-    flash_dkdv_kernel<Dc, false, true, kWg, D><<<dim3(grid.x, grid.y, kCols), kThreads, kKv, stream>>>(a);
-    flash_dq_ds_kernel<Dc, kWg, D><<<grid, kThreads, kDq, stream>>>(a);
+    flash_dkdv_kernel<Dc, false, true, kWg, D, kSr><<<dim3(grid.x, grid.y, kCols), kThreads, kKv, stream>>>(a);
+    flash_dq_ds_kernel<Dc, kWg, D, kSr><<<grid, kThreads, kDq, stream>>>(a);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;
 }
 
+// The BF16 heads through the dS path: delta for every one of them (a delta=dpp head's comes
+// from its dQ kernel), then each group present.
+template <int D, bool kWg, int Dc = D>
+int launch_ds_backward_on(KernelArgs a, const Bf16Groups& g, cudaStream_t stream) {
+  a.ds_dq = true;
+  flash_delta_kernel<D><<<dim3((a.seq + kThreads / 4 - 1) / (kThreads / 4), a.batch * a.heads), kThreads, 0, stream>>>(a);
+  int err = cudaGetLastError();
+  if (err == 0 && g.plain) err = launch_ds_group<D, kWg, Dc, false>(a, g.plain_dpp, stream);
+  if (err == 0 && g.sr) err = launch_ds_group<D, kWg, Dc, true>(a, g.sr_dpp, stream);
+  return err;
+}
+
 template <int D>
-int launch_ds_backward(const KernelArgs& a, bool any_dpp, cudaStream_t stream) {
+int launch_ds_backward(const KernelArgs& a, const Bf16Groups& g, cudaStream_t stream) {
   if constexpr (wgmma_pad_dim(D) != 0) {
-    if (wgmma_on()) return launch_ds_backward_on<D, true, wgmma_pad_dim(D)>(a, any_dpp, stream);
+    if (wgmma_on()) return launch_ds_backward_on<D, true, wgmma_pad_dim(D)>(a, g, stream);
   }
-  return launch_ds_backward_on<D, false>(a, any_dpp, stream);
+  return launch_ds_backward_on<D, false>(a, g, stream);
 }
 
 // The BF16 heads' kernels (through the dS path when a.ds is set), and those of the FP32 heads
 // (split operands) beside them on the side stream when both kinds are present.
 template <int D>
-int launch_backward_variants(const KernelArgs& a, bool any_bf16, bool any_f32, bool any_dpp16,
-                             cudaStream_t stream) {
+int launch_backward_variants(const KernelArgs& a, const Bf16Groups& g, bool any_f32, cudaStream_t stream) {
   auto bf16 = [&](cudaStream_t s) {
-    return a.ds != nullptr ? launch_ds_backward<D>(a, any_dpp16, s) : launch_flash_backward<D, false>(a, s);
+    return a.ds != nullptr ? launch_ds_backward<D>(a, g, s) : launch_flash_backward16<D>(a, g, s);
   };
   if (!any_f32) return bf16(stream);
-  if (!any_bf16) return launch_flash_backward<D, true>(a, stream);
+  if (!g.plain && !g.sr) return launch_flash_backward<D, true>(a, stream);
   return launch_beside(stream, [&](cudaStream_t s) { return launch_flash_backward<D, true>(a, s); }, bf16);
 }
 
@@ -346,6 +379,7 @@ int attention_backward(const AttentionParams& p, const BackwardArgs& ba, void* s
   a.seq = p.seq;
   a.scale = p.scale;
   a.causal = p.causal;
+  a.sr_key = p.sr_key;
   a.flags = p.flags;
   a.q = ba.q;
   a.k = ba.k;
@@ -373,7 +407,7 @@ int attention_backward(const AttentionParams& p, const BackwardArgs& ba, void* s
   // The backward does not depend on the forward's tiling: P comes from the stored LSE.
   if (plan.any_fast) {
     err = dispatch_head_dim(p.dim, [&](auto d) {
-      return launch_backward_variants<decltype(d)::value>(a, plan.any_fast16, plan.any_split, plan.any_dpp16, stream);
+      return launch_backward_variants<decltype(d)::value>(a, plan.bf16, plan.any_split, stream);
     });
     if (err != 0) return err;
   }

@@ -10,6 +10,7 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/attention_split.cuh"
+#include "kernels/cuda/attention_sr.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace rwd::kernels::cuda {
@@ -23,7 +24,9 @@ namespace rwd::kernels::cuda {
 // the four products on wgmma from swizzle-128 tiles (wgmma.cuh), the same mma sequence per
 // accumulator and so the same bits (AttentionCuda.WgmmaKernelsEqualMmaKernelsBitwise).
 // Dg: the head dim in memory where the wgmma kernel computes a padded one (wgmma_pad_dim), else D.
-template <int D, bool kF32, bool kStoreDs = false, bool kWg = false, int Dg = D>
+// kSr: the BF16 heads with qk=sr or pv=sr (backward_variant 2): S and dV's P rounded with the
+// forward's bits; the other kernels draw none.
+template <int D, bool kF32, bool kStoreDs = false, bool kWg = false, int Dg = D, bool kSr = false>
 __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) flash_dkdv_kernel(KernelArgs a) {
   static_assert(!(kF32 && kStoreDs), "the dS path is for BF16 heads");
   static_assert(Dg == D || kWg, "a padded dim: wgmma only");
@@ -37,7 +40,7 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
   const BlockTile bt = block_tile(a.causal, false);
   const int j = bt.tile, bh = a.bh0 + bt.bh, h = bh % a.heads, k0 = j * kBlockK, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
-  if (backward_variant(f, a.simt_fp32) != (kF32 ? 1 : 0)) return;
+  if (backward_variant(f, a.simt_fp32) != bf16_variant<kF32, kSr>()) return;
   if (!kF32 && (kStoreDs || a.ds_dq) && kStoreDs == f.delta_dpp) return;  // the other kernel's head
   const PlaneUse u = plane_use<kF32>(f);
   // dS path: this head's tiles, [query tile i][key tile j] in ds_tile_index order.
@@ -58,6 +61,9 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
   const int key_a = k0 + warp * 16 + lane / 4;
   const size_t base = static_cast<size_t>(bh) * T * Dg, row_base = static_cast<size_t>(bh) * T;
   const int n_qt = (T + kBlockQ - 1) / kBlockQ, i0 = a.causal ? j : 0;
+  // qk=sr, pv=sr (kSr): the forward's bits.
+  const bool s_sr = kSr && f.s_sr, pv_sr = kSr && f.pv_sr;
+  const SrStreams sr = kSr ? sr_streams(a.sr_key, bh, a.heads) : SrStreams{};
 
   auto load_rows = [&](int i, int buf) {
     if constexpr (kWg) {
@@ -145,7 +151,16 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
         for (int e = 0; e < 4; ++e) p[nb][e] = p_from_lse<kF32>(finish(p[nb][e]), lq[e & 1], f);
       }
     };
-    if (f.qk_fault || f.s_bf16) {
+    const int q0 = i * kBlockQ + (lane % 4) * 2;  // this thread's first query column
+    if (s_sr) {
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p[nb][e] = finish_score(p[nb][e], a.scale, f);
+      }
+      sr_round_cols(p, sr.qk, key_a, q0);
+      exp_tile_t([](float x) { return x; });
+    } else if (f.qk_fault || f.s_bf16) {
       exp_tile_t([&](float x) { return finish_score(x, a.scale, f); });
     } else {
       exp_tile_t([&](float x) { return __fmul_rn(a.scale, x); });
@@ -171,6 +186,9 @@ __global__ void __launch_bounds__(kThreads, BwdShape<D, kF32>::kMinBlocksKv) fla
 #pragma unroll
       for (int e = 0; e < 4; ++e) dp[nb][e] = p[nb][e] * (dp[nb][e] - dq2[e & 1]);  // dS^T
     }
+    // dV's bf16(P): pv=sr rounds P^T here (dS above read it unrounded) with the bits of (query,
+    // key) the forward drew for P̄; the packing below then rounds nothing.
+    if (pv_sr) sr_round_cols(p, sr.pv, key_a, q0);
     if (kStoreDs && c0 == 0) {  // bf16(dS^T) as the dK product rounds it, in fragment order
       uint4* t = reinterpret_cast<uint4*>(ds_out + ds_tile_index(i, j, T, a.causal) * kDsTileElems) +
                  warp * 4 * 32 + lane;

@@ -42,7 +42,8 @@ template <int D>
 __global__ void __launch_bounds__(kThreads) flash_delta_kernel(KernelArgs a) {
   const int bh = blockIdx.y, h = bh % a.heads, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
-  if (backward_variant(f, a.simt_fp32) != 0 || f.delta_dpp) return;
+  const int variant = backward_variant(f, a.simt_fp32);
+  if ((variant != 0 && variant != 2) || f.delta_dpp) return;  // every BF16 head (sr or not)
   const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 4) + threadIdx.x / 4;
   const float d = row_delta<D, false>(a, f, static_cast<size_t>(bh) * T * D, row, lane);
   if (row < T && lane % 4 == 0) a.delta[static_cast<size_t>(bh) * T + row] = d;
@@ -62,7 +63,8 @@ struct DsDqShape {
   static constexpr int kMinBlocks = D > 128 ? 1 : (kAhead >= 2 ? 3 : 4);
 };
 // Dg: the head dim in memory where the wgmma kernel computes a padded one (wgmma_pad_dim), else D.
-template <int D, bool kWg = false, int Dg = D>
+// kSr: serves the sr heads' group (its tiles stored by their dK/dV kernel); the code is the same.
+template <int D, bool kWg = false, int Dg = D, bool kSr = false>
 __global__ void __launch_bounds__(kThreads, DsDqShape<D, kWg>::kMinBlocks) flash_dq_ds_kernel(KernelArgs a) {
   using Sh = DsDqShape<D, kWg>;
   static_assert(Dg == D || kWg, "a padded dim: wgmma only");
@@ -70,7 +72,7 @@ __global__ void __launch_bounds__(kThreads, DsDqShape<D, kWg>::kMinBlocks) flash
   const BlockTile bt = block_tile(a.causal, true);  // longest first
   const int q_tile = bt.tile, bh = a.bh0 + bt.bh, h = bh % a.heads;
   const FlagView f = decode_flags(a.flags[h]);
-  if (backward_variant(f, a.simt_fp32) != 0 || f.delta_dpp) return;
+  if (backward_variant(f, a.simt_fp32) != bf16_variant<false, kSr>() || f.delta_dpp) return;
   extern __shared__ __align__(16) uint16_t smem_raw[];
   uint16_t* s_k = kWg ? reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                                     ~uintptr_t{1023})

@@ -219,9 +219,16 @@ __device__ __forceinline__ void load_operand(uint16_t* dst, const uint16_t* b16,
   }
 }
 
-// Variant of a head's backward kernels: 0 BF16, 1 FP32 (split operands), -1 SIMT.
+// Variant of a head's backward kernels: 0 BF16, 1 FP32 (split operands), 2 BF16 rounding S or
+// P stochastically (qk=sr, pv=sr: kernels of their own, kSr), -1 SIMT.
 __device__ __forceinline__ int backward_variant(const FlagView& f, bool simt_fp32) {
-  return backward_needs_simt(f, simt_fp32) ? -1 : backward_fp32(f) ? 1 : 0;
+  return backward_needs_simt(f, simt_fp32) ? -1 : backward_fp32(f) ? 1 : (f.s_sr || f.pv_sr) ? 2 : 0;
+}
+// The variant a kernel specialized for kF32 / kSr serves.
+template <bool kF32, bool kSr>
+__host__ __device__ constexpr int bf16_variant() {
+  static_assert(!(kF32 && kSr), "stochastic rounding: BF16 heads");
+  return kF32 ? 1 : kSr ? 2 : 0;
 }
 
 // delta = rowsum(dO * O) of query row `row` (< T, else 0), shared by the four lanes of a quad:

@@ -61,6 +61,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 struct FlagView {
   bool qk_f32, pv_f32, o_f32, o_fault, bwd_f32, sm_f64, delta_f64, delta_fault, delta_dpp;
   bool s_bf16, acc_bf16, stable, qk_fault, sm_fault;
+  bool s_sr, pv_sr, acc_sr;  // stochastic rounding (attention_sr.cuh)
   float beta, eps;
   float qk_c;      // qk fault: S += c |S|
   float sm_keep;   // softmax fault: P̄ *= 1 - c for P̄ < 1
@@ -86,6 +87,9 @@ __device__ __forceinline__ FlagView decode_flags(const HeadFlags& hf) {
   v.delta_dpp = hf.delta_dpp;
   v.s_bf16 = hf.s_bf16;
   v.acc_bf16 = hf.acc_bf16;
+  v.s_sr = hf.s_sr;
+  v.pv_sr = hf.pv_sr;
+  v.acc_sr = hf.acc_sr;
   v.stable = hf.stable;
   v.beta = hf.beta;
   v.eps = hf.eps;
@@ -99,16 +103,15 @@ __device__ __forceinline__ FlagView decode_flags(const HeadFlags& hf) {
 
 // Heads whose flags need FP32/FP64 operands run the split-BF16 (FP32) variants of the
 // tensor-core kernels, or with simt_fp32 the SIMT reference kernels; a delta fault, and
-// delta=fp32 with delta=dpp, take the SIMT kernels always. The choice is per head and uniform
-// within a block. Must agree with forward_variant (attention_internal.cuh) and plan_launch.
-__device__ __forceinline__ bool forward_needs_simt(const FlagView& f) {
-  return f.qk_f32 || f.pv_f32 || f.sm_f64;
-}
+// delta=fp32 with delta=dpp, take the SIMT kernels always, and so do FP32 heads that round S or
+// P stochastically (the split variants have no SR). The choice is per head and uniform within a
+// block. Must agree with forward_variant (attention_internal.cuh) and plan_launch.
 __device__ __forceinline__ bool backward_fp32(const FlagView& f) {
   return f.qk_f32 || f.pv_f32 || f.sm_f64 || f.bwd_f32 || f.delta_f64;
 }
 __device__ __forceinline__ bool backward_needs_simt(const FlagView& f, bool simt_fp32) {
-  return f.delta_fault || (f.delta_f64 && f.delta_dpp) || (simt_fp32 && backward_fp32(f));
+  return f.delta_fault || (f.delta_f64 && f.delta_dpp) ||
+         ((simt_fp32 || f.s_sr || f.pv_sr) && backward_fp32(f));
 }
 
 // S from the FP32 dot product: alpha * acc, then the qk fault, then the s_bf16 rounding.

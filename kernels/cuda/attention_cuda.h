@@ -70,6 +70,25 @@ struct BackwardArgs {
   int ds_dq = -1;
 };
 
+// The backward's arguments that a forward call's fix: its q, k, v and FP32 twins, its outputs
+// (o, o_f32, lse) as inputs, the host flags and simt_fp32. dO, delta, the gradients, the
+// workspace and ds_dq are the caller's to set.
+inline BackwardArgs backward_args_of(const ForwardArgs& f) {
+  BackwardArgs b;
+  b.q = f.q;
+  b.k = f.k;
+  b.v = f.v;
+  b.q_f32 = f.q_f32;
+  b.k_f32 = f.k_f32;
+  b.v_f32 = f.v_f32;
+  b.o = f.o;
+  b.o_f32 = f.o_f32;
+  b.lse = f.lse;
+  b.host_flags = f.host_flags;
+  b.simt_fp32 = f.simt_fp32;
+  return b;
+}
+
 // Returns 0 on success or a cudaError_t value; stream is a cudaStream_t (nullptr = default).
 int attention_forward(const AttentionParams& p, const ForwardArgs& a, void* stream);
 int attention_backward(const AttentionParams& p, const BackwardArgs& a, void* stream);

@@ -30,6 +30,7 @@ __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0, kWg>::kThreads
   constexpr bool kStats = (V & kFwdStats) != 0;
   constexpr bool kTies = (V & kFwdStable) != 0;
   constexpr bool kF32 = (V & kFwdF32) != 0;
+  constexpr bool kSr = (V & kFwdSr) != 0;
   // The monitored plain BF16 heads (what training runs) skip their monitors where the step's
   // stats_on flag says so: the plain key loop, inlined beside the monitored one (same blocks
   // per SM: the register cap is the launch bounds'). The other monitored variants always count.
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(FwdShape<D, (V & kFwdF32) != 0, kWg>::kThreads
       return;
     }
   }
-  forward_block<D, kExtras, kTies, kStats, kF32, kWg, Dg>(a, f, smem, bt, &tm);
+  forward_block<D, kExtras, kTies, kStats, kF32, kWg, Dg, kSr>(a, f, smem, bt, &tm);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -85,6 +86,7 @@ template <int D>
 int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t stream) {
   using Launch = int (*)(const KernelArgs&, cudaStream_t);
   constexpr int kS = kFwdStable, kX = kFwdExtras, kM = kFwdStats | kFwdStable, kF = kFwdF32;
+  constexpr int kR = kFwdSr | kFwdExtras;  // stochastic rounding: BF16 heads only (forward_variant)
   static constexpr struct {
     int v;
     Launch fn;
@@ -95,7 +97,9 @@ int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t st
                  {kF | kX | kM, launch_variant<D, kF | kX | kM>},
                  {0, launch_variant<D, 0>},           {kS, launch_variant<D, kS>},
                  {kFwdStats, launch_variant<D, kFwdStats>}, {kM, launch_variant<D, kM>},         {kX, launch_variant<D, kX>},
-                 {kX | kS, launch_variant<D, kX | kS>}, {kX | kM, launch_variant<D, kX | kM>}};
+                 {kX | kS, launch_variant<D, kX | kS>}, {kX | kM, launch_variant<D, kX | kM>},
+                 {kR, launch_variant<D, kR>},           {kR | kS, launch_variant<D, kR | kS>},
+                 {kR | kM, launch_variant<D, kR | kM>}};
   for (const auto& l : kLaunch) {
     if ((variants >> l.v) & 1u) {
       const int err = l.fn(a, stream);
@@ -105,8 +109,9 @@ int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t st
   return 0;
 }
 
-// Variants with kFwdF32 set: bits 8..15 of a variant mask.
-constexpr unsigned kF32VariantBits = 0xff00u;
+// Variants with kFwdF32 set: bits 8..15 and 24..31 of a variant mask.
+constexpr unsigned kF32VariantBits = 0xff00ff00u;
+static_assert(kFwdVariants == 32 && kFwdF32 == 8, "kF32VariantBits: the variants with bit 8 set");
 
 // The launches of `variants`: the FP32 ones on the side stream, joined back into `stream`,
 // when BF16 variants run too.
@@ -142,6 +147,7 @@ int attention_forward(const AttentionParams& p, const ForwardArgs& fa, void* str
   a.scale = p.scale;
   a.causal = p.causal;
   a.tiling_off = plan.tiling_off;
+  a.sr_key = p.sr_key;
   a.flags = p.flags;
   a.stats = fa.stats != nullptr ? fa.stats : p.stats;
   a.stats_on = fa.stats_on;

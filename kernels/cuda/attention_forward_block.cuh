@@ -10,6 +10,8 @@
 //   l = exp(m_old - m_new) * l + rowsum(P̄)        FP32, from the unrounded P̄
 //   Ō = exp(m_old - m_new) * Ō + bf16(P̄) V        FP32 accumulate
 //   [acc_bf16] Ō = bf16(Ō), l = bf16(l) after each tile
+//   [kSr: qk=sr, pv=sr, acc=sr] the S, P̄V-operand and Ō, l roundings above made stochastic, with
+//   the bits of stochastic_round.h at the element's absolute (row, key) (attention_sr.cuh)
 //   O = bf16(Ō / l) (written), o_f32 = Ō / l (when requested), LSE = m + log(l) (FP32).
 // Heads with qk, pv or softmax promoted run the FP32 variant (kF32: split-BF16 operands).
 // The CPU twin is kernels/attention_forward_cpu.cpp (same formulas; sums in other orders).
@@ -29,6 +31,7 @@
 #include "kernels/cuda/attention_forward_tile.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/attention_split.cuh"
+#include "kernels/cuda/attention_sr.cuh"
 #include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -58,7 +61,8 @@ namespace rwd::kernels::cuda {
 // (tm: the tensor maps); each warpgroup skips, votes and releases on its own.
 // Dg: the head dim in memory where the TMA kernel computes a smaller one padded to D
 // (wgmma_fwd_dim), else D.
-template <int D, bool kExtras, bool kTies, bool kStats, bool kF32, bool kWg = false, int Dg = D>
+// kSr (with kExtras, BF16 heads): the head has an sr flag; only this variant draws bits.
+template <int D, bool kExtras, bool kTies, bool kStats, bool kF32, bool kWg = false, int Dg = D, bool kSr = false>
 __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagView& f,
                                               uint16_t* smem_in, BlockTile bt, const TmaMaps* tm = nullptr) {
   using Tr = FwdTr<D, kF32, kWg>;
@@ -77,6 +81,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
                        : smem_in;
   const int bh = bt.bh, h = bh % a.heads, q0 = bt.tile * kRows;
   const bool qk32 = kF32 && f.qk_f32, pv32 = kF32 && f.pv_f32, sm64 = kF32 && f.sm_f64;
+  const SrStreams sr = kSr ? sr_streams(a.sr_key, bh, a.heads) : SrStreams{};
   uint16_t* s_q = smem;                          // [kPl][kRows][kStride]
   uint16_t* s_k = smem + kPl * kRows * kStride;  // [kStages][kPl][64][kStride]
   uint16_t* s_v = s_k + kStages * kPl * kKvTile; // [kStages][kPl][64][kStride]
@@ -243,12 +248,13 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       }
     }
 
-    finish_tile<kMt, kExtras>(s, a, f, j, w_row0);
+    finish_tile<kMt, kExtras, kSr>(s, a, f, j, w_row0, sr.qk);
   };
 
   auto exp_pass = [&](const float (&s)[kMt][8][4], const float (&mn)[kMt][2],
-                      uint32_t (&pa)[kPl][kMt][4][4], Acc (&rowsum)[kMt][2]) {
-    exp_tile<kMt, kPl, kF32, kExtras, kStats>(s, mn, pa, rowsum, ones, f, sm64, pv32);
+                      uint32_t (&pa)[kPl][kMt][4][4], Acc (&rowsum)[kMt][2], int j) {
+    exp_tile<kMt, kPl, kF32, kExtras, kStats, kSr>(s, mn, pa, rowsum, ones, f, sm64, pv32, sr.pv, w_row0,
+                                                    static_cast<uint32_t>(j * kBlockK + (lane % 4) * 2));
   };
 
   for (int j = 0; j < n_kt; ++j) {
@@ -369,7 +375,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
     // columns), P operand for P̄V.
     uint32_t pa[kPl][kMt][4][4];  // A fragments of P (per plane): 4 k-blocks of 16 keys
     Acc rowsum[kMt][2];
-    exp_pass(s, m_new, pa, rowsum);
+    exp_pass(s, m_new, pa, rowsum, j);
     if constexpr (kStats && !kExtras) {
 #pragma unroll
       for (int mt = 0; mt < kMt; ++mt) {
@@ -417,7 +423,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
         if (kWg ? warpgroup_any(changed, 1 + wg) : __any_sync(0xffffffffu, changed)) {
           float s2[kMt][8][4];
           scores(s2, k_t, j);
-          exp_pass(s2, m_new, pa, rowsum);
+          exp_pass(s2, m_new, pa, rowsum, j);
         }
       }
     }
@@ -482,6 +488,9 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
           for (int e = 0; e < 4; ++e) o[mt][i][e] = round_bf16(o[mt][i][e]);
         }
       }
+    }
+    if constexpr (kSr) {
+      if (f.acc_sr) sr_round_acc<D, kMt>(o, l, sr.acc, w_row0, j);
     }
   }
 

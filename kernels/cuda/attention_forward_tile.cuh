@@ -10,16 +10,18 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/attention_split.cuh"
+#include "kernels/cuda/attention_sr.cuh"
 
 namespace rwd::kernels::cuda {
 
-// Scale, optional qk fault and BF16 rounding of S (kExtras), then the mask (causal and T tail)
-// -> -inf for key tile j; w_row0: the warp's first query row. The mask is a separate pass,
-// taken only by tiles that need it: inside the element loop a runtime test costs a branch per
-// element even where it is false.
-template <int kMt, bool kExtras>
+// Scale, optional qk fault and BF16 rounding of S (kExtras; kSr: qk=sr's stochastic rounding
+// with the bits of the qk stream), then the mask (causal and T tail) -> -inf for key tile j;
+// w_row0: the warp's first query row. The mask is a separate pass, taken only by tiles that
+// need it: inside the element loop a runtime test costs a branch per element even where it is
+// false.
+template <int kMt, bool kExtras, bool kSr = false>
 __device__ __forceinline__ void finish_tile(float (&s)[kMt][8][4], const KernelArgs& a, const FlagView& f, int j,
-                                            int w_row0) {
+                                            int w_row0, uint64_t qk_stream = 0) {
   const int T = a.seq, lane = threadIdx.x % 32;
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
@@ -29,6 +31,9 @@ __device__ __forceinline__ void finish_tile(float (&s)[kMt][8][4], const KernelA
       for (int e = 0; e < 4; ++e) {
         s[mt][nb][e] = kExtras ? finish_score(s[mt][nb][e], a.scale, f) : __fmul_rn(a.scale, s[mt][nb][e]);
       }
+    }
+    if constexpr (kSr) {
+      if (f.s_sr) sr_round_rows<8>(s[mt], qk_stream, w_row0 + mt * 16 + lane / 4, j * kBlockK + (lane % 4) * 2);
     }
   }
   const bool need_mask = (a.causal && j * kBlockK + kBlockK - 1 > w_row0) || (j + 1) * kBlockK > T;
@@ -76,13 +81,29 @@ __device__ __forceinline__ void tile_row_max(const float (&s)[kMt][8][4], float 
 // of the unrounded P̄, and the P̄V operand packed as mma A fragments (4 k-blocks of 16 keys).
 // FP32 variant: plane 0 of pa is bf16(P̄V operand); a pv=fp32 head also gets planes 1, 2 (the
 // exact split of P̄); the row sums are double (Acc). With extras and monitors, the P̄ that round
-// to 1 are counted per thread in `ones`.
-template <int kMt, int kPl, bool kF32, bool kExtras, bool kStats, class Acc>
+// to 1 are counted per thread in `ones`. kSr: a pv=sr head's operand is rounded stochastically
+// with the bits of the pv stream (sr) at (row, key); w_row0 is the warp's first row, col0 the
+// tile's first key + 2 (lane % 4).
+template <int kMt, int kPl, bool kF32, bool kExtras, bool kStats, bool kSr = false, class Acc>
 __device__ __forceinline__ void exp_tile(const float (&s)[kMt][8][4], const float (&mn)[kMt][2],
                                          uint32_t (&pa)[kPl][kMt][4][4], Acc (&rowsum)[kMt][2], int (&ones)[kMt][2],
-                                         const FlagView& f, bool sm64, bool pv32) {
+                                         const FlagView& f, bool sm64, bool pv32, uint64_t sr = 0, int w_row0 = 0,
+                                         uint32_t col0 = 0) {
+  static_assert(!kSr || (kExtras && !kF32), "stochastic rounding: the BF16 extras variants");
+  // The words of the thread's 8 key pairs, shared by its rows (stochastic_round.h).
+  uint32_t cw[kSr ? 8 : 1];
+  if constexpr (kSr) {
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb) cw[nb] = sr_col_word(sr, col0 + 8u * nb);
+  }
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
+    uint32_t rw[2] = {0, 0};
+    if constexpr (kSr) {
+      const int row_a = w_row0 + mt * 16 + static_cast<int>(threadIdx.x % 32) / 4;
+      rw[0] = sr_row_word(sr, row_a);
+      rw[1] = sr_row_word(sr, row_a + 8);
+    }
     rowsum[mt][0] = rowsum[mt][1] = 0.0f;
     const float m_log2[2] = {__fmul_rn(mn[mt][0], kLog2e), __fmul_rn(mn[mt][1], kLog2e)};
 #pragma unroll
@@ -98,8 +119,14 @@ __device__ __forceinline__ void exp_tile(const float (&s)[kMt][8][4], const floa
         if constexpr (kExtras) pbar = softmax_fault(pbar, f);
         rowsum[mt][e / 2] += pbar;
         p[e] = pbar;
-        if constexpr (kExtras) p[e] = pv_operand(pbar, f);
+        if constexpr (kExtras) p[e] = kSr && f.pv_sr ? __fmul_rn(pbar, f.pv_bias) : pv_operand(pbar, f);
         if (kStats && kExtras && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
+      }
+      if constexpr (kSr) {  // pv=sr: one 32-bit draw per row for the pair of keys
+        if (f.pv_sr) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) sr_round_pair(p[2 * r], p[2 * r + 1], sr_pair_bits(rw[r], cw[nb]));
+        }
       }
       // pack_bf16x2 rounds to nearest even: the PV operand bf16(P̄ (1 + c)).
       pa[0][mt][nb / 2][(nb % 2) * 2 + 0] = pack_bf16x2(p[0], p[1]);

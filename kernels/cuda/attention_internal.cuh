@@ -19,6 +19,7 @@ struct KernelArgs {
   float scale = 0.0f;
   bool causal = true;
   bool tiling_off = false;  // stable rule once per full row (two passes over the keys)
+  uint64_t sr_key = 0;      // AttentionParams::sr_key (stochastic rounding, attention_sr.cuh)
   const HeadFlags* flags = nullptr;
   HeadStats* stats = nullptr;
   const int* stats_on = nullptr;  // forward: see ForwardArgs::stats_on
@@ -92,8 +93,13 @@ static_assert(sizeof(kCudaHeadDims) / sizeof(kCudaHeadDims[0]) == 6, "dispatch_h
 // Specializations of the tensor-core forward (attention_forward.cu), one kernel each: bits of
 // a variant number. kFwdStats (monitors requested) comes with kFwdStable (ties counted before
 // the exponentials) except on a plain BF16 head, whose ties are counted after them.
-// kFwdF32: qk, pv or softmax promoted: split-BF16 operands (attention_split.cuh).
-constexpr int kFwdStable = 1, kFwdStats = 2, kFwdExtras = 4, kFwdF32 = 8, kFwdVariants = 16;
+// kFwdF32: qk, pv or softmax promoted: split-BF16 operands (attention_split.cuh). kFwdSr (with
+// kFwdExtras, BF16 heads only): qk=sr, pv=sr or acc=sr, whose random bits the other variants
+// never compute.
+constexpr int kFwdStable = 1, kFwdStats = 2, kFwdExtras = 4, kFwdF32 = 8, kFwdSr = 16, kFwdVariants = 32;
+
+// Heads that round something stochastically (HeadFlags::s_sr, pv_sr, acc_sr).
+__host__ __device__ inline bool rounds_sr(const HeadFlags& f) { return f.s_sr || f.pv_sr || f.acc_sr; }
 
 // Heads whose forward reads FP32 operands or keeps the softmax in double.
 __host__ __device__ inline bool forward_fp32(const HeadFlags& f) {
@@ -103,19 +109,28 @@ __host__ __device__ inline bool forward_fp32(const HeadFlags& f) {
 }
 
 // The forward variant of a head, or -1 for a head that runs in the SIMT kernels (FP32 heads
-// when simt_fp32 asks for the reference path). Extras: s_bf16, acc_bf16 or a qk / softmax /
-// pv fault, whose branches the other variants compile away.
+// when simt_fp32 asks for the reference path, and FP32 heads with an sr flag). Extras: s_bf16,
+// acc_bf16, a qk / softmax / pv fault or an sr flag, whose branches the other variants compile
+// away.
 __host__ __device__ inline int forward_variant(const HeadFlags& f, bool stats, bool simt_fp32) {
   const Prec qk = f.prec[static_cast<int>(Op::kQk)], sm = f.prec[static_cast<int>(Op::kSoftmax)];
   const Prec pv = f.prec[static_cast<int>(Op::kPv)];
-  const bool f32 = forward_fp32(f);
-  if (f32 && simt_fp32) return -1;
+  const bool f32 = forward_fp32(f), sr = rounds_sr(f);
+  if (f32 && (simt_fp32 || sr)) return -1;
   const bool extras = f.s_bf16 || f.acc_bf16 || qk == Prec::kFault || sm == Prec::kFault ||
-                      pv == Prec::kFault;
+                      pv == Prec::kFault || sr;
   const bool ties_first = f.stable || (stats && (extras || f32));
-  return (f32 ? kFwdF32 : 0) | (extras ? kFwdExtras : 0) | (stats ? kFwdStats : 0) |
+  return (f32 ? kFwdF32 : 0) | (extras ? kFwdExtras : 0) | (sr ? kFwdSr : 0) | (stats ? kFwdStats : 0) |
          (ties_first ? kFwdStable : 0);
 }
+
+// The backward's BF16 tensor-core heads in two groups, each with kernels of its own: the plain
+// ones and those rounding S or P stochastically (qk=sr, pv=sr), whose random bits the plain
+// kernels never compute; and whether a group holds a delta=dpp head.
+struct Bf16Groups {
+  bool plain = false, plain_dpp = false;
+  bool sr = false, sr_dpp = false;
+};
 
 // What the host learned from the per-head flags (copied once from the device).
 struct LaunchPlan {
@@ -124,7 +139,7 @@ struct LaunchPlan {
   bool any_fast = false;  // some head runs on the tensor-core kernels
   bool any_split = false;  // some head takes an FP32 tensor-core variant (needs the planes)
   bool any_fast16 = false;  // some head takes a BF16 tensor-core variant
-  bool any_dpp16 = false;   // backward: some BF16 tensor-core head has delta=dpp
+  Bf16Groups bf16;          // backward: which BF16 tensor-core kernels run
   unsigned fwd_variants = 0;        // bit forward_variant(f, false, .) per tensor-core head
   unsigned fwd_variants_stats = 0;  // the same with monitors requested
 };

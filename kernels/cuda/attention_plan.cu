@@ -126,7 +126,8 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
     if (err != cudaSuccess) return err;
   }
 
-  plan->any_simt = plan->any_fast = plan->any_split = plan->any_fast16 = plan->any_dpp16 = false;
+  plan->any_simt = plan->any_fast = plan->any_split = plan->any_fast16 = false;
+  plan->bf16 = Bf16Groups{};
   plan->fwd_variants = plan->fwd_variants_stats = 0;
   for (const HeadFlags& f : flags) {
     if (!head_supported(f)) return cudaErrorNotSupported;
@@ -143,13 +144,17 @@ int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool back
     // Must match forward_variant (attention_internal.cuh) and backward_needs_simt
     // (attention_common.cuh).
     const bool any32 = qk32 || pv32 || sm64 || bwd32 || d64;
-    const bool simt = backward ? dfault || (d64 && f.delta_dpp) || (simt_fp32 && any32)
+    const bool simt = backward ? dfault || (d64 && f.delta_dpp) || ((simt_fp32 || f.s_sr || f.pv_sr) && any32)
                                : forward_variant(f, false, simt_fp32) < 0;
     plan->any_simt = plan->any_simt || simt;
     plan->any_fast = plan->any_fast || !simt;
     if (backward && !simt) plan->any_split = plan->any_split || any32;
     plan->any_fast16 = plan->any_fast16 || (!simt && !(backward ? any32 : forward_fp32(f)));
-    plan->any_dpp16 = plan->any_dpp16 || (backward && !simt && !any32 && f.delta_dpp);
+    if (backward && !simt && !any32) {  // must match backward_variant (attention_backward_mma.cuh)
+      const bool sr = f.s_sr || f.pv_sr;
+      (sr ? plan->bf16.sr : plan->bf16.plain) = true;
+      if (f.delta_dpp) (sr ? plan->bf16.sr_dpp : plan->bf16.plain_dpp) = true;
+    }
     if (!backward && !simt) {
       plan->any_split = plan->any_split || forward_fp32(f);
       plan->fwd_variants |= 1u << forward_variant(f, false, simt_fp32);

@@ -7,6 +7,9 @@
 // Operand choices per head (DESIGN §3):
 //   S operands      Q, K      : q_f32/k_f32 when qk=fp32, else BF16 values
 //   P̄V              P, V      : P̄ and v_f32 when pv=fp32, else bf16(P̄) (pv fault) and BF16 V
+//   sr flags        S, P̄ (and P of dV), Ō and l rounded stochastically with the CPU twin's bits
+//                   (kernels/stochastic_round.h); with tiling off Ō and l are rounded after
+//                   every 64 keys, as acc=bf16 is here (the CPU twin rounds its one tile once)
 //   softmax=fp32    exp, l, rescale and LSE in double; backward P from a double exp
 //   backward        dV += P^T dO with P unrounded when bwd is fp32, else bf16(P);
 //                   dP = dO V^T with v_f32 when pv or bwd is fp32;
@@ -16,6 +19,7 @@
 // its outputs, so the kernels are deterministic.
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_internal.cuh"
+#include "kernels/cuda/attention_sr.cuh"
 
 namespace rwd::kernels::cuda {
 
@@ -87,12 +91,21 @@ __device__ __forceinline__ void axpy_smem_row(float p, const float* row, float* 
   }
 }
 
+// S = alpha q.k with the qk fault and rounding (sbf16, or qk=sr with the bits of (row, col) of
+// the qk stream).
+template <int D>
+__device__ __forceinline__ float finish_dot(const float* q_row, const float* k_row, int row, int col,
+                                            const KernelArgs& a, const FlagView& f, uint64_t qk_stream) {
+  const float x = finish_score(dot_row<D>(q_row, k_row), a.scale, f);
+  return f.s_sr ? round_bf16_sr(x, sr_element_bits(qk_stream, row, static_cast<uint32_t>(col))) : x;
+}
+
 // S for one query row against key `col` (both rows in smem), scaled, rounded, masked.
 template <int D>
 __device__ __forceinline__ float score(const float* q_row, const float* k_row, int row, int col,
-                                       const KernelArgs& a, const FlagView& f) {
+                                       const KernelArgs& a, const FlagView& f, uint64_t qk_stream) {
   if (col >= a.seq || (a.causal && col > row)) return -INFINITY;
-  return finish_score(dot_row<D>(q_row, k_row), a.scale, f);
+  return finish_dot<D>(q_row, k_row, row, col, a, f, qk_stream);
 }
 
 }  // namespace
@@ -105,8 +118,9 @@ template <int D, int R>
 __global__ void __launch_bounds__(R) simt_forward_kernel(KernelArgs a, bool all_heads) {
   constexpr int kS = kSimtStride<D>, kSimtRows = R;
   const int bh = blockIdx.y, h = bh % a.heads, q0 = blockIdx.x * kSimtRows, T = a.seq;
+  if (!all_heads && forward_variant(a.flags[h], false, a.simt_fp32) >= 0) return;  // a tensor-core head
   const FlagView f = decode_flags(a.flags[h]);
-  if (!all_heads && !forward_needs_simt(f)) return;
+  const SrStreams sr = sr_streams(a.sr_key, bh, a.heads);
   extern __shared__ __align__(16) float fsm[];
   float* s_q = fsm;                       // [R][kS]
   float* s_k = s_q + kSimtRows * kS;      // [64][kS]
@@ -138,7 +152,7 @@ __global__ void __launch_bounds__(R) simt_forward_kernel(KernelArgs a, bool all_
         load_rows<D>(s_k, a.k, a.k32, f.qk_f32, base, j * kBlockK, kBlockK, T);
         __syncthreads();
         for (int c = 0; c < kBlockK; ++c) {
-          const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f);
+          const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f, sr.qk);
           if (pass == 0) rmax = fmaxf(rmax, x);
           else if (x != -INFINITY && x >= rmax - f.eps) ++rs;
         }
@@ -163,7 +177,7 @@ __global__ void __launch_bounds__(R) simt_forward_kernel(KernelArgs a, bool all_
     __syncthreads();
     float r_m = -INFINITY;
     for (int c = 0; c < kBlockK; ++c) {
-      const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f);
+      const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f, sr.qk);
       s_row[c] = x;
       r_m = fmaxf(r_m, x);
     }
@@ -208,7 +222,10 @@ __global__ void __launch_bounds__(R) simt_forward_kernel(KernelArgs a, bool all_
       const double pl = f.sm_fault && pd < 1.0 ? static_cast<double>(pbar) : pd;
       l_d = f.sm_f64 ? l_d + pl : static_cast<double>(static_cast<float>(l_d) + pbar);
       if (round_bf16(pbar) == 1.0f) ++ones;
-      const float p = pv_operand(pbar, f);
+      const float p = f.pv_sr && !f.pv_f32
+                          ? round_bf16_sr(__fmul_rn(pbar, f.pv_bias),
+                                          sr_element_bits(sr.pv, row, static_cast<uint32_t>(j * kBlockK + c)))
+                          : pv_operand(pbar, f);
       axpy_row<D>(p, s_v + c * kS, o);
     }
     l = l_d;
@@ -216,6 +233,13 @@ __global__ void __launch_bounds__(R) simt_forward_kernel(KernelArgs a, bool all_
       l = round_bf16(static_cast<float>(l));
 #pragma unroll
       for (int d = 0; d < D; ++d) o[d] = round_bf16(o[d]);
+    }
+    if (f.acc_sr) {  // columns of key tile j (stochastic_round.h)
+      const uint32_t col0 = static_cast<uint32_t>(j) * kSrAccStride;
+      const uint32_t rw = sr_row_word(sr.acc, row);
+      l = round_bf16_sr(static_cast<float>(l), sr_bits_in_row(sr.acc, rw, col0 + kSrAccL));
+#pragma unroll
+      for (int d = 0; d < D; ++d) o[d] = round_bf16_sr(o[d], sr_bits_in_row(sr.acc, rw, col0 + d));
     }
   }
 
@@ -247,6 +271,7 @@ __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
   const int bh = blockIdx.y, h = bh % a.heads, q0 = blockIdx.x * kSimtRows, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
   if (!backward_needs_simt(f, a.simt_fp32)) return;
+  const uint64_t qk_stream = sr_streams(a.sr_key, bh, a.heads).qk;
   const bool grad_f32 = f.bwd_f32 || f.qk_f32, v_f32 = f.pv_f32 || f.bwd_f32;
   extern __shared__ __align__(16) float fsm[];
   float* s_q = fsm;                       // [R][kS] S operand
@@ -300,7 +325,7 @@ __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
       load_rows<D>(s_v, a.v, a.v32, v_f32 || f.delta_f64, base, j * kBlockK, kBlockK, T);
       __syncthreads();
       for (int c = 0; c < kBlockK; ++c) {
-        const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f);
+        const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f, qk_stream);
         if (x == -INFINITY || row >= T) continue;
         const float* v_row = s_v + c * kS;
         if (f.delta_f64) {
@@ -347,7 +372,7 @@ __global__ void __launch_bounds__(R) simt_dq_kernel(KernelArgs a) {
     load_rows<D>(s_v, a.v, a.v32, v_f32, base, j * kBlockK, kBlockK, T);
     __syncthreads();
     for (int c = 0; c < kBlockK; ++c) {
-      const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f);
+      const float x = score<D>(q_row, s_k + c * kS, row, j * kBlockK + c, a, f, qk_stream);
       if (x == -INFINITY) continue;
       const float p = f.sm_f64 ? static_cast<float>(exp(static_cast<double>(x) - lse)) : expf(x - lse);
       const float ds = p * (dot_row<D>(do_row, s_v + c * kS) - delta);
@@ -369,6 +394,7 @@ __global__ void __launch_bounds__(R) simt_dkdv_kernel(KernelArgs a) {
   const int bh = blockIdx.y, h = bh % a.heads, k0 = blockIdx.x * kR, T = a.seq;
   const FlagView f = decode_flags(a.flags[h]);
   if (!backward_needs_simt(f, a.simt_fp32)) return;
+  const SrStreams sr = sr_streams(a.sr_key, bh, a.heads);
   const bool grad_f32 = f.bwd_f32 || f.qk_f32, v_f32 = f.pv_f32 || f.bwd_f32;
   extern __shared__ __align__(16) float fsm[];
   float* s_k = fsm;            // [R][kS] own keys, S operand
@@ -404,10 +430,13 @@ __global__ void __launch_bounds__(R) simt_dkdv_kernel(KernelArgs a) {
       const int q = i * kR + qq;
       if (q >= T) break;
       if (a.causal && key > q) continue;
-      const float x = finish_score(dot_row<D>(s_q + qq * kS, s_k + t * kS), a.scale, f);
+      const float x = finish_dot<D>(s_q + qq * kS, s_k + t * kS, q, key, a, f, sr.qk);
       const float p = f.sm_f64 ? static_cast<float>(exp(static_cast<double>(x) - s_lse[qq]))
                                : expf(x - s_lse[qq]);
-      const float pu = f.bwd_f32 ? p : round_bf16(p);
+      // dV's bf16(P): pv=sr draws the bits the forward drew for P̄ of (q, key).
+      const float pu = f.bwd_f32 ? p
+                       : f.pv_sr ? round_bf16_sr(p, sr_element_bits(sr.pv, q, static_cast<uint32_t>(key)))
+                                 : round_bf16(p);
       const float* do_row = s_do + qq * kS;
       axpy_smem_row<D>(pu, do_row, dv);
       const float ds = p * (dot_row<D>(do_row, s_v + t * kS) - s_delta[qq]);

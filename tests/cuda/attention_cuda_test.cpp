@@ -104,27 +104,6 @@ const FlagCase kFlagCases[] = {
     {"naive", [](Inputs& in) { in.p.naive = true; }},
 };
 
-// GPU and CPU emulation round at the same points; only FP32 summation order differs. O is
-// allowed 2 BF16 ulps of its magnitude; gradients (BF16-rounded) 2^-6 of the tensor's max,
-// which a misplaced rounding point or a wrong formula exceeds by far (see the fault cases:
-// a 4-ulp pv fault must not pass as default, checked in FlagsChangeOnlyNamedHeads).
-// slack: elements beyond those allowed to differ (a row whose stability decision flipped).
-void expect_agree(const std::vector<float>& gpu, const std::vector<float>& cpu, double rel,
-                  const char* what, size_t slack = 0) {
-  ASSERT_EQ(gpu.size(), cpu.size());
-  const double scale = max_abs(cpu);
-  size_t bad = 0;
-  for (size_t i = 0; i < gpu.size(); ++i) {
-    const double tol = rel * std::fabs(cpu[i]) + 1e-3 * scale + 1e-6;
-    const double diff = std::fabs(static_cast<double>(gpu[i]) - cpu[i]);
-    ASSERT_TRUE(std::isfinite(diff)) << what << " element " << i;
-    if (!(diff <= tol)) ++bad;
-  }
-  // A logit that lands on a BF16 rounding boundary (s_bf16, acc_bf16) may round the other way
-  // under a different FP32 summation order; allow such isolated flips (1 in 500), nothing more.
-  EXPECT_LE(bad, gpu.size() / 500 + slack) << what << ": " << bad << " of " << gpu.size() << " differ";
-}
-
 TEST_P(AttentionCudaDim, AgreesWithCpuEmulation) {
   SKIP_WITHOUT_GPU();
   const int d = GetParam();
@@ -141,13 +120,7 @@ TEST_P(AttentionCudaDim, AgreesWithCpuEmulation) {
       // rounds the other way under the other summation order (the flips allowed above) can
       // flip a row's repeated-max decision, and so the whole row (seen once, at D = 80: 1 LSE,
       // 46 dQ and 39 dK elements of one row). One such row is allowed on top.
-      const size_t row = std::string(fc.name) == "stable_eps" ? 1 : 0;
-      expect_agree(gpu.o, r16(cpu.o), 2.0 / 128, "O", row * s.d);
-      expect_agree(gpu.lse, cpu.lse, 1e-5, "LSE", row);
-      expect_agree(gpu.delta, cpu.delta, 1e-3, "delta", row);
-      expect_agree(r16(gpu.dq), r16(cpu.dq), 2.0 / 128, "dQ", row * s.d);
-      expect_agree(r16(gpu.dk), r16(cpu.dk), 2.0 / 128, "dK", row * s.d);
-      expect_agree(r16(gpu.dv), r16(cpu.dv), 2.0 / 128, "dV", row * s.d);
+      expect_outputs_agree(gpu, cpu, s.d, std::string(fc.name) == "stable_eps" ? 1 : 0);
       for (int h = 0; h < in.p.heads; ++h) {
         EXPECT_EQ(gpu.stats[h].rows, cpu.stats[h].rows);
         // Tie counts depend on exact logits, which differ by summation order: near, not equal.
@@ -158,16 +131,6 @@ TEST_P(AttentionCudaDim, AgreesWithCpuEmulation) {
       }
     }
   }
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b, const Inputs& in,
-               int per_row, int head) {
-  const size_t per_head = static_cast<size_t>(in.p.seq) * per_row;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (static_cast<int>((i / per_head) % in.p.heads) != head) continue;
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
-  }
-  return true;
 }
 
 TEST(AttentionCuda, FlagsChangeOnlyNamedHeads) {

@@ -62,6 +62,21 @@ std::vector<float> bf16_round(const std::vector<float>& x);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b, const Inputs& in,
                     int per_row, int head = -1);
 double mean_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+// Whether a and b, (B, H, T, per_row) arrays, hold the same bits in every element of head h.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b, const Inputs& in, int per_row,
+               int head);
 double max_abs(const std::vector<float>& a);
+
+// GPU and CPU emulation round at the same points; only FP32 summation order differs. O is
+// allowed 2 BF16 ulps of its magnitude; gradients (BF16-rounded) 2^-6 of the tensor's max,
+// which a misplaced rounding point or a wrong formula exceeds by far (see the fault cases:
+// a 4-ulp pv fault must not pass as default, checked in FlagsChangeOnlyNamedHeads).
+// slack: elements beyond those allowed to differ (a row whose stability decision flipped).
+// GoogleTest failures of the calling test.
+void expect_agree(const std::vector<float>& gpu, const std::vector<float>& cpu, double rel,
+                  const char* what, size_t slack = 0);
+// expect_agree on O, LSE, delta, dQ, dK and dV (gradients rounded to BF16, as the caller
+// does), with slack_rows whole rows of dim d allowed on top.
+void expect_outputs_agree(const Outputs& gpu, const Outputs& cpu, int d, size_t slack_rows = 0);
 
 }  // namespace rwd::kernels::test

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 
 #include "tests/common/cli_run.h"
@@ -43,13 +44,30 @@ struct GpuRun {
   ~GpuRun() { rwd::testing::remove_tree(dir); }
 };
 
-TEST(GpuRecordReplay, ThirtyStepsReplayBitwiseOnTheSameGpu) {
-  GpuRun run("g", "--steps 30 --checkpoint-every 10");
-  if (run.skip) GTEST_SKIP() << "no CUDA device: " << run.why;
-  for (const char* w : {"--from 0 --to 29", "--from 15 --to 25"}) {
+// The recording replays with --verify over each window (exit 0: bitwise identical).
+void expect_replays_bitwise(const GpuRun& run, std::initializer_list<const char*> windows) {
+  for (const char* w : windows) {
     Cmd rp = sh(kBin + " replay --store " + run.store + " " + w + " --verify");
     EXPECT_EQ(rp.code, 0) << w << "\n" << rp.out;
   }
+}
+
+TEST(GpuRecordReplay, ThirtyStepsReplayBitwiseOnTheSameGpu) {
+  GpuRun run("g", "--steps 30 --checkpoint-every 10");
+  if (run.skip) GTEST_SKIP() << "no CUDA device: " << run.why;
+  expect_replays_bitwise(run, {"--from 0 --to 29", "--from 15 --to 25"});
+}
+
+// Stochastic rounding on the GPU: the kernels draw their bits from the step, micro-batch and
+// layer of each call, so a recording with sr heads (the BF16 fast block, stepping eagerly: no
+// CUDA graph holds a stale key) replays bit for bit from a checkpoint, and differs from the
+// same run without sr.
+TEST(GpuRecordReplay, StochasticRoundingPlanReplaysBitwise) {
+  GpuRun run("sr", "--steps 30 --checkpoint-every 10 --gradient-accumulation-steps 2 --plan 'pv=sr;acc=sr;L1.qk=sr'");
+  if (run.skip) GTEST_SKIP() << "no CUDA device: " << run.why;
+  expect_replays_bitwise(run, {"--from 0 --to 29", "--from 10 --to 25"});
+  Cmd plain = sh(kBin + " replay --store " + run.store + " --from 10 --to 12 --verify --plan 'pv=low;acc=low;L1.qk=low'");
+  EXPECT_NE(plain.out.find("differs from the recording"), std::string::npos) << plain.out;
 }
 
 // An all-FP32 plan's linears run 3xTF32 GEMMs (numerics 4) or, under REWIND_FP32_GEMM=simt,
