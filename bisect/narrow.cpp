@@ -1,7 +1,7 @@
 // The narrowing of one window: the search engine over layers, heads and ops with replay
 // probes as its oracle, deepened a level at a time under a budget, then the fix checks (the
-// fixing set, the stabilized softmax); and the widening of a window whose recorded-plan replay
-// passes.
+// fixing set, the stabilized softmax, stochastic rounding of P̄); and the widening of a window
+// whose recorded-plan replay passes.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,19 +24,30 @@ int ceil_log2(int n) {
 // level (two probes per halving), verification and the fix checks.
 int narrowing_estimate(const SearchSpace& sp) {
   return 3 + 2 * (ceil_log2(static_cast<int>(sp.top_level().size())) + ceil_log2(sp.n_head) +
-                  ceil_log2(static_cast<int>(sp.ops.size()))) + 3;
+                  ceil_log2(static_cast<int>(sp.ops.size()))) + 5;
 }
 
-// "L1: H{0,2}" -> the plan spec that puts the stabilized softmax into exactly these heads.
-std::string stable_spec(const std::map<int, std::set<int>>& heads) {
+// "L1: H{0,2}" and "softmax=stable(beta=2)" -> the plan spec that sets this op to this mode in
+// exactly these heads.
+std::string heads_spec(const std::map<int, std::set<int>>& heads, const std::string& assignment) {
   std::vector<std::string> parts;
   for (const auto& [layer, hs] : heads) {
     std::vector<std::string> h;
     for (int x : hs) h.push_back(std::to_string(x));
-    parts.push_back("L" + std::to_string(layer) + ".H{" + join(h, ",") + "}.softmax=stable(beta=2)");
+    parts.push_back("L" + std::to_string(layer) + ".H{" + join(h, ",") + "}." + assignment);
   }
   return join(parts, ";");
 }
+
+// The candidate fixes besides the promotion, each in the guilty heads and in every head: the
+// stabilized softmax (paper Alg. 3) and stochastic rounding of P̄ before P̄V, which removes the
+// bias of rounding P̄ to nearest (kernels/stochastic_round.h).
+struct CandidateFix {
+  const char* name;
+  const char* assignment;
+};
+constexpr CandidateFix kCandidateFixes[] = {{"stabilized softmax (beta=2)", "softmax=stable(beta=2)"},
+                                            {"stochastic rounding (pv=sr)", "pv=sr"}};
 
 }  // namespace
 
@@ -158,8 +169,8 @@ void narrow_window(Context& ctx, const BisectOptions& o, int64_t from, int64_t t
   if (st == Status::kNotReproducible) rep.near_miss = detail::recorded_near_miss(ctx, from, to);
   if (!found_fix(st) && st != Status::kNoFixInSpace) return;
 
-  // Fix checks: the fixing set promoted (already probed by the engine: a cache hit), and the
-  // stabilized softmax in the guilty heads and everywhere (one batch).
+  // Fix checks: the fixing set promoted (already probed by the engine: a cache hit), and each
+  // candidate fix in the guilty heads and everywhere (one batch).
   ctx.phase = "fix";
   std::vector<FixCheck> checks;
   if (!rep.search.fixing_set.empty())
@@ -169,9 +180,11 @@ void narrow_window(Context& ctx, const BisectOptions& o, int64_t from, int64_t t
   for (const auto* set : {&rep.search.failing_set, &rep.search.fixing_set})
     for (const auto& e : *set)
       if (e.head >= 0) guilty[e.layer].insert(e.head);
-  if (!guilty.empty())
-    checks.push_back({"stabilized softmax (beta=2) in the guilty heads", stable_spec(guilty), false, -1});
-  checks.push_back({"stabilized softmax (beta=2) in every head", "L*.H*.softmax=stable(beta=2)", false, -1});
+  for (const CandidateFix& fix : kCandidateFixes) {
+    if (!guilty.empty())
+      checks.push_back({std::string(fix.name) + " in the guilty heads", heads_spec(guilty, fix.assignment), false, -1});
+    checks.push_back({std::string(fix.name) + " in every head", std::string("L*.H*.") + fix.assignment, false, -1});
+  }
   // Under a budget the checks beside the promotion (a cache hit) run only if they fit: each
   // trains about as long as this window's longest passing probe (a fix that holds runs it all).
   const size_t promoted = rep.search.fixing_set.empty() ? 0 : 1;
@@ -184,7 +197,8 @@ void narrow_window(Context& ctx, const BisectOptions& o, int64_t from, int64_t t
     const double left_min = o.budget_min - (now_s() - ctx.t0) / 60;
     if (need_min > left_min) {
       char buf[240];
-      std::snprintf(buf, sizeof buf, "%zu stabilized-softmax check(s) not run: about %.1f min, and the budget of %g min leaves %.1f",
+      std::snprintf(buf, sizeof buf, "%zu stabilized-softmax and stochastic-rounding check(s) not run: about %.1f min, "
+                    "and the budget of %g min leaves %.1f",
                     n, need_min, o.budget_min, std::max(0.0, left_min));
       rep.checks_note = buf;
       checks.resize(promoted);

@@ -130,13 +130,18 @@ namespace {
 void take_op(kernels::HeadFlags& dst, const kernels::HeadFlags& src, const std::string& op) {
   if (op == kAccOp) {
     dst.acc_bf16 = src.acc_bf16;
+    dst.acc_sr = src.acc_sr;
     return;
   }
   const int k = op_index(op);
   if (k < 0) throw Error(ExitCode::kInternal, "bisect: unknown element op '" + op + "'");
   dst.prec[k] = src.prec[k];
   dst.fault[k] = src.fault[k];
-  if (k == static_cast<int>(kernels::Op::kQk)) dst.s_bf16 = src.s_bf16;
+  if (k == static_cast<int>(kernels::Op::kQk)) {
+    dst.s_bf16 = src.s_bf16;
+    dst.s_sr = src.s_sr;
+  }
+  if (k == static_cast<int>(kernels::Op::kPv)) dst.pv_sr = src.pv_sr;
   if (k == static_cast<int>(kernels::Op::kSoftmax)) {
     dst.stable = src.stable;
     dst.beta = src.beta;
@@ -146,11 +151,12 @@ void take_op(kernels::HeadFlags& dst, const kernels::HeadFlags& src, const std::
 }
 
 bool same_op(const kernels::HeadFlags& a, const kernels::HeadFlags& b, const std::string& op) {
-  if (op == kAccOp) return a.acc_bf16 == b.acc_bf16;
+  if (op == kAccOp) return a.acc_bf16 == b.acc_bf16 && a.acc_sr == b.acc_sr;
   const int k = op_index(op);
   if (a.prec[k] != b.prec[k] || (a.prec[k] == kernels::Prec::kFault && a.fault[k] != b.fault[k]))
     return false;
-  if (k == static_cast<int>(kernels::Op::kQk)) return a.s_bf16 == b.s_bf16;
+  if (k == static_cast<int>(kernels::Op::kQk)) return a.s_bf16 == b.s_bf16 && a.s_sr == b.s_sr;
+  if (k == static_cast<int>(kernels::Op::kPv)) return a.pv_sr == b.pv_sr;
   if (k == static_cast<int>(kernels::Op::kSoftmax))
     return a.stable == b.stable && (!a.stable || (a.beta == b.beta && a.eps == b.eps));
   if (k == static_cast<int>(kernels::Op::kDelta)) return a.delta_dpp == b.delta_dpp;

@@ -38,7 +38,8 @@ struct Candidate {
 std::string to_string(const Candidate& c);  // "low{...}" or "fp32{...}"
 
 // The plan the bisect moves elements towards: everything in FP32, the rounding regimes too (S
-// and the running O, l in FP32: `qk=sbf16` and `acc=bf16` off); algorithmic choices (stable
+// and the running O, l in FP32: `qk=sbf16`/`sr` and `acc=bf16`/`sr` off; a pv=sr flag stays,
+// inert under pv=fp32 and bwd=fp32, which round no P); algorithmic choices (stable
 // softmax, delta=dpp, naive attention, tiles) stay as recorded. `--reference PLAN` replaces it.
 constexpr const char* kFullPrecision = "all=fp32;L*.H*.qk=low;L*.H*.qk=fp32;L*.H*.acc=fp32";
 
@@ -73,8 +74,8 @@ struct SearchSpace {
 
 // The plan a candidate stands for, between the recorded plan and the reference plan (what
 // `all=fp32` means to the search; default kFullPrecision applied to the recorded plan). A leaf
-// carries its op's precision, fault strength and the regime of that op (qk: sbf16; softmax:
-// stable; delta: dpp; acc: acc=bf16); a module leaf its FP32 flag; `head` the model head's.
+// carries its op's precision, fault strength and the regime of that op (qk: sbf16, sr; pv: sr;
+// softmax: stable; delta: dpp; acc: acc=bf16, sr); a module leaf its FP32 flag; `head` the model head's.
 //   kPromote: recorded, with every leaf of the elements taken from the reference.
 //   kKeepLow: the reference, with every leaf of the elements taken from the recording.
 // Naive attention and tiles are those of the base plan of each mode.

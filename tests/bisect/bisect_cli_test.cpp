@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <thread>
 #include <vector>
@@ -86,6 +87,15 @@ TEST_F(BisectCli, PlantedFaultFoundExactly) {
     EXPECT_NE(std::find(c.failing.begin(), c.failing.end(), fix), c.failing.end()) << fix;
     EXPECT_LE(r["probes_total"].get<int>(), 30) << c.loc;
     EXPECT_LT(r["probes_total"].get<int>(), w["naive_sweep"].get<int>()) << c.loc;
+    // Stochastic rounding is checked beside the stabilized softmax, in the planted head and in
+    // every head. A pv fault biases P̄ before it is rounded, and SR keeps that bias: no fix.
+    std::map<std::string, nlohmann::json> checks;
+    for (const auto& f : w["fix_checks"]) checks[f["name"].get<std::string>()] = f;
+    const std::string guilty = "stochastic rounding (pv=sr) in the guilty heads";
+    ASSERT_TRUE(checks.count(guilty) && checks.count("stochastic rounding (pv=sr) in every head")) << w.dump();
+    EXPECT_EQ(checks[guilty]["spec"], c.loc.substr(0, 4) + "{" + c.loc.substr(4, 1) + "}.pv=sr") << c.loc;
+    EXPECT_GE(checks[guilty]["probe"].get<int>(), 0) << c.loc;
+    if (c.loc.substr(6) == "pv") EXPECT_FALSE(checks[guilty]["fixes"].get<bool>()) << c.loc;
   }
 }
 

@@ -304,12 +304,13 @@ TEST_F(BisectHold, KilledBisectKeepsAnInterimReport) {
 }
 
 // --budget bounds what follows the search too: a spent budget stops at layers, leaves the
-// stabilized-softmax checks and the hold check out, and the verdict says so.
+// stabilized-softmax and stochastic-rounding checks and the hold check out, and the verdict
+// says so.
 TEST_F(BisectHold, SpentBudgetLeavesChecksOutAndSaysSo) {
   std::string out;
   nlohmann::json r = bisect("budget", "--find-window --granularity heads --budget 0.001", 4, &out);
   EXPECT_EQ(r["narrowing"]["fixing_set"], nlohmann::json::array({"L1.attn"})) << out;
-  EXPECT_NE(out.find("stabilized-softmax check(s) not run"), std::string::npos) << out;
+  EXPECT_NE(out.find("stabilized-softmax and stochastic-rounding check(s) not run"), std::string::npos) << out;
   EXPECT_TRUE(r["narrowing"].contains("fix_checks_left_out")) << out;
   ASSERT_EQ(r["narrowing"]["fix_checks"].size(), 1u) << "the promotion, a cache hit, is still checked";
   EXPECT_TRUE(r["horizon"]["branches"].empty()) << out;

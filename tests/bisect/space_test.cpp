@@ -100,6 +100,30 @@ TEST(Space, RegimesAreLowPrecisionTheReferenceRemoves) {
             plan::apply(plan::apply(plain, "all=fp32"), "L1.H0.pv=fault(strength=3)").canonical());
 }
 
+// The stochastic roundings are regimes of their ops too: the reference removes qk=sr and
+// acc=sr (S and the accumulator in FP32) and keeps pv=sr inert under pv=fp32; a leaf kept low
+// carries its sr flag, and a `--reference` of another rounding makes pv a leaf of the space.
+TEST(Space, StochasticRoundingIsARegimeOfItsOp) {
+  SearchSpace s = small_space();
+  s.ops.push_back("acc");
+  const plan::Plan rec = plan::parse("L*.H*.qk=sr;L*.H*.pv=sr;L*.H*.acc=sr", 3, 2);
+  const plan::Plan all = candidate_plan(Candidate{Mode::kKeepLow, {}}, s, rec);
+  for (const auto& l : all.layers)
+    for (const auto& h : l.heads) {
+      EXPECT_FALSE(h.s_sr || h.acc_sr);
+      EXPECT_EQ(h.prec[static_cast<int>(Op::kPv)], Prec::kFp32);
+    }
+  const plan::Plan low = candidate_plan(Candidate{Mode::kKeepLow, {{1, 0, "qk"}, {1, 0, "acc"}, {2, 1, "pv"}}}, s, rec);
+  EXPECT_TRUE(low.layers[1].heads[0].s_sr && low.layers[1].heads[0].acc_sr);
+  EXPECT_FALSE(low.layers[1].heads[1].s_sr);
+  EXPECT_TRUE(low.layers[2].heads[1].pv_sr);
+  EXPECT_EQ(low.layers[2].heads[1].prec[static_cast<int>(Op::kPv)], Prec::kLow);
+  // Recorded nearest-even against a reference of pv=sr: pv alone differs.
+  const plan::Plan plain = plan::Plan::defaults(3, 2);
+  const SearchSpace between = space_between(s, {plain}, {plan::apply(plain, "pv=sr")});
+  EXPECT_EQ(between.ops, std::vector<std::string>{"pv"});
+}
+
 // --reference: a candidate moves its leaves to the reference's settings, and the space keeps
 // only what the recorded plan and the reference disagree on.
 TEST(Space, ReferencePlanAndTheSpaceBetween) {
