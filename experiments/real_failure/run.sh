@@ -11,7 +11,8 @@
 #   hold and hold-confirm, the --hold verdict and its independent fork (record with STEPS=3400:
 #   the failure and the lasting break are recorded by then, the probes train past it);
 #   controls, the same run from step 0 in FA2's numerics and with the stabilized softmax;
-#   narrow, sets between layer 1 and layers 0-5 trained on past the failure)
+#   narrow, sets between layer 1 and layers 0-5 trained on past the failure; sr and sr-time,
+#   the paper's numerics with stochastic rounding from step 0 and its step time)
 # The controls, run beside the recording (three 8000-step runs on one GPU, ~80 ms a step each):
 #   bash run.sh data; bash run.sh record & bash run.sh controls; wait   (again until both finish)
 # Environment: BUILD (build-gpu), W (work dir, /tmp/rewind_real_failure: stores, corpus),
@@ -107,6 +108,43 @@ for stage in "${STAGES[@]}"; do
       $A confirm "${to:-3062}" "${C[@]}"; } | tee "$OUT/controls.txt"
     $A every 10 "$OUT/controls_every10.csv" "paper:$OUT/fail_series.csv" "fa2:$OUT/control_fa2_series.csv" \
       "stable:$OUT/control_stable_series.csv"
+    ;;
+  sr)       # from step 0: the paper's numerics, the same with stochastic rounding of P̄ before
+            # P̄V (pv=sr), and with every rounding point of the paper's numerics stochastic
+            # (qk=sr, pv=sr, acc=sr); SR_STEPS steps each, all at once on one GPU, each resumed
+            # where a killed call left it. The rounding points: docs/plan.md, docs/design.md.
+    # SR_ARMS: which (paper, pv_sr, all_sr); the paper's arm is the failing recording's run.
+    SR_STEPS=${SR_STEPS:-4000}
+    for r in "paper|$PAPER" "pv_sr|$PAPER;L*.H*.pv=sr" "all_sr|L*.H*.qk=sr;L*.H*.pv=sr;L*.H*.acc=sr"; do
+      [[ " ${SR_ARMS:-paper pv_sr all_sr} " == *" ${r%%|*} "* ]] || continue
+      name=sr_${r%%|*}; plan=${r#*|}
+      last=$($A last-step "$W/$name.db" 2>/dev/null || echo -1)
+      (( last + 1 < SR_STEPS )) || continue
+      if [[ -f $W/$name.db ]]; then args=(--resume "$W/$name.db" --steps "$SR_STEPS")
+      else args=("${MODEL[@]}" --steps "$SR_STEPS" --plan "$plan" --record "$W/$name.db" --checkpoint-every 500); fi
+      log "$name to step $SR_STEPS under '$plan' (from $((last + 1)))"
+      timeout --signal=KILL $(( $(left) - 10 )) "$R" train "${args[@]}" --log-every 250 >> "$OUT/$name.log" 2>&1 &
+    done
+    wait
+    C=(); rm -f "$OUT/sr_last.txt"
+    for n in paper pv_sr all_sr; do
+      last=$($A last-step "$W/sr_$n.db" 2>/dev/null) || continue
+      $A series "$W/sr_$n.db" "$OUT/sr_${n}_series.csv" > "$OUT/sr_${n}_triggers.txt" || continue
+      C+=("$n:$OUT/sr_${n}_series.csv")
+      echo "$n: recorded to step $last" >> "$OUT/sr_last.txt"
+    done
+    ((${#C[@]})) || { log "no sr run recorded a step"; continue; }
+    { cat "$OUT/sr_last.txt"; $A at 1000,2000,3000,3400,3800,$((SR_STEPS - 1)) "${C[@]}"; echo
+      for n in paper pv_sr all_sr; do echo "== $n"; cat "$OUT/sr_${n}_triggers.txt" 2>/dev/null; done; } | tee "$OUT/sr.txt"
+    $A every 10 "$OUT/sr_every10.csv" "${C[@]}"
+    ;;
+  sr-time)  # the step time of each sr plan alone on the GPU, 300 steps unrecorded, against the
+            # paper's numerics in the same call
+    for r in "paper|$PAPER" "pv_sr|$PAPER;L*.H*.pv=sr" "all_sr|L*.H*.qk=sr;L*.H*.pv=sr;L*.H*.acc=sr"; do
+      log "step time ${r%%|*}"
+      timeout --signal=KILL $(( $(left) - 10 )) "$R" train "${MODEL[@]}" --steps 300 --plan "${r#*|}" \
+        --log-every 100 2>&1 | tail -4 | sed "s/^/${r%%|*}: /" | tee -a "$OUT/sr_time.txt"
+    done
     ;;
   series)   # every step's loss and gradient norm; where each candidate predicate first fires
     $A series "$W/fail.db" "$OUT/fail_series.csv" | tee "$OUT/triggers.txt"

@@ -11,7 +11,8 @@
 # (the table) and all.tgz (env, build, test logs).
 # Usage, from the repository root, carrying .gpu-deps:   OUT=/some/dir bash experiments/stochastic_rounding/device.sh
 # Environment: BUILD (build-gpu), SKIP_BUILD=1 (use BUILD as it is), DEADLINE_S (560: seconds
-# after the start by which the stages must end; the whole kernel suite runs only if time is left).
+# after the start by which the stages must end; the whole kernel suite runs only if time is left),
+# REST=0 (leave the rest of the kernel suite out).
 set -u
 T0=$(date +%s)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -86,7 +87,7 @@ if [[ -x $RR ]]; then
   stage replay_sr 120 "$RR" --gtest_filter='GpuRecordReplay.StochasticRoundingPlanReplaysBitwise'
   grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/replay_sr.log" | tee -a "$LOG"
 fi
-if [[ -x $KT ]]; then
+if [[ -x $KT && ${REST:-1} == 1 ]]; then
   stage test_rest 300 "$KT" --gtest_filter="-$SR_TESTS"
   grep -E "^\[  (PASSED|FAILED) |tests? ran" "$OUT/test_rest.log" | tee -a "$LOG"
 fi
