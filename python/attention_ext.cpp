@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "kernels/attention_op.h"
+#include "kernels/stochastic_round.h"
 #include "plan/plan.h"
 #include "python/monitors.h"
 #include "python/record_ext.h"
@@ -96,6 +97,11 @@ bool op_fp32(const std::string& spec, const std::string& name) {
   throw std::invalid_argument(usage);
 }
 
+// The step rewind.record's loop is in (rec.batch sets it; 0 outside a recording): an sr head's
+// random bits are sr_call_key(0, step, 0, layer)'s, so a replay of the step draws them again.
+// One batch a step in a script, so the micro-batch is 0.
+int64_t g_sr_step = 0;
+
 // The kernels' options for `layer` of the plan `spec` on (B, H, T, D) operands.
 kernels::AttentionOptions options_for(const std::string& spec, int n_head, int64_t head_dim, int layer, bool causal) {
   const std::shared_ptr<const plan::Plan> held = parsed(spec, n_head, "rewind.attention");
@@ -108,6 +114,7 @@ kernels::AttentionOptions options_for(const std::string& spec, int n_head, int64
   opt.block_q = plan.block_q;
   opt.block_k = plan.block_k;
   opt.flags = lp.heads;
+  opt.sr_key = kernels::sr_call_key(0, g_sr_step, 0, layer);
   return opt;
 }
 
@@ -204,6 +211,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention_bf16_backward", &rwd::python::bf16_backward, pybind11::arg("d_o"), pybind11::arg("qkv"),
         pybind11::arg("o"), pybind11::arg("lse"), pybind11::arg("plan"), pybind11::arg("layer"),
         pybind11::arg("causal"), "the BF16 path's backward: dQ, dK, dV as one (3, B, H, T, D) tensor");
+  m.def("set_sr_step", [](int64_t step) { rwd::python::g_sr_step = step; }, pybind11::arg("step"),
+        "the step whose stochastic-rounding bits rewind.attention draws (rewind.record sets it)");
   m.def("op_fp32", &rwd::python::op_fp32, pybind11::arg("plan"), pybind11::arg("name"),
         "whether the plan runs rewind.op(name)'s block in FP32");
   rwd::python::bind_monitors(m);

@@ -380,6 +380,7 @@ class Recorder:
         global _active_plan
         t0 = time.perf_counter()
         _active_plan = self._plan_of(self.step_index)
+        _C.set_sr_step(self.step_index)  # an sr head's random bits: this step's, in a replay too
         if self._doctor:
             out = get_batch(*args, **kwargs)  # the script's own source: is it the same twice?
             self._doctor.begin_step(self.step_index, out)

@@ -64,6 +64,26 @@ class Attention(unittest.TestCase):
         for x, y in zip(a, b):
             self.assertTrue(torch.equal(x, y))
 
+    def test_stochastic_rounding_draws_the_bits_of_its_step(self):
+        """pv=sr's bits are a function of the step rewind.record started (set_sr_step) and the
+        layer: the same step twice gives the same bits, another step or layer others, and the
+        heads without sr do not change."""
+        plan = "L0.H1.pv=sr;L1.H1.pv=sr"
+        try:
+            rewind._C.set_sr_step(7)
+            a = self.run_op(plan)
+            again = self.run_op(plan)
+            other_layer = self.run_op(plan, layer=1)
+            rewind._C.set_sr_step(8)
+            b = self.run_op(plan)
+        finally:
+            rewind._C.set_sr_step(0)
+        self.assertTrue(all(torch.equal(x, y) for x, y in zip(a, again)))
+        self.assertFalse(torch.equal(a[0][:, 1], b[0][:, 1]))
+        self.assertFalse(torch.equal(a[0][:, 1], other_layer[0][:, 1]))
+        self.assertTrue(torch.equal(a[0][:, [0, 2]], b[0][:, [0, 2]]))
+        self.assertFalse(torch.equal(a[0], self.run_op()[0]))
+
     def test_bf16_inputs_take_the_bf16_kernels_with_the_bits_of_the_fp32_path(self):
         # BF16 q, k, v (a model under autocast) go to the kernels' BF16 entry points unless a
         # head of the layer promotes an op; REWIND_ATTENTION_FP32_PATH forces the FP32 path.
