@@ -1,4 +1,4 @@
-// The bisect search engine (DESIGN.md §7), decoupled from replay: it asks an oracle whether
+// The bisect search engine (docs/bisect.md), decoupled from replay: it asks an oracle whether
 // candidate precision assignments fail, and narrows layers -> heads -> ops by adaptive group
 // testing for several culprits, with ddmin where culprits only fail together; a single culprit
 // is first sought with whichever of two equivalent probes is cheaper (issue 26).

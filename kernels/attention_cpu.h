@@ -1,5 +1,5 @@
 // CPU attention kernels: FP64 reference and the BF16 flash/naive emulation that rounds exactly
-// where the CUDA kernels round (DESIGN.md §4). Plain C++; (B, H, T, D) row-major contiguous.
+// where the CUDA kernels round (docs/design.md). Plain C++; (B, H, T, D) row-major contiguous.
 #pragma once
 
 #include <string>

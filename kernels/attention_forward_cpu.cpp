@@ -1,4 +1,4 @@
-// BF16 flash-attention forward emulation on the CPU (DESIGN.md §4): online softmax over key
+// BF16 flash-attention forward emulation on the CPU (docs/design.md): online softmax over key
 // tiles, per-head precision flags, the stabilized softmax with its guard, and the monitors.
 #include <algorithm>
 #include <cmath>

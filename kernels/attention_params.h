@@ -6,7 +6,7 @@
 
 namespace rwd::kernels {
 
-// The attention ops in data-flow order (DESIGN.md §3). The numeric values index arrays.
+// The attention ops in data-flow order (docs/design.md, rounding points). The numeric values index arrays.
 enum class Op : uint8_t { kQk = 0, kSoftmax = 1, kPv = 2, kO = 3, kDelta = 4, kBwd = 5 };
 constexpr int kNumOps = 6;
 
@@ -21,7 +21,7 @@ enum class Prec : uint8_t { kLow = 0, kFp32 = 1, kFault = 2 };
 struct HeadFlags {
   Prec prec[kNumOps] = {Prec::kLow, Prec::kLow, Prec::kLow, Prec::kLow, Prec::kLow, Prec::kLow};
   float fault[kNumOps] = {0, 0, 0, 0, 0, 0};  // strength per op when prec[op] == kFault
-  // Numeric regimes (plan modes, DESIGN.md §3):
+  // Numeric regimes (plan modes, docs/plan.md):
   bool s_bf16 = false;     // qk=bf16: S rounded to BF16 before the softmax (eager autocast)
   bool acc_bf16 = false;   // acc=bf16: running O and l kept in BF16 (paper's pure-PyTorch flash)
   bool stable = false;     // softmax=stable: paper Alg. 3 with the underflow guard

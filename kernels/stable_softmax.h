@@ -8,7 +8,7 @@
 
 namespace rwd::kernels {
 
-// Guard rule (DESIGN.md §4 "Underflow hazard"). When a tile row has a repeated max (r_s > 1)
+// Guard rule (docs/design.md, the stabilized softmax's underflow guard). When a tile row has a repeated max (r_s > 1)
 // Alg. 3 picks m' = beta * r_m (r_m > 0) or m' = 0 (r_m <= 0); the shift d = m' - r_m is then
 // clamped into [kStableMinShift, kStableMaxShift] and m' = r_m + d.
 //  - d >= 2^-8: the tied entries get P̄ = exp(-d) <= exp(-2^-8) = 0.99610 in FP32, below the

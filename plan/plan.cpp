@@ -1,4 +1,4 @@
-// The precision-plan language of DESIGN.md §3: parser (errors name the 1-based character
+// The precision-plan language of docs/plan.md: parser (errors name the 1-based character
 // position), canonical printer (only non-default settings, compressed, deterministic) and hash.
 #include "plan/plan.h"
 

@@ -1,5 +1,5 @@
 // The precision plan: (layer, head, op) -> mode, parsed from the override language of
-// DESIGN.md §3, with a canonical string and a stable hash (the probe cache key). No LibTorch.
+// docs/plan.md, with a canonical string and a stable hash (the probe cache key). No LibTorch.
 #pragma once
 
 #include <cstdint>

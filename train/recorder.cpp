@@ -107,7 +107,7 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   const auto t1 = Clock::now();
   StateStager::Staged staged =
       stager_.stage(trainer.state(), [&trainer](std::function<void()> f) { trainer.set_before_update(std::move(f)); });
-  // The generators' states: unused by training (no dropout) but recorded per DESIGN §6.
+  // The generators' states: unused by training (no dropout) but recorded so that a replay restores them (the steps table's rng_ref).
   NamedTensors rng;
   for (auto& g : trainer.rng_state()) rng.push_back(std::move(g));
   const uint64_t steps_before = steps_.pushed();

@@ -24,7 +24,7 @@ namespace rwd::train {
 // Whether a run trained with --monitor-every n records the monitors of `step`.
 inline bool monitor_due(int monitor_every, int64_t step) { return monitor_every <= 1 || step % monitor_every == 0; }
 
-// Per-(layer, head) monitors of one step (DESIGN.md §6).
+// Per-(layer, head) monitors of one step (docs/bisect.md, monitors).
 struct HeadMonitor {
   int layer = 0, head = 0;
   double wq_sn = 0;        // spectral norm of the head's W_Q slice (power iteration)

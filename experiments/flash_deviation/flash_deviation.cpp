@@ -37,7 +37,7 @@ class Rng {
   uint64_t s_;
 };
 
-// Numeric regimes, one head each (DESIGN.md §3). The paper's own flash is pure PyTorch in the
+// Numeric regimes, one head each (docs/design.md). The paper's own flash is pure PyTorch in the
 // working precision, i.e. BF16 running Ō/l (acc=bf16) and S in BF16 (qk=bf16).
 struct Regime {
   const char* name;

@@ -1,7 +1,7 @@
 // FlashAttention-2 backward on tensor cores (mma.sync BF16, FP32 accumulate) and the public
 // backward launcher.
 //
-// Rounding points (DESIGN §4), recomputing S exactly as the forward did (qk=sr: with the
+// Rounding points (docs/design.md), recomputing S exactly as the forward did (qk=sr: with the
 // forward's bits):
 //   P = exp(S - LSE)                        FP32
 //   dV += bf16(P)^T dO                      FP32 accumulate (pv=sr: bf16 stochastic, the bits the

@@ -141,7 +141,7 @@ __device__ __forceinline__ float bf16_ulp(float x) {
 }
 
 // O as written in BF16: bf16(x), or for the o fault bf16_down(x - f * ulp_bf16(x)), a
-// directed rounding toward -inf (test oracle for bisect; DESIGN §7).
+// directed rounding toward -inf (test oracle for bisect; docs/plan.md, faults).
 __device__ __forceinline__ float o_output(float x, const FlagView& f) {
   if (!f.o_fault) return round_bf16(x);
   return round_bf16_down(__fsub_rn(x, __fmul_rn(f.o_strength, bf16_ulp(x))));
@@ -247,7 +247,7 @@ __device__ __forceinline__ void flush_stats(StatAcc s, HeadStats* out) {
 // Tensor-core and async-copy wrappers (sm_80+ instructions, used on sm_90).
 
 // C(16x8, f32) += A(16x16, bf16, row) * B(16x8, bf16, col). Products of BF16 values are exact;
-// accumulation is FP32 (DESIGN §4: accumulation order is the only CPU/GPU difference).
+// accumulation is FP32 (docs/design.md: accumulation order is the only CPU/GPU difference).
 __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
                                          uint32_t b1) {
   asm volatile(

@@ -1,7 +1,7 @@
 // The key loop of the tensor-core flash forward (flash_forward_kernel, attention_forward.cu):
 // one block of query rows against all its key tiles, specialized per variant.
 //
-// Rounding points (DESIGN §4), per query tile i and key tile j:
+// Rounding points (docs/design.md), per query tile i and key tile j:
 //   S = alpha * Q K^T            FP32 (tensor-core accumulation of exact BF16 products)
 //   [qk fault] S += c |S|;  [s_bf16] S = bf16(S)
 //   m_new = max(m_old, m')       m' = rowmax over unmasked S, or the stabilized m' (Alg. 3)

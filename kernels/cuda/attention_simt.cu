@@ -4,7 +4,7 @@
 // serve heads with a delta fault or delta=fp32 with delta=dpp, and every head when tiling is
 // off (a full pass over the keys finds the row max first).
 //
-// Operand choices per head (DESIGN §3):
+// Operand choices per head (docs/design.md):
 //   S operands      Q, K      : q_f32/k_f32 when qk=fp32, else BF16 values
 //   P̄V              P, V      : P̄ and v_f32 when pv=fp32, else bf16(P̄) (pv fault) and BF16 V
 //   sr flags        S, P̄ (and P of dV), Ō and l rounded stochastically with the CPU twin's bits

@@ -59,7 +59,7 @@ TEST(Dtype, Bf16RoundsToNearestEven) {
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
   // 1 + 3*2^-8 is halfway between 1+2^-7 (odd) and 1+2^-6 (even): goes up.
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8))), 1.0f + std::ldexp(1.0f, -6));
-  // DESIGN.md section 4: the FP32 sum -4.703990459442139 rounds to BF16 -4.71875.
+  // docs/design.md, rounding points: the FP32 sum -4.703990459442139 rounds to BF16 -4.71875.
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(-4.703990459442139f)), -4.71875f);
   EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::nanf("")))));
   EXPECT_EQ(bf16_to_f32(f32_to_bf16(-2.296875f)), -2.296875f);  // exactly representable
