@@ -1,4 +1,4 @@
-// Predicted cost of a bisect probe (issue 26): the step time of a candidate's run relative to the
+// Predicted cost of a bisect probe: the step time of a candidate's run relative to the
 // recorded step, from the fraction of each op kind it promotes to FP32, so that the search can
 // choose the cheaper of two equivalent probes before running either.
 #pragma once

@@ -85,7 +85,7 @@ std::string probe_key(const ProbeSpec& p, const train::RunSpec& run, const Predi
     recorded += "@" + std::to_string(s) + ":" + run.plan.at(s, c.n_layer, c.n_head).canonical() + "\n";
     probe += "@" + std::to_string(s) + ":" + probe_plan(p, run, s).canonical() + "\n";
   }
-  // v2: the predicate reads the recorded history before the window (issue 25).
+  // v2: the predicate reads the recorded history before the window.
   const std::string text = "rewind-probe-v2\nrun " + std::to_string(run.run_id) + "\nwindow " +
                            std::to_string(p.from) + ":" + std::to_string(p.to) + "\nrecorded\n" +
                            recorded + "probe " + hex64(fnv1a64(probe)) + "\npredicate " + pred.text();
@@ -177,7 +177,7 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   replay::Restored st = replay::restore_before(s, run.run_id, p.from, "", false, {}, comm, /*warm=*/true);
   out.restore_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Series series = window_start(s, p, run, pred);
-  // Early verdict (issue 36): a monotone predicate that holds on the steps run so far holds on
+  // Early verdict: a monotone predicate that holds on the steps run so far holds on
   // the whole window, so the probe stops there. Judging the prefix costs time of its own: alone
   // in its process the probe judges at most every `every` steps, so that judging takes ~2% of
   // the steps' time; with ranks it judges every step (the same series on every rank, so every

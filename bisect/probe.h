@@ -78,7 +78,7 @@ struct ProbeOutcome {
   int64_t stopped_at = -1;
   // The first step after which the (monotone) predicate held on the steps so far: stopped_at
   // for a probe stopped early, and for the recorded plan's probe, which always runs whole, the
-  // step it would have stopped at (how long a failing probe runs: races, issue 32). -1: none.
+  // step it would have stopped at (how long a failing probe runs: races). -1: none.
   int64_t held_at = -1;
   bool cached = false;            // read from the store, not run by this invocation
   // Cut short by a race (ProbePool::run with stop_after_fails): no verdict (`fails` false), not
@@ -155,7 +155,7 @@ struct ExternalRun {
 enum class Watch { kGoOn, kStop, kCut };
 using StepWatch = std::function<Watch(const ExternalRun&)>;
 
-// An external probe's early verdict (issue 32), judged on any thread while the probe runs: the
+// An external probe's early verdict, judged on any thread while the probe runs: the
 // recorded history and losses it needs are read from the store when it is made. A monotone
 // predicate that holds on the steps so far holds on the whole window, so the probe may stop.
 class EarlyVerdict {

@@ -37,7 +37,7 @@ struct PoolOptions {
   // Part of every probe's cache key when not empty (bisect --cmd: the command, so that another
   // script's probes are other probes).
   std::string key_extra;
-  // Ranks of each worker (issue 32): an N-rank recording's probes run on G groups of N ranks,
+  // Ranks of each worker: an N-rank recording's probes run on G groups of N ranks,
   // each a worker whose rank 0 serves the probes and whose other ranks follow it (jobs G, the
   // gpus list giving rank r of slot s gpus[s * N + r]). Races need cuts, which ranks lack: none.
   int ranks = 1;
@@ -55,7 +55,7 @@ class ProbePool {
   ProbePool& operator=(const ProbePool&) = delete;
 
   // Outcomes in the order of `batch`; duplicate keys inside a batch run once. With
-  // stop_after_fails > 0 (a race, issue 32), once that many of the batch have failed (cached
+  // stop_after_fails > 0 (a race), once that many of the batch have failed (cached
   // ones count) the probes still running are cut short and those not started are not run:
   // their outcomes say `cut` (no verdict) and nothing of them is stored.
   std::vector<ProbeOutcome> run(const std::vector<ProbeSpec>& batch, int stop_after_fails = 0);

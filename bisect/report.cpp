@@ -227,7 +227,7 @@ std::string report_json(const BisectReport& r) {
   j["ranks"] = r.ranks;
   j["gpus"] = r.gpus;
   j["wall_s"] = r.wall_s;
-  // Issue 26: costs in recorded steps (one step of the recorded plan = 1).
+  // Costs in recorded steps (one step of the recorded plan = 1).
   j["cost"] = {{"model", r.cost_model},
                {"recorded_step_s", r.recorded_step_s},
                {"predicted_total", r.predicted_cost},

@@ -26,7 +26,7 @@ constexpr const char* kPassColor = "#2ca02c";
 constexpr const char* kFailDash = "7,4";  // a failing time probe's line is dashed, a passing one solid
 
 // Not reproducible: the recorded series with the threshold the predicate needed and the step
-// where it came closest (issue 35: what a user needs to choose a threshold).
+// where it came closest (what a user needs to choose a threshold).
 std::string near_miss_section(const BisectReport& r) {
   const NearMiss& m = *r.near_miss;
   std::string h = "<h2>The run is not reproducible: where the recording came closest to failing</h2>\n<p>" +
@@ -120,7 +120,7 @@ std::string narrowing_section(const BisectReport& r) {
                      verdicts.empty() ? "" : "Verdicts: " + verdicts + ".");
 }
 
-// Issue 35: how far each probe's loss went from the recorded one, at a glance.
+// How far each probe's loss went from the recorded one, at a glance.
 std::string divergence_section(const BisectReport& r) {
   std::vector<html::Dot> dots;
   for (const auto& p : r.probes) {

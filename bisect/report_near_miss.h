@@ -1,4 +1,4 @@
-// Issue 35: where a recording that does not fail its predicate came closest to failing, for the
+// Where a recording that does not fail its predicate came closest to failing, for the
 // report of a "not reproducible" bisect: the series the predicate reads, the threshold it had to
 // cross at each step, and the step with the smallest gap. Torch-free.
 #pragma once

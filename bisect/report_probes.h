@@ -1,4 +1,4 @@
-// What the reports say about the probes as a whole and one by one (issue 35): one probe count
+// What the reports say about the probes as a whole and one by one: one probe count
 // with its breakdown (how many ran, came from the cache, belong to which phase) and each
 // probe's divergence from the recorded run.
 #pragma once
@@ -16,7 +16,7 @@ struct ProbeTally {
   int run = 0;       // replayed by this bisect
   int cached = 0;    // read from the store's probe cache (this bisect's or an earlier one's)
   int repeated = 0;  // asked twice in one batch: answered by the other one (neither of the above)
-  int cut = 0;       // of `run`, cut short by a race (issue 32): no verdict
+  int cut = 0;       // of `run`, cut short by a race: no verdict
   int skipped = 0;   // not started: a race was decided first (no verdict, not in `run`)
   int time = 0, narrowing = 0, fix = 0;  // by part of the bisect
   std::vector<PhaseCount> phases;        // the narrowing's, in order of first use

@@ -24,7 +24,7 @@ namespace detail {
 
 SearchResult Engine::run() {
   // 1. The anchors (one batch when parallel): baseline must fail, all-FP32 must pass.
-  // With races (issue 32) the all-FP32 run waits until the descent's leaf fails its
+  // With races the all-FP32 run waits until the descent's leaf fails its
   // verification: a verified leaf (promoting it alone passes, keeping it alone low fails) is
   // the answer whatever all-FP32 gives, and all-FP32 is the dearest probe of a bisect (7.6x the
   // recorded step on gpt2-small, every step of the window: 1.8 of the 7 s a 4-GPU bisect took).
@@ -53,7 +53,7 @@ SearchResult Engine::run() {
     return res_;
   }
 
-  // 2. One culprit acting alone, by the cheaper probes (issue 26); else, culprits acting alone:
+  // 2. One culprit acting alone, by the cheaper probes; else, culprits acting alone:
   // adaptive group testing finds them all, every one a failing set.
   if (group_testing_ && cheap_ && cheap_search(top)) return res_;
   if (defer) {
@@ -169,7 +169,7 @@ Engine::LowRun Engine::parse_key(const std::string& k, bool fails) {
 
 bool Engine::known(const std::string& k) {
   if (memo_.count(k)) return true;
-  if (!group_testing_) return false;  // ddmin alone: the engine before issue 25, kept as it was
+  if (!group_testing_) return false;  // ddmin alone (the benchmark baseline): no implied verdicts
   const LowRun run = parse_key(k, false);
   for (const LowRun& r : runs_) {
     if ((!r.fails && within(run, r)) || (r.fails && within(r, run))) {

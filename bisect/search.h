@@ -1,7 +1,7 @@
 // The bisect search engine (docs/bisect.md), decoupled from replay: it asks an oracle whether
 // candidate precision assignments fail, and narrows layers -> heads -> ops by adaptive group
 // testing for several culprits, with ddmin where culprits only fail together; a single culprit
-// is first sought with whichever of two equivalent probes is cheaper (issue 26).
+// is first sought with whichever of two equivalent probes is cheaper.
 #pragma once
 
 #include <functional>
@@ -48,7 +48,7 @@ struct Probe {
   bool fails = false;
   bool cut = false;   // cut short by a race (SearchOptions::race): no verdict, `fails` false
   double cost = 0;    // predicted step time relative to the recorded step (SearchOptions::cost)
-  // The probe whose set was split to ask this one (issue 35, the report's narrowing tree): the
+  // The probe whose set was split to ask this one (the report's narrowing tree): the
   // latest probe of an earlier oracle call whose leaves (either mode) hold all of this one's,
   // the baseline (fp32{}: nothing promoted) counting as the whole space. -1: none (the
   // anchors: the baseline is the root of every split, all-FP32 has no set).
@@ -66,19 +66,19 @@ struct SearchOptions {
   // (speculatively) candidates a sequential search might not have needed.
   int max_batch = 1;
   // Adaptive group testing first (culprits acting alone, any number of them); false: ddmin
-  // alone, the engine before issue 25 (kept as the baseline of bisect_bench).
+  // alone: delta debugging without group testing (--search ddmin, the baseline of bisect_bench).
   bool group_testing = true;
-  // Issue 26 (with group_testing): before group testing, look for a single culprit asking each
+  // With group_testing: before group testing, look for a single culprit asking each
   // halving in one of two forms that agree while there is one culprit acting alone: "keeping A
   // low (the rest FP32) fails", or "promoting A (the rest as recorded) passes" where `cost`
   // predicts that at least 3x cheaper.
   // The leaf found is accepted only if promoting it passes and keeping it low alone fails;
   // otherwise (several culprits, or culprits that only fail together, where the two forms
-  // disagree) group testing runs as without it. false: the engine of issue 25.
+  // disagree) group testing runs as without it. false: group testing alone.
   bool cheap_direction = false;
   // Predicts each probe's cost (Probe::cost, SearchResult::cost) and picks the cheap form.
   CostModel cost = CostModel::h100();
-  // Issue 32: the parallel descent may race its probes instead of asking bits (descend_bits):
+  // The parallel descent may race its probes instead of asking bits (descend_bits):
   // the G = max_batch parts of a group each asked at once, the round ended by the first
   // failures (a failing probe stops early, a passing one runs the whole window). Used where
   // fail_fraction() (the share of the window a failing probe runs, as measured so far) makes

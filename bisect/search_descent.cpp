@@ -1,4 +1,4 @@
-// The single-culprit descents of the search engine (issues 26 and 32): halvings asked one
+// The single-culprit descents of the search engine: halvings asked one
 // probe at a time in the cheaper form, bits of the culprit's index asked in parallel, and races
 // of parallel parts that end at the first failures.
 #include "bisect/search_engine.h"

@@ -30,7 +30,7 @@ class Engine {
   // The fixing set by its own narrowing from the top (promote sense), after the failing set.
   SearchResult separate_fix(const std::vector<Element>& top);
 
-  // Issue 26: the descent of group testing's pass 0 (one culprit), each split asked in the
+  // The descent of group testing's pass 0 (one culprit), each split asked in the
   // cheaper form. With one culprit acting alone (failure monotone in the low leaves), keeping A
   // low with everything else FP32 fails exactly when promoting A with the rest as recorded
   // passes: both say the culprit lies in A. Deep in the descent A is a few heads or ops, so
@@ -60,7 +60,7 @@ class Engine {
   // cuts it 2^B-fold.
   bool race_pays(size_t n) const;
 
-  // One round of the raced descent (issue 32): g in G = max_batch_ parts, all asked at once in
+  // One round of the raced descent: g in G = max_batch_ parts, all asked at once in
   // one form. With one culprit acting alone, keeping part j low (the rest FP32) fails exactly
   // for its part, and promoting part j (the rest as recorded) passes exactly for its part. A
   // failing probe stops at its early verdict while a passing one runs the whole window, so the

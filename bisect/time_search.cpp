@@ -1,5 +1,5 @@
-// Checkpoint bisection in time (issue 9): find the failure step F in the recording (where the
-// predicate turns true, issue 25), then the latest checkpoint c* < F whose replay to F under
+// Checkpoint bisection in time: find the failure step F in the recording (where the
+// predicate turns true), then the latest checkpoint c* < F whose replay to F under
 // the fix plan (all-FP32) avoids the failure.
 #include <algorithm>
 #include <optional>

@@ -287,7 +287,7 @@ int run_bisect(int argc, char** argv) {
        cxxopts::value<std::string>())
       ("search", "narrowing engine: cheap (default: a single culprit first sought with the cheaper of two "
                  "equivalent probes, then group testing; verdicts implied by monotone failure are not probed), "
-                 "groups (group testing alone, the engine of issue 25) or ddmin (the engine before issue 25, "
+                 "groups (group testing alone) or ddmin (delta debugging without group testing, "
                  "a benchmark baseline)", cxxopts::value<std::string>()->default_value("cheap"))
       ("hold", "N: healthy means the predicate stays false through the failure step + N (with --window A:B, B + N). "
                "--find-window then finds the point of no return (the latest checkpoint from which the reference holds "
@@ -442,7 +442,7 @@ int run_bisect(int argc, char** argv) {
   if (world > 1 && inside_job() && (o.pool.jobs != 1 || !o.pool.gpus.empty()))
     throw UsageError("bisect: inside a job of " + std::to_string(world) + " ranks every probe runs on all of them, "
                      "one at a time: --jobs and --gpus are not supported there (use --jobs 1)");
-  // Issue 32: parallel probes of an N-rank recording run on groups of N ranks, each a worker
+  // Parallel probes of an N-rank recording run on groups of N ranks, each a worker
   // (rank 0 serves, the others follow); --gpus then lists N GPUs a group, --jobs defaults to
   // the groups the list makes.
   if (world > 1 && !inside_job() && (o.pool.jobs != 1 || !o.pool.gpus.empty())) {

@@ -16,7 +16,7 @@ namespace rwd {
 // Drawn below Linux's ephemeral range (32768-60999), not handed out by the kernel: between our
 // check and rank 0's bind, any connecting socket (NCCL's, a previous job's ranks) may be given an
 // ephemeral port, and on a 4-GPU host one did take the kernel's pick (EADDRINUSE at the
-// rendezvous, issue 32).
+// rendezvous).
 inline int free_local_port() {
   std::random_device rd;
   std::mt19937 gen(rd());

@@ -69,7 +69,7 @@ Restored restore_before(store::Store& s, int64_t run, int64_t step, const std::s
                         bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
                         train::Comm* comm = nullptr, bool warm = false);
 
-// Warm probes (issue 36): a per-process cache of decompressed checkpoints, bounded by
+// Warm probes: a per-process cache of decompressed checkpoints, bounded by
 // REWIND_WARM_BYTES (bytes of tensor data, default 8 GiB; 0 turns it off), least recently used
 // evicted first. An entry is keyed by the store's path, the run, the step and every tensor's
 // name, dtype, shape and content hash, so another store, run or checkpoint never hits. The
@@ -78,7 +78,7 @@ Restored restore_before(store::Store& s, int64_t run, int64_t step, const std::s
 // keep them past the load (Trainer::load_state copies every tensor into its own).
 train::NamedTensors read_checkpoint_warm(store::Store& s, int64_t run, int64_t step);
 //
-// The warm trainer (issue 36): one per process, with a copy of its state before the restored
+// The warm trainer: one per process, with a copy of its state before the restored
 // step (parameters, AdamW moments, generators) on its device; REWIND_WARM_TRAINER=0 turns it
 // off. Restoring from it replays the bits of a cold restore (tests/bisect/warm_probe_test.cpp).
 struct WarmStats {

@@ -65,7 +65,7 @@ if [[ ${MODE:-} == plans ]]; then
       -v b="$(median plan0)" -v l="$(cat "$W/plan$i.loss")" \
       'BEGIN {printf "%-22s %-8s %10.1f %14s %10.2f %10.4f\n", n, g, ms, q, ms / b, l}'
   done
-  # Issue 34 item 4: the FP32 plans over the default plan's step, with the default FP32 GEMM
+  # The FP32 plans over the default plan's step, with the default FP32 GEMM
   # (simt: the verdict) and with the opt-in 3xTF32.
   for pair in "2 4 2.0" "3 5 4.0"; do
     read -r split simt target <<< "$pair"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 32 on one host with several GPUs, in one call: the multi-GPU tests (dist_cuda_test: record
+# Several GPUs of one host, in one call: the multi-GPU tests (dist_cuda_test: record
 # on 2 GPUs over NCCL, replay --verify, same batches as one process, kill -9 of a rank, resume),
 # then the scaling table: gpt2-small (micro-batch 8 x 1024, 2 micro-batches per GPU a step) on
 # N = 1, 2, 4, 8 GPUs (those the machine has), rewind against PyTorch DDP (torchrun,
@@ -63,7 +63,7 @@ for n in $NS; do
   rm -f "$W/rec_$n.db"*
   REWIND_CUDA_GRAPHS=${GRAPHS:-1} "$R" train "${common[@]}" --record "$W/rec_$n.db" --checkpoint-every 10 > "$OUT/record_$n.log" 2>&1 \
     || { echo "rewind --record on $n GPUs failed:"; tail -5 "$OUT/record_$n.log"; }
-  if (( n > 1 )); then  # the recording verifies on its own N without flags (issue 32 item 4)
+  if (( n > 1 )); then  # the recording verifies on its own N without flags
     "$R" replay --store "$W/rec_$n.db" --from 10 --to 19 --verify > "$OUT/replay_$n.log" 2>&1
     echo "replay --verify of the $n-GPU recording, steps 10-19: exit $? ($(grep -o 'bitwise identical[^.]*' "$OUT/replay_$n.log" | head -1))" | tee -a "$OUT/multi.txt"
   fi

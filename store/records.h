@@ -110,8 +110,8 @@ struct StoreInfo {
   int64_t n_kv = 0;
   int64_t file_bytes = 0;  // main file plus WAL
   int64_t free_bytes = 0;  // free pages, reused by later writes or given back by `store thin`
-  bool incremental_vacuum = false;  // auto_vacuum=INCREMENTAL (stores created since issue 37)
-  // Where the bytes are (issue 37): the stored (zstd) bytes of the distinct blobs each kind of
+  bool incremental_vacuum = false;  // auto_vacuum=INCREMENTAL (set when a store is created)
+  // Where the bytes are: the stored (zstd) bytes of the distinct blobs each kind of
   // row refers to (a blob two kinds share counts in both), and the pages of each table.
   int64_t n_checkpoints = 0;        // (run, step) pairs with a checkpoint
   int64_t checkpoint_bytes = 0;     // blobs of checkpoint tensors

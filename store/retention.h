@@ -1,4 +1,4 @@
-// Checkpoint retention (issue 37): which of a run's checkpoints a rule keeps, and the records
+// Checkpoint retention: which of a run's checkpoints a rule keeps, and the records
 // of a thinning (what it removes, what it keeps because something refers to it, the bytes).
 // Pure functions and plain records; Store::plan_thin / Store::thin apply them to a store.
 #pragma once

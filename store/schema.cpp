@@ -215,7 +215,7 @@ void configure_connection(Db& db, Mode mode, const StoreOptions& options) {
 void create_schema(Db& db, const StoreOptions& options) {
   db.exec("PRAGMA page_size=" + std::to_string(options.page_size), "setting page size");
   // Before the first table, the only time it can be set without a VACUUM: pages that deleted
-  // checkpoints free can be given back to the file system by `store thin` (issue 37) with an
+  // checkpoints free can be given back to the file system by `store thin` with an
   // incremental vacuum instead of rewriting the whole file. It costs one pointer-map page per
   // ~3300 pages (0.03%) and changes nothing a reader sees, so the schema version stays.
   db.exec("PRAGMA auto_vacuum=INCREMENTAL", "setting incremental auto-vacuum");

@@ -219,7 +219,7 @@ class Store {
   // by every checkpoint written, retention or not.
   void checkpoint_wal(bool truncate = false);
 
-  // Checkpoint retention (issue 37). plan_thin says what thin would do to `run` under `rules`
+  // Checkpoint retention. plan_thin says what thin would do to `run` under `rules`
   // (reads only); thin deletes those checkpoints and the blobs no other row refers to, in one
   // transaction (the caller keeps recordings out: store::WriterLock). Steps, metrics, batches
   // and captured tensors stay. The freed pages are reused by later writes; reclaim_space gives

@@ -1,4 +1,4 @@
-// Checkpoint retention applied to a store (issue 37): which checkpoints a rule keeps, what
+// Checkpoint retention applied to a store: which checkpoints a rule keeps, what
 // stored bisect probes pin, the deletion of the others with the blobs nothing else refers to
 // (one transaction), and giving the freed pages back to the file system. Checkpoints a running
 // reader has pinned (reader_pins.h) are kept, force or not.

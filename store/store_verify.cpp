@@ -233,7 +233,7 @@ StoreInfo Store::info() {
     s.run = std::move(r);
     info.runs.push_back(std::move(s));
   }
-  // Blobs by the kind of row that refers to them (issue 37): checkpoints, captured tensors,
+  // Blobs by the kind of row that refers to them: checkpoints, captured tensors,
   // steps' batches and RNG states.
   Statement st(db_,
                "SELECT count(*), coalesce(sum(raw_size), 0), coalesce(sum(stored_size), 0), "

@@ -1,6 +1,6 @@
 // Peak GPU memory of the run: what LibTorch's CUDA caching allocator held on the training
-// device, for `rewind train`'s closing line and the memory table (issue 34 item 5,
-// experiments/train_bench/memory_bench.sh).
+// device, for `rewind train`'s closing line and the memory table
+// (experiments/train_bench/memory_bench.sh).
 #pragma once
 
 #include <torch/types.h>

@@ -133,7 +133,7 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
         // empties the WAL. TRUNCATE, not PASSIVE: the step writer commits all the time, so a
         // passive pass never leaves the WAL fully copied and SQLite never restarts it; on the
         // H200 a 600-step gpt2-small recording with retention reached 30 GiB on disk (store and
-        // WAL) while the store kept 6.2 GiB (issue 37). The step writer waits meanwhile.
+        // WAL) while the store kept 6.2 GiB. The step writer waits meanwhile.
         s.checkpoint_wal(/*truncate=*/true);
       } catch (const store::StoreError&) {
         failed_checkpoint_ = step;

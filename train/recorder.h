@@ -31,7 +31,7 @@ struct RecordOptions {
   int digest_every = 1;       // N: parameter digest every N steps
   bool full_batches = false;  // store the batch tokens, not only offsets + hash
   CaptureSpec capture;
-  // Checkpoints kept (issue 37): after each checkpoint is committed, the checkpoint writer
+  // Checkpoints kept: after each checkpoint is committed, the checkpoint writer
   // deletes those the rule drops (Store::thin: never one a stored bisect probe needs), in one
   // transaction of its own. Their pages are reused by the next checkpoints, so the file stays
   // flat; `rewind store thin` gives free pages back to the file system.

@@ -47,7 +47,7 @@ torch::Device setup_device(const std::string& device) {
 #ifdef REWIND_CUDA
   // The rank's GPU becomes this thread's current device: our kernels launch on the current
   // device's stream, so a rank on cuda:1 that left device 0 current ran them on GPU 0 against
-  // GPU 1's memory (issue 32: error 700, an illegal address, at the first step of rank 1).
+  // GPU 1's memory (error 700, an illegal address, at the first step of rank 1).
   if (d.has_index()) {
     const cudaError_t e = cudaSetDevice(d.index());
     if (e != cudaSuccess)

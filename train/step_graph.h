@@ -1,4 +1,4 @@
-// A step's forward and backward passes as one CUDA graph (issue 34 item 1). The host queues
+// A step's forward and backward passes as one CUDA graph. The host queues
 // ~700 launches a gpt2-small step; a graph replays them with one. The trainer runs a plan's
 // first steps eagerly (the first sets up cuBLAS, loads modules and uploads the head flags),
 // captures the next on static inputs, and replays the graph while the plan and the number of

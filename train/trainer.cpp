@@ -216,8 +216,8 @@ StepResult Trainer::forward_backward(const plan::Plan& plan,
 
 StepResult Trainer::train_step(const std::vector<int>& capture_layers) {
   // Our kernels launch on the current device's stream: the trainer's GPU is current for the
-  // whole step, whatever a library or an earlier call left current (issue 32: error 700 of a
-  // bisect's probes on rank 1 of 2 GPUs).
+  // whole step, whatever a library or an earlier call left current (without it: error 700
+  // in a bisect's probes on rank 1 of 2 GPUs).
   std::optional<c10::DeviceGuard> on_device;
   if (device_.is_cuda()) on_device.emplace(device_);
   auto t0 = std::chrono::steady_clock::now();

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Probes `rewind bisect` spends to localize planted culprits: the synthetic 12 x 12 x 5 (+ MLP)
 # space for 1, 2 and 6 culprits (bisect_synthetic_bench), then real replays of a small CPU
-# model, each with the ddmin engine before issue 25 (--search ddmin), group testing (--search
-# groups, issue 25) and the cheap-direction descent before it (--search cheap, issue 26) in the
-# same run, against the size of the naive sweep (every layer x head x op + MLPs), with the
-# engine probes' predicted and measured cost in recorded steps (ENGINES="groups cheap" to skip
-# ddmin).
+# model, each with the ddmin engine alone (--search ddmin: delta debugging without group
+# testing), group testing (--search groups) and the cheap-direction descent before it (--search
+# cheap) in the same run, against the size of the naive sweep (every layer x head x op + MLPs),
+# with the engine probes' predicted and measured cost in recorded steps (ENGINES="groups cheap"
+# to skip ddmin).
 # Usage: bash experiments/bisect_bench/bisect_bench.sh [BUILD_DIR] [JOBS] [PLACEMENTS]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,10 +44,10 @@ print(f"{name:10s} {engine:6s} exit {code}  window {n.get('window')}  engine pro
 PY
   done
 }
-echo "real replays: tiny model (2 layers x 4 heads, 3 for 'issue'), --jobs $JOBS"
+echo "real replays: tiny model (2 layers x 4 heads, 3 for 'spike'), --jobs $JOBS"
 case_run one   "--steps 40 --plan-from '20:L1.H2.delta=$STRONG'" "--window 20:39 --fail 'nan || max(loss) > 3'"
 case_run two   "--steps 40 --plan-from '22:L0.H2.pv=$STRONG' --plan-from '26:L1.H0.delta=$STRONG'" \
                "--window 20:39 --fail 'nan || max(loss) > 3'"
 case_run three "--steps 40 --plan-from '20:L0.H1.delta=$STRONG;L0.H3.pv=$STRONG;L1.H2.delta=$STRONG'" \
                "--window 20:39 --fail 'nan || max(loss) > 3'"
-case_run issue "--steps 80 --n-layer 3 --plan-from '40:L1.H2.pv=$STRONG'" "--find-window --fail 'spike(loss, 1.4) || nan'"
+case_run spike "--steps 80 --n-layer 3 --plan-from '40:L1.H2.pv=$STRONG'" "--find-window --fail 'spike(loss, 1.4) || nan'"

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Issue 36's case at gpt2-small size: record gpt2-small (micro-batch 8 x 1024) for 40 steps with
+# Bisect modes at gpt2-small size: record gpt2-small (micro-batch 8 x 1024) for 40 steps with
 # a checkpoint every 10 and faults planted in L5.H3.pv (strength 25600) and L5.H3.o (4096) from
 # step 20 at lr 0.006, then `rewind bisect --window 20:29 --fail 'nan || max(loss) > T'`, T
 # calibrated on the recording: halfway between the highest loss of steps 10-19 and the highest
 # of steps 20-29. The same bisect runs once per mode, each with --fresh, on the same store:
 #   cold     REWIND_WARM_TRAINER=0 REWIND_WARM_BYTES=0: every probe builds its trainer and reads
-#            and decompresses its checkpoint (the bisect before issue 36)
+#            and decompresses its checkpoint (no warm probes)
 #   warm     the default: the warm trainer, its state kept on the GPU (a probe's restore is a
 #            device copy)
-#   cheap    the default, with --search cheap (issue 36 item 3: the cheaper question first)
+#   cheap    the default, with --search cheap (the cheaper question first)
 #   gpus2, gpus4, cheap2, cheap4   the default (or --search cheap) with --jobs G --gpus 0..G-1:
-#            G long-lived workers, one per GPU, each round asking G probes at once (issue 32)
+#            G long-lived workers, one per GPU, each round asking G probes at once
 #   groups2  with NPROC=N (the recording on N GPUs, N micro-batches a step): --jobs 2 --gpus
-#            0..2N-1, two groups of N ranks (issue 32); `warm` is then one group of N ranks
+#            0..2N-1, two groups of N ranks; `warm` is then one group of N ranks
 # Prints per mode: probes, wall, the probes' step time, overhead per probe (wall minus steps),
 # mean probe step cost in recorded steps, predicted vs measured cost, the answer.
 # Usage: bash experiments/bisect_bench/gpt2_bisect_bench.sh [BUILD_DIR] [MODES]

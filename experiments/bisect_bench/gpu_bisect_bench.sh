@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A bisect on the GPU against the same bisect on the CPU (issue 26 item 5): record a 6-layer,
+# A bisect on the GPU against the same bisect on the CPU: record a 6-layer,
 # 8-head, D64 model (width 512, seq 64, batch 4, lr 0.01) with a planted pv fault in two heads
 # of layer 2 from step 20 that makes the loss climb (4 -> 5.6-7.6 within 8 steps), then
 # `rewind bisect --window 20:29 --fail 'nan || max(loss) > T'` on each device, T calibrated on

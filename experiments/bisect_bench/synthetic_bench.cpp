@@ -1,8 +1,8 @@
 // Probes the bisect search engine spends on 1, 2 and 6 planted culprits acting alone in the
-// synthetic 12 x 12 x 5 (+ MLP) space: ddmin alone (the engine before issue 25), adaptive group
-// testing (issue 25) and group testing after the cheap-direction descent (issue 26), same
-// placements, same run; with each engine's predicted cost (h100 model, recorded steps per
-// window step, summed over the probes).
+// synthetic 12 x 12 x 5 (+ MLP) space: ddmin alone (delta debugging without group testing),
+// adaptive group testing and group testing after the cheap-direction descent, same placements,
+// same run; with each engine's predicted cost (h100 model, recorded steps per window step,
+// summed over the probes).
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -54,7 +54,7 @@ struct Run {
 
 // One search, checking that the fixing set is exactly the planted culprits; `batch` probes at
 // once. A failing probe stops after `fail_share` of the window (early verdicts); with `races`
-// the engine may race its probes (issue 32).
+// the engine may race its probes.
 Run search(const SearchSpace& space, const std::vector<std::string>& culprits, Engine engine,
            int batch = 1, double fail_share = 1, bool races = false) {
   rwd::bisect::SyntheticOracle o{space, rwd::bisect::any_low(culprits)};
@@ -99,9 +99,9 @@ int main(int argc, char** argv) {
   std::printf("synthetic oracle, %d x %d heads x %zu ops + MLP per layer (naive sweep %d), "
               "%d placements per row, sequential probes\n",
               space.n_layer, space.n_head, space.ops.size(), space.sweep_size(), placements);
-  std::printf("%-34s %-7s %-18s %-18s %-8s %-8s %s\n", "culprits (acting alone)", "ddmin",
-              "groups (issue 25)", "cheap (issue 26)", "cost 25", "cost 26", "cost ratio");
-  std::printf("%-34s %-7s %-18s %-18s %-8s %-8s\n", "", "mean", "min/mean/max", "min/mean/max", "mean", "mean");
+  std::printf("%-34s %-7s %-18s %-18s %-11s %-11s %s\n", "culprits (acting alone)", "ddmin",
+              "groups", "cheap", "cost groups", "cost cheap", "cost ratio");
+  std::printf("%-34s %-7s %-18s %-18s %-11s %-11s\n", "", "mean", "min/mean/max", "min/mean/max", "mean", "mean");
   struct Row {
     const char* name;
     int d;
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
       cost_groups += g.cost / placements;
       cost_cheap += h.cost / placements;
     }
-    std::printf("%-34s %-7.1f %-18s %-18s %-8.1f %-8.1f %.2f\n", row.name, ddmin.mean(), range(groups).c_str(),
+    std::printf("%-34s %-7.1f %-18s %-18s %-11.1f %-11.1f %.2f\n", row.name, ddmin.mean(), range(groups).c_str(),
                 range(cheap).c_str(), cost_groups, cost_cheap, cost_cheap / cost_groups);
   }
   // Probes at once (--jobs / --gpus G): rounds and the critical path, the cheap engine.
@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
                   critical, critical / base);
     }
   }
-  // Races (issue 32): failing probes stop after a quarter of the window, as the gpt2-small
+  // Races: failing probes stop after a quarter of the window, as the gpt2-small
   // bisect's do; rounds and windows on the critical path (each round as long as its longest
   // probe that was not cut short), bits (no races) against races.
   const double share = 0.25;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 8 part 5 on a GPU: look for a small configuration where BF16 flash training fails
+# On a GPU, look for a small configuration where BF16 flash training fails
 # while P̄V-in-FP32 and the stabilized softmax do not; bisect the first such failure.
 # Each run is recorded (checkpoints every 50) so the failing one can be bisected as is.
 # Usage (GPU machine, after scripts/gpu_build.sh): bash experiments/gpu_failure_search/search.sh BUILD OUTDIR

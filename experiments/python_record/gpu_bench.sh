@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 33 on one GPU, with train_gpt.py (nanoGPT-style, gpt2-small: 12 layers, 12 heads, 768,
-# seq 1024, batch 8, BF16 autocast):
+# Recording from Python on one GPU, with train_gpt.py (nanoGPT-style, gpt2-small: 12 layers,
+# 12 heads, 768, seq 1024, batch 8, BF16 autocast):
 #  1. mean step time over STEPS-10 steps (10 warm-up steps left out) of the same loop as
 #     (a) SDPA, no recorder, (b) rewind.attention + deterministic algorithms, no recorder,
 #     (c) (b) + rewind.record with no checkpoint in the timed steps (the per-step cost),
@@ -66,7 +66,7 @@ print(f"  (b) rewind.attention, deterministic, no recorder        {b:9.2f}")
 print(f"  (c) (b) + rewind.record, no checkpoint in timed steps   {c:9.2f}")
 print(f"  (d) (b) + rewind.record, a checkpoint every 25 steps    {d:9.2f}")
 print(f"  (b0) (b) through rewind.attention's FP32 path           {b0:9.2f}")
-print(f"ratio c/a (the issue's comparison) {c / a:.3f}; recorder per step c/b {c / b:.3f} "
+print(f"ratio c/a (recorded against plain SDPA) {c / a:.3f}; recorder per step c/b {c / b:.3f} "
       f"(target <= 1.03); with checkpoints d/b {d / b:.3f}; attention + determinism b/a {b / a:.3f}; "
       f"BF16 path / FP32 path b/b0 {b / b0:.3f}")
 EOF

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 33's bisect through the user's script on one GPU: train_gpt.py (gpt2-small) records 30
+# A bisect through the user's script on one GPU: train_gpt.py (gpt2-small) records 30
 # steps with a checkpoint every 10 twice, clean and with FAULT (L5.H3.softmax=fault(strength=
 # 25600): the head's probabilities other than the row max turn negative; the tiny CPU model's
 # loss is NaN from the second step) planted from step 20, then `rewind bisect --cmd` narrows window 20:29 with

@@ -1,4 +1,4 @@
-"""The host time rewind.record adds to a step (issue 33: recording <= 3% of the mean step), per
+"""The host time rewind.record adds to a step (the target: recording <= 3% of the mean step), per
 call: rec.batch (less the script's own get_batch) and rec.step, and inside rec.step the
 parameter digest (on the CPU a pass over every parameter word; on a GPU queued kernels), for
 train_gpt.py's model. No checkpoint falls in the timed steps.

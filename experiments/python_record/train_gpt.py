@@ -1,5 +1,5 @@
 """A nanoGPT-style GPT and training loop (written for rewind; nanoGPT's parameter names) with
-rewind's lines marked "# rewind", for the GPU measurements of issue 33 (gpu_bench.sh): the step
+rewind's lines marked "# rewind", for the GPU measurements of gpu_bench.sh: the step
 time with rewind.attention and rewind.record against the same loop with SDPA and no recorder,
 and a bisect of a planted fault through `rewind bisect --cmd`. The attention linears, MLPs and
 LM head sit in rewind.op blocks, so a plan (`replay --cmd --plan 'L1.mlp=fp32'`, a bisect's

@@ -1,5 +1,5 @@
 // The pieces of a checkpoint write, each timed alone on one thread over the whole checkpoint:
-// what bounds Store::put_blobs + checkpoint_wal against a plain write + fsync (issue 24).
+// what bounds Store::put_blobs + checkpoint_wal against a plain write + fsync.
 #include "checkpoint_pieces.h"
 
 #include <fcntl.h>

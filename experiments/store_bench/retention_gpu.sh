@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Issue 37 on the GPU: gpt2-small (micro-batch 8 x 1024) recorded for STEPS steps with a checkpoint
-# every EVERY steps, once keeping every checkpoint and once with `--keep-last K --keep-every M`,
-# in the same call. Samples the store's size on disk (store + WAL) every second while each runs,
-# and prints the mean and median recorded step of both (what retention adds to a step).
+# Checkpoint retention on the GPU: gpt2-small (micro-batch 8 x 1024) recorded for STEPS steps
+# with a checkpoint every EVERY steps, once keeping every checkpoint and once with `--keep-last K
+# --keep-every M`, in the same call. Samples the store's size on disk (store + WAL) every second
+# while each runs, and prints the mean and median recorded step of both (what retention adds to a
+# step).
 # Usage: bash experiments/store_bench/retention_gpu.sh [BUILD_DIR]   (STEPS=250 EVERY=25 K=3 M=100 ACCUM=1)
 # A checkpoint that falls due while the previous one is still being written is deferred (the
 # recorder's backpressure), so EVERY x the step time should exceed a checkpoint write (~4 s).

@@ -298,7 +298,7 @@ double plain_checkpoint_once(const Checkpoint& c, const std::string& path) {
 }
 
 // Rows: a plain write + fsync of the same bytes (the baseline, best of reps interleaved with
-// the store rows), then the store's write at `level` (the level before issue 24 by default):
+// the store rows), then the store's write at `level` (3 by default, zstd's own default):
 // the path before put_blobs (put_blob with the recorder's zstd workers) and put_blobs with
 // SQLite's auto-checkpoint in every blob commit (both at the largest thread count only); then
 // per thread count 0 (the calling thread), 1, 2, 4 .. max_threads: put_blobs with one WAL
@@ -490,8 +490,8 @@ void bench_items(const std::string& dir, int reps) {
 // store_bench DIR [reps] [max_threads] [checkpoint|pieces|recording] [level]: max_threads
 // (default: the hardware threads) is the largest preparation thread count of the checkpoint
 // rows (the recording rows use at most 8, as the recorder does); `checkpoint` runs the
-// checkpoint pieces and rows, `pieces` or `recording` only that table; level (default 3, the
-// store's default before issue 24) is the zstd level of the pieces and of the checkpoint rows
+// checkpoint pieces and rows, `pieces` or `recording` only that table; level (default 3, zstd's
+// own default; the store's is 1) is the zstd level of the pieces and of the checkpoint rows
 // but the last of each thread count (a negative one, zstd's fast mode, leaves mostly SQLite
 // and the disk to time).
 int main(int argc, char** argv) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 34 item 5: peak GPU memory of a gpt2-small training step (T=1024, vocab 50304, no
+# Peak GPU memory of a gpt2-small training step (T=1024, vocab 50304, no
 # recording) in rewind and in the same model in plain PyTorch (torch_baseline.py, eager and
 # torch.compile), at micro-batches 8..64 on one GPU, and the largest of them each fits; then
 # rewind at batch 8 with --record (the recorder's device snapshot of the checkpoint).

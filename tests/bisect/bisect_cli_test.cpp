@@ -1,6 +1,6 @@
 // End-to-end `rewind bisect` on tiny recorded runs with planted faults: exact localization,
 // two culprits, not-a-precision-failure, kill-and-resume through the probe cache, --jobs 2
-// against serial, and the time bisection (--find-window) cases of issue 9.
+// against serial, and the time bisection (--find-window) cases.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -66,7 +66,7 @@ TEST_F(BisectCli, PlantedFaultFoundExactly) {
     std::string loc, fault;
     std::vector<std::string> failing;
   };
-  // The last three (issue 25): other layers, heads and ops than the first three. In layer 0
+  // The last three: other layers, heads and ops than the first three. In layer 0
   // the o fault fails on its own (kept low with delta in FP32 it still fails, a probe shows),
   // so there the failing set is {o} alone.
   const std::vector<Case> cases = {{"L1.H2.o", kO, {"L1.H2.o", "L1.H2.delta"}},
@@ -175,7 +175,7 @@ TEST_F(BisectCli, TwoFaultsFoundAndParallelMatchesSerial) {
     EXPECT_EQ(serial["narrowing"]["fix_checks"][i]["fixes"], par["narrowing"]["fix_checks"][i]["fixes"]);
 }
 
-// Issue 32: over two workers a failing probe's early verdict ends its round (a race): the
+// Over two workers a failing probe's early verdict ends its round (a race): the
 // same culprit as the serial search, with the probes the race no longer needed cut short and
 // marked so in the report.
 TEST_F(BisectCli, RacedProbesOverTwoWorkersFindTheSerialCulprit) {
@@ -194,7 +194,7 @@ TEST_F(BisectCli, RacedProbesOverTwoWorkersFindTheSerialCulprit) {
 
 // --reference names the healthy end of the search: with the fault's removal as the reference
 // the space is that one op kind, and failing probes stop at the step where the predicate
-// (monotone: `nan || max(loss) > 3`) first holds (issues 36 and 38).
+// (monotone: `nan || max(loss) > 3`) first holds.
 TEST_F(BisectCli, ReferencePlanNarrowsItsSpaceAndFailingProbesStopEarly) {
   const std::string store = record("ref_pv", std::string("L1.H0.pv=") + kStrong);
   nlohmann::json r = bisect(store, "ref_pv_report", "--reference 'L1.H0.pv=low'", 4);

@@ -1,4 +1,4 @@
-// Issue 23: bisect of a run recorded on 2 data-parallel ranks (c10d Gloo over loopback). Each
+// Bisect of a run recorded on 2 data-parallel ranks (c10d Gloo over loopback). Each
 // probe runs on 2 ranks: the probe of the recorded plan reproduces the recording bit for bit,
 // and a planted fault is localized exactly as in the same run recorded and bisected on 1 rank.
 #include <gtest/gtest.h>
@@ -101,7 +101,7 @@ TEST_F(BisectDist, TwoRanksLocalizeThePlantedFaultAsOneRankDoes) {
   EXPECT_EQ(again["narrowing"]["failing_set"], r2["narrowing"]["failing_set"]);
 }
 
-// Issue 32: parallel probes of a 2-rank recording run on groups of 2 ranks (--jobs 2: two
+// Parallel probes of a 2-rank recording run on groups of 2 ranks (--jobs 2: two
 // workers, each rank 0 serving and rank 1 following). Same answer as one group, and a probe
 // both ran has the same verdict and the same loss bits.
 TEST_F(BisectDist, TwoGroupsOfTwoRanksProbeAsOneGroupDoes) {

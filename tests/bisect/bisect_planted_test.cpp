@@ -1,6 +1,6 @@
-// Issue 25 item 5: planted faults beyond bisect_cli_test's (which also plants in other layers,
+// Planted faults beyond bisect_cli_test's (which also plants in other layers,
 // heads and ops), each localized exactly on the tiny model (2 layers x 4 heads, lr 0.01), with
-// every probe's predicted and measured cost in the report (issue 26):
+// every probe's predicted and measured cost in the report:
 // faults that switch on between checkpoints (--plan-from STEP, checkpoints every 10), and two
 // faults in different layers switched on at different steps.
 #include <gtest/gtest.h>
@@ -39,7 +39,7 @@ class BisectPlanted : public TinyRunSuite {
     return r;
   }
 
-  // Issue 26: every window probe has a predicted cost, every probe run here a measured one
+  // Every window probe has a predicted cost, every probe run here a measured one
   // (the baseline probe measures the recorded step, cost 1 per step), and the totals add up
   // in report.json and in the summary the command prints.
   static void expect_costs(const nlohmann::json& r, const std::string& out) {

@@ -1,5 +1,5 @@
-// Issue 25 end to end: one meaning per predicate through `rewind bisect --find-window` on the
-// issue's own recording (3 layers x 4 heads, width 64, vocab 64, lr 0.01, 80 steps, checkpoint
+// Predicates end to end: one meaning per predicate through `rewind bisect --find-window` on
+// one recording (3 layers x 4 heads, width 64, vocab 64, lr 0.01, 80 steps, checkpoint
 // every 10, L1.H2.pv faulted from step 40): spike, max, x[STEP], growth and mean predicates
 // each find the failure step where the predicate turns true, and localize the planted op.
 #include <gtest/gtest.h>
@@ -51,8 +51,8 @@ class BisectPredicate : public ::testing::Test {
 std::string* BisectPredicate::dir_ = nullptr;
 std::string* BisectPredicate::store_ = nullptr;
 
-// The issue's first report: the time search found 40:47, then the window probe judged the
-// spike against a fresh EMA and called it not reproducible. The EMA now starts in the history.
+// The time search finds 40:47, and the window probe judges the spike with the EMA started in
+// the recorded history (against a fresh EMA it would call the run not reproducible).
 TEST_F(BisectPredicate, SpikeJudgedWithTheRecordedEma) {
   std::string out;
   nlohmann::json r = localize("spike", "spike(loss, 1.4) || nan", &out);
@@ -62,7 +62,7 @@ TEST_F(BisectPredicate, SpikeJudgedWithTheRecordedEma) {
   EXPECT_EQ(r["widened"].size(), 0u);
 }
 
-// The issue's second report: the initial loss (4.2) is above 3, which is no failure at step 0.
+// The initial loss (4.2) is above 3, which is no failure at step 0.
 TEST_F(BisectPredicate, MaxWithALossThatStartsHigh) {
   std::string out;
   nlohmann::json r = localize("max", "max(loss) > 3 || nan", &out);

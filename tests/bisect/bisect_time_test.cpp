@@ -1,4 +1,4 @@
-// `rewind bisect --find-window` (issue 9) on tiny recorded runs: a fault switched on at step s
+// `rewind bisect --find-window` on tiny recorded runs: a fault switched on at step s
 // yields the window starting at the last checkpoint before s; a fault from the start yields the
 // earliest checkpoint; time probes ~ log2(#checkpoints); the edge cases give clear answers.
 #include <gtest/gtest.h>

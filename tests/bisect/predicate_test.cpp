@@ -121,7 +121,7 @@ TEST(Predicate, SpikeAgainstTheEma) {
   EXPECT_TRUE(eval("spike(loss, 100)", s));
 }
 
-// Issue 25: the recorded history before a window is the context of spike's EMA, x[STEP] and
+// The recorded history before a window is the context of spike's EMA, x[STEP] and
 // growth's baseline; aggregates, comparisons and nan look at the window only.
 TEST(Predicate, HistoryIsContextNotWindow) {
   Series s = window();  // steps 100..104

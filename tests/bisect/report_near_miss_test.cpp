@@ -1,4 +1,4 @@
-// The near miss of a recording that does not fail (issue 35): per-step thresholds found by search
+// The near miss of a recording that does not fail: per-step thresholds found by search
 // on the series the predicate reads, the direction of failure, and the closest step.
 #include "bisect/report_near_miss.h"
 

@@ -1,4 +1,4 @@
-// report.json, report.md and report.html of a hand-made bisect (issue 35 item 2): one probe count
+// report.json, report.md and report.html of a hand-made bisect: one probe count
 // with its breakdown, the narrowing tree by parent, divergence from the recording, everything
 // report.md has in the HTML, and the near miss of a not-reproducible run.
 #include "bisect/report.h"

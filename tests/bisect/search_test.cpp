@@ -59,7 +59,7 @@ SearchResult run(const SearchSpace& space, std::function<bool(const LowSet&)> ru
     EXPECT_TRUE(seen.insert(low).second) << "probed twice: " << to_string(p.candidate);
   }
   EXPECT_EQ(cut, r.cut);
-  // Issue 35's narrowing tree: a probe's parent is the latest probe of an earlier oracle call
+  // The narrowing tree: a probe's parent is the latest probe of an earlier oracle call
   // whose leaves hold all of its own (the baseline's: the whole space); none for the anchors.
   for (const auto& p : r.probes) {
     const LowSet mine = element_leaves(p.candidate, space);
@@ -148,7 +148,7 @@ TEST(Search, AndInteractionNeedsBothLow) {
 
 TEST(Search, PaperCaseSixHeadsMustAllBePromoted) {
   // Any of six heads of L2 kept low (their P-bar V op) makes the run fail, as in the paper
-  // where all six heads had to be fixed together. Issue 25: at most 80 probes (ddmin alone
+  // where all six heads had to be fixed together. Group testing: at most 80 probes (ddmin alone
   // took 201-268).
   SearchSpace space = paper_space();
   Names six;
@@ -193,7 +193,7 @@ TEST(Search, SixCulpritsAnywhereWithinEightyProbes) {
 }
 
 TEST(Search, GroupTestingBeatsDdminOnSeveralCulprits) {
-  // The same oracle through ddmin alone (the engine before issue 25) and through group testing:
+  // The same oracle through ddmin alone (--search ddmin) and through group testing:
   // same sets, far fewer probes.
   SearchSpace space = paper_space();
   Names six;
@@ -363,8 +363,8 @@ TEST(SearchCost, H100ModelReproducesTheMeasuredSteps) {
 }
 
 TEST(SearchCost, CheapDirectionLowersTheCostOfOneCulprit) {
-  // Issue 26: the same single culprits with and without the cheap-direction descent: the same
-  // sets, within the issue-25 bound of 30 probes, and a lower total predicted cost.
+  // The same single culprits with and without the cheap-direction descent: the same
+  // sets, within the single-culprit bound of 30 probes, and a lower total predicted cost.
   SearchSpace space = paper_space();
   double before = 0, after = 0;
   for (const std::string culprit : {"L0.H0.qk", "L4.H2.pv", "L7.H11.delta", "L11.H6.o", "L8.mlp"}) {
@@ -378,7 +378,7 @@ TEST(SearchCost, CheapDirectionLowersTheCostOfOneCulprit) {
       EXPECT_LT(r.cost, old.cost) << culprit << " batch " << batch;
       before += old.cost;
       after += r.cost;
-      std::printf("%-13s batch %d: %2zu probes, cost %.1f (issue 25: %2zu probes, cost %.1f)\n", culprit.c_str(),
+      std::printf("%-13s batch %d: %2zu probes, cost %.1f (groups: %2zu probes, cost %.1f)\n", culprit.c_str(),
                   batch, r.probes.size(), r.cost, old.probes.size(), old.cost);
     }
   }
@@ -399,7 +399,7 @@ TEST(SearchCost, MisledDescentFallsBackToGroupTesting) {
 }
 
 TEST(SearchRace, OneCulpritIsFoundByRacesThatEndAtTheFirstFailures) {
-  // Issue 32: where failing probes stop early (a quarter of the window), the parallel descent
+  // Where failing probes stop early (a quarter of the window), the parallel descent
   // races G parts instead of asking bits: the same culprit, fewer window-steps on the critical
   // path, and the probes the race no longer needed cut short.
   SearchSpace space = paper_space();

@@ -72,7 +72,7 @@ TEST(Space, KeepLowCandidateRestoresRecordedLeaves) {
   EXPECT_THROW(candidate_plan(Candidate{}, s, plan::Plan::defaults(2, 2)), Error);
 }
 
-// Issue 38: the paper's regimes (S rounded to BF16, running O and l in BF16) are roundings
+// The paper's regimes (S rounded to BF16, running O and l in BF16) are roundings
 // too. The default reference (kFullPrecision) removes them; a leaf carries its op's regime.
 TEST(Space, RegimesAreLowPrecisionTheReferenceRemoves) {
   SearchSpace s = small_space();

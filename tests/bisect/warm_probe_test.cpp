@@ -1,4 +1,4 @@
-// Warm probes (issue 36): bisect probes in one process reuse the warm trainer (its state before
+// Warm probes: bisect probes in one process reuse the warm trainer (its state before
 // the window kept on its device) and take their checkpoint from the warm cache
 // (replay::read_checkpoint_warm) after the first read. A probe restored either way must replay
 // the very bits of one restored from the store (REWIND_WARM_TRAINER=0, REWIND_WARM_BYTES=0)
@@ -203,7 +203,7 @@ TEST_F(WarmProbe, KeysAndLeastRecentlyUsedEviction) {
   EXPECT_EQ(st.misses, 7);
 }
 
-// Issue 39: the probe rows and probe descriptions read their integers with a range check.
+// The probe rows and probe descriptions read their integers with a range check.
 TEST(ProbeJson, OutOfRangeNumbersAreRefusedNotCast) {
   store::ProbeRecord r;
   r.verdict = "fail";

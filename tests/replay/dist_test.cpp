@@ -97,7 +97,7 @@ TEST_F(Dist, TwoRankRecordingIsRepeatableAndReplaysBitwise) {
   EXPECT_EQ(sh(kBin + " store verify " + store_).code, 0);
 }
 
-// Issue 32: the sharded gradient exchange (all-to-all, per-shard sums in rank order, allgather)
+// The sharded gradient exchange (all-to-all, per-shard sums in rank order, allgather)
 // gives the bits of gathering every rank's whole gradient: same losses, norms and digests.
 // The gradient exchange's forms all sum r0 + r1 in rank order: whole-tensor allgather after
 // the backward, sharded after the backward (bucket size 0), and sharded in buckets started
@@ -132,7 +132,7 @@ TEST_F(Dist, SameBatchesAsOneProcessAndCurveOnOtherRankCounts) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].batch_hash, b[i].batch_hash) << "step " << i;
   EXPECT_EQ(a[0].loss_bits, b[0].loss_bits);  // step 0: same weights, same batches, one loss sum
 
-  // replay defaults to the recording's rank count (issue 32 item 4): bitwise without flags.
+  // replay defaults to the recording's rank count: bitwise without flags.
   Cmd v = sh(kBin + " replay --store " + store_ + " --from 20 --to 25 --verify");
   EXPECT_EQ(v.code, 0) << v.out;
   EXPECT_NE(v.out.find("bitwise identical"), std::string::npos) << v.out;

@@ -68,7 +68,7 @@ TEST(Blob, IdenticalContentIsStoredOnce) {
   EXPECT_THROW(s.get_blob("0123456789abcdef"), StoreError);
 }
 
-// Issue 37: info() says where the bytes are, by the kind of row that refers to each blob.
+// info() says where the bytes are, by the kind of row that refers to each blob.
 TEST(Blob, InfoCountsStoredBytesByKind) {
   TempDir dir;
   Store s = Store::create(dir.file("s.db"));

@@ -1,4 +1,4 @@
-// Checkpoint retention through the `rewind` binary (issue 37): `train --keep-last --keep-every`
+// Checkpoint retention through the `rewind` binary: `train --keep-last --keep-every`
 // keeps the rule's checkpoints while every step stays, replay --verify and bisect work from the
 // kept ones, a resume keeps the stored rule (a given one replaces it), bad values are exit 2 in
 // one line, and `store thin` keeps what a bisect needs and refuses a store being recorded.

@@ -1,4 +1,4 @@
-// Checkpoint retention in the store (issue 37): the keep-last/keep-every rule, Store::thin
+// Checkpoint retention in the store: the keep-last/keep-every rule, Store::thin
 // (checkpoints and the blobs only they use go, shared blobs and every step row stay, probe
 // windows pin), giving pages back (incremental vacuum, or a VACUUM on an auto_vacuum=NONE
 // store), the writer lock, and a SIGKILL during a thin leaving a store that verifies.
@@ -170,7 +170,7 @@ TEST_F(Thin, FreedPagesGoBackToTheFileSystem) {
 TEST_F(Thin, AStoreWithoutAutoVacuumIsVacuumedOnceAndSwitched) {
   make(40, 5, 400000);
   {
-    Db db(path_, SQLITE_OPEN_READWRITE);  // as stores were made before issue 37
+    Db db(path_, SQLITE_OPEN_READWRITE);  // as a store made without incremental vacuum
     db.exec("PRAGMA auto_vacuum=NONE; VACUUM", "back to auto_vacuum NONE");
   }
   Store s = open();

@@ -100,7 +100,7 @@ TEST(WalCheckpoint, OffMeansTheWriterMovesTheWalIntoTheFile) {
 
 // A recording's two writers: the checkpoint writer's blobs and a step writer that commits all
 // the time. TRUNCATE waits for the other's transactions and empties the WAL while it goes on
-// committing (PASSIVE never can: issue 37's store grew by every checkpoint written).
+// committing (PASSIVE never can: a recording's WAL grew by every checkpoint written).
 TEST(WalCheckpoint, TruncateEmptiesTheWalWhileAnotherWriterCommits) {
   test::TempDir dir;
   const std::string path = dir.file("s.db");

@@ -1,4 +1,4 @@
-// GradBuckets (issue 32): buckets are handed to the exchange thread from the backward's hooks,
+// GradBuckets: buckets are handed to the exchange thread from the backward's hooks,
 // without waiting for finish(), in bucket order, and the gradients end up as the rank-order sums.
 #include <gtest/gtest.h>
 #include <torch/torch.h>

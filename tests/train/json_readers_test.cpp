@@ -1,7 +1,7 @@
 // The JSON readers of a store's runs table (the recorded plan schedule, run metadata, config)
 // and their one integer conversion, rwd::json_int / rwd::whole_number (common/json_int.h):
 // a number that is no whole number in range is refused with one line naming the key, never
-// cast (issue 39: a step of 1.1e28 was undefined behaviour in get<int64_t>()).
+// cast (a step of 1.1e28 is undefined behaviour in get<int64_t>()).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -67,7 +67,7 @@ TEST(JsonInt, WholeNumberOfADouble) {
 }
 
 TEST(PlanScheduleJson, RefusesAStepThatIsNoWholeNumberInRange) {
-  // The two inputs of issue 39 (fuzz/regressions/plan_schedule/step_*), then a fraction, a
+  // The two inputs of fuzz/regressions/plan_schedule/step_*, then a fraction, a
   // negative step, one past int64 and steps of the wrong kind.
   for (const std::string step : {"10999999999999999999999999999", "533333333333333333333333333333333",
                                  "1.1e28", "1.5", "-3", "9223372036854775808", "\"10\"", "null"}) {

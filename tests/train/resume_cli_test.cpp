@@ -1,4 +1,4 @@
-// `rewind train --resume` end to end through the built binary (issue 35 item 4): every option
+// `rewind train --resume` end to end through the built binary: every option
 // either applies from the resume step on (checkpoint and digest schedule, --plan and
 // --plan-from, recorded in the run's plan schedule so replay verifies the resumed steps) or is
 // refused in one line (exit 2); a resume with nothing to train is exit 2; and the messages of
