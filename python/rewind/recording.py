@@ -149,7 +149,7 @@ class Recorder:
     """What rewind.record returns: records each step of the loop (or, under `rewind replay
     --cmd`, replays a window of a recording). Use rec.start as the loop's first iteration."""
 
-    def __init__(self, path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None,
+    def __init__(self, path, model, optimizer, *, checkpoint_every=50, plan="", config=None, state=None,
                  plan_from=None, checkpoint_wait=False, start=0, monitor_every=1):
         if checkpoint_every < 1:
             raise ValueError("rewind.record: checkpoint_every must be at least 1")
@@ -594,8 +594,7 @@ def _schedule(plan, plan_from):
     return json.dumps({"base": plan, "changes": changes})
 
 
-def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, state=None, plan_from=None,
-           checkpoint_wait=False, start=0, monitor_every=1, instrument=False):
+def record(path, model, optimizer, *, instrument=False, **options):
     """Records the training loop of `model` and `optimizer` into a new store at `path` (never
     overwritten: an existing non-empty file is a rewind.RewindError), or, when `rewind replay
     --cmd` started this script, replays the asked window from that store instead.
@@ -622,9 +621,18 @@ def record(path, model, optimizer, checkpoint_every=50, plan="", config=None, st
     follow the plan (a model it cannot map is refused before anything is recorded).
 
         rec = rewind.record("run.db", model, optimizer, checkpoint_every=5)
+
+    The options are Recorder's, by keyword: checkpoint_every=50, plan="", config=None,
+    state=None, plan_from=None, checkpoint_wait=False, start=0, monitor_every=1.
     """
+    unknown = sorted(set(options) - set(_RECORDER_OPTIONS))
+    if unknown:  # before instrument touches the model
+        raise TypeError(f"rewind.record: no option {unknown[0]!r} (options: instrument, {', '.join(_RECORDER_OPTIONS)})")
     if instrument:
         from .instrument import instrument as instrument_model
         instrument_model(model)
-    return Recorder(path, model, optimizer, checkpoint_every, plan, config, state, plan_from, checkpoint_wait, start,
-                    monitor_every)
+    return Recorder(path, model, optimizer, **options)
+
+
+_RECORDER_OPTIONS = ("checkpoint_every", "plan", "config", "state", "plan_from", "checkpoint_wait", "start",
+                     "monitor_every")

@@ -220,7 +220,7 @@ class Store:
         return out
 
 
-def open(path):  # noqa: A001  (rewind.open, like the issue asks)
+def open(path):  # noqa: A001  (rewind.open shadows the builtin on purpose: the package's reader)
     """Opens a rewind store for reading; raises rewind.RewindError (a ValueError) for anything
     that is not one."""
     return Store(path)
