@@ -3,11 +3,63 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <utility>
 #include <thread>
 
 #include "common/error.h"
 
 namespace rwd::train {
+namespace {
+
+// The row that lists a checkpoint's other rows: the restore compares what it finds with it, so
+// a row lost or moved to another step (its step changed) reads as corruption, also for rows a
+// restore may go without (the generators' states), instead of "lacks tensor X" or a silent
+// restore. Checkpoints written without it (older stores) are read as they were.
+constexpr const char* kManifest = "rewind/manifest";
+
+std::vector<std::string> sorted_names(const NamedTensors& state) {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : state) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+torch::Tensor manifest_of(const NamedTensors& state) {
+  std::string text;
+  for (const std::string& n : sorted_names(state)) text += n + "\n";
+  return torch::from_blob(text.data(), {static_cast<int64_t>(text.size())}, torch::kUInt8).clone();
+}
+
+// Throws "store corrupted" when the rows of checkpoint `step` are not the ones its manifest
+// lists; returns the state without the manifest row.
+NamedTensors check_manifest(const store::Store& s, int64_t run, int64_t step, NamedTensors state) {
+  auto it = std::find_if(state.begin(), state.end(), [](const auto& e) { return e.first == kManifest; });
+  if (it == state.end()) return state;
+  const torch::Tensor m = it->second.contiguous();
+  const std::string text(static_cast<const char*>(m.data_ptr()), static_cast<size_t>(m.numel()));
+  state.erase(it);
+  std::vector<std::string> listed;
+  for (size_t b = 0, e; b < text.size(); b = e + 1) {
+    e = text.find('\n', b);
+    if (e == std::string::npos) e = text.size();
+    if (e > b) listed.push_back(text.substr(b, e - b));
+  }
+  const std::vector<std::string> found = sorted_names(state);
+  std::vector<std::string> missing, extra;
+  std::set_difference(listed.begin(), listed.end(), found.begin(), found.end(), std::back_inserter(missing));
+  std::set_difference(found.begin(), found.end(), listed.begin(), listed.end(), std::back_inserter(extra));
+  if (missing.empty() && extra.empty()) return state;
+  const std::string where = "store corrupted: " + s.path() + ": checkpoint at step " + std::to_string(step) +
+                            " of run " + std::to_string(run);
+  if (!missing.empty())
+    throw Error(ExitCode::kData, where + " has no row '" + missing.front() + "' that its manifest lists (" +
+                                     std::to_string(missing.size()) + " missing: a row lost, or moved to another step)");
+  throw Error(ExitCode::kData, where + " has a row '" + extra.front() + "' that its manifest does not list (" +
+                                   std::to_string(extra.size()) + " extra: moved in from another checkpoint)");
+}
+
+}  // namespace
 
 store::Dtype store_dtype(const torch::Tensor& t) {
   switch (t.scalar_type()) {
@@ -67,9 +119,13 @@ void write_checkpoint(store::Store& s, int64_t run, int64_t step, const NamedTen
   // its own, so the recorder's step commits wait at most for one blob's insert; then the
   // checkpoint rows at once, referring to the blobs by the hashes put_blobs returned (no
   // second hash pass over the state).
+  for (const auto& [name, t] : state)
+    if (name == kManifest) throw Error(ExitCode::kInternal, std::string("checkpoint: '") + kManifest + "' is rewind's own row");
+  NamedTensors rows = state;
+  rows.emplace_back(kManifest, manifest_of(state));
   std::vector<torch::Tensor> host;
   std::vector<store::BlobSource> blobs;
-  for (const auto& [name, t] : state) {
+  for (const auto& [name, t] : rows) {
     host.push_back(t.detach().to(torch::kCPU).contiguous());
     const torch::Tensor& h = host.back();
     blobs.push_back({h.data_ptr(), static_cast<size_t>(h.numel() * h.element_size()),
@@ -77,8 +133,8 @@ void write_checkpoint(store::Store& s, int64_t run, int64_t step, const NamedTen
   }
   const std::vector<std::string> hashes = s.put_blobs(blobs);
   auto tx = s.begin_step();
-  for (size_t i = 0; i < state.size(); ++i) {
-    s.put_checkpoint_blob(run, step, state[i].first, store_dtype(host[i]), shape_of(host[i]),
+  for (size_t i = 0; i < rows.size(); ++i) {
+    s.put_checkpoint_blob(run, step, rows[i].first, store_dtype(host[i]), shape_of(host[i]),
                           hashes[i]);
   }
   tx.commit();
@@ -107,7 +163,7 @@ NamedTensors read_checkpoint(store::Store& s, int64_t run, int64_t step) {
   NamedTensors out;
   for (size_t i = 0; i < infos.size(); ++i)
     out.emplace_back(infos[i].key.name, tensors[i].defined() ? tensors[i] : to_torch(narrow[i]));
-  return out;
+  return check_manifest(s, run, step, std::move(out));
 }
 
 }  // namespace rwd::train

@@ -52,7 +52,7 @@ class BisectCmd(RecordedRun):
         again = self.rewind_cli("bisect", "--cmd", self.cmd, "--store", self.store, "--window", "20:29",
                                 "--fail", "nan", "--quiet")
         self.assertEqual(again.returncode, 4, again.stderr)
-        self.assertIn("(0 run, 15 cached", again.stdout)  # the search's 13 and the hold check's 2
+        self.assertIn("(0 run, 17 cached", again.stdout)  # the search's 15 (four fix checks among them), the hold check's 2
         # The hold check stops at the script's recording: a script's loop ends where it does.
         self.assertIn("hold check: trained on from step 20 through step 39 (10 steps past the window)", again.stdout)
         self.assertIn("fixing set fp32{L1.H0.pv}: held through step 39", again.stdout)

@@ -260,6 +260,27 @@ TEST_F(RecordReplay, PlanOverrideGivesDivergenceCurveNotFailure) {
   EXPECT_NE(r.out.find("divergence curve stored"), std::string::npos) << r.out;
 }
 
+// A checkpoint row moved to another step (its step column changed) is corruption, named so, for
+// a row the restore needs (a parameter) and for one it could go without (the CPU generator):
+// the checkpoint's manifest row lists what it holds.
+TEST_F(RecordReplay, MovedCheckpointRowIsCorruption) {
+  const std::string param = altered_copy("moved_param.db",
+      "UPDATE checkpoints SET step = 21 WHERE step = 20 AND name = "
+      "(SELECT min(name) FROM checkpoints WHERE step = 20 AND name LIKE 'param/%')");
+  const std::string rng = altered_copy("moved_rng.db",
+      "UPDATE checkpoints SET step = 21 WHERE step = 20 AND name = 'rng/cpu'");
+  for (const std::string& path : {param, rng}) {
+    Cmd r = sh(kBin + " replay --store " + path + " --from 20 --to 22 --verify");
+    EXPECT_EQ(r.code, 3) << r.out;
+    EXPECT_NE(r.out.find("store corrupted"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("moved to another step"), std::string::npos) << r.out;
+  }
+  Cmd r = sh(kBin + " replay --store " + rng + " --from 20 --to 22 --verify");
+  EXPECT_NE(r.out.find("'rng/cpu'"), std::string::npos) << r.out;
+  // The untouched store replays the same window bitwise.
+  EXPECT_EQ(sh(kBin + " replay --store " + store_ + " --from 20 --to 22 --verify").code, 0);
+}
+
 TEST_F(RecordReplay, BadRequestsFailWithOneLineAndNothingChanges) {
   Cmd out_of_range = sh(kBin + " replay --store " + store_ + " --from 50 --to 70");
   EXPECT_EQ(out_of_range.code, 2) << out_of_range.out;
