@@ -56,9 +56,11 @@ cat "$OUT/env.txt" >> "$LOG"
 # --- build: the three targets only, each by scripts/gpu_build.sh (its configure, so a build-gpu
 # it made is reused; a target that fails to build leaves the others) ---------------------------
 build() {
-  local rc=0
-  for t in attention_cuda_test cuda_bench gpu_record_replay_test; do
-    TARGET=$t BUILD=$BUILD OUT=$OUT/build_$t bash "$ROOT/scripts/gpu_build.sh" || rc=1
+  # Its own names: stage() runs it and reads its local `t` (the start time) afterwards, and a
+  # target name there stopped the script under set -u right after the build.
+  local rc=0 target
+  for target in attention_cuda_test cuda_bench gpu_record_replay_test; do
+    TARGET=$target BUILD=$BUILD OUT=$OUT/build_$target bash "$ROOT/scripts/gpu_build.sh" || rc=1
   done
   return $rc
 }
