@@ -62,6 +62,21 @@ window() { if [[ -n ${WINDOW:-} ]]; then echo "$WINDOW"
            elif [[ -f $OUT/bisect/report.json ]]; then $A window "$OUT/bisect/report.json"; fi; }
 fixing_plan() { [[ -f $OUT/bisect/report.json ]] && $A fixing-plan "$OUT/bisect/report.json" "$REF"; }
 
+# arm NAME PLAN STEPS LOG_EVERY: trains $W/NAME.db from step 0 under PLAN to STEPS in the
+# background (checkpoints every 500 steps), resuming where a killed call left it; nothing when
+# it is there already. The caller waits.
+arm() {
+  local name=$1 plan=$2 steps=$3 every=$4 last args
+  last=$($A last-step "$W/$name.db" 2>/dev/null || echo -1)
+  (( last + 1 < steps )) || return 0
+  if [[ -f $W/$name.db ]]; then args=(--resume "$W/$name.db" --steps "$steps")
+  else args=("${MODEL[@]}" --steps "$steps" --plan "$plan" --record "$W/$name.db" --checkpoint-every 500); fi
+  log "$name to step $steps under '$plan' (from $((last + 1)))"
+  timeout --signal=KILL $(( $(left) - 10 )) "$R" train "${args[@]}" --log-every "$every" >> "$OUT/$name.log" 2>&1 &
+}
+# The stochastic-rounding runs: name|plan (docs/plan.md: what each sr value rounds).
+SR_PLANS=("paper|$PAPER" "pv_sr|$PAPER;L*.H*.pv=sr" "all_sr|L*.H*.qk=sr;L*.H*.pv=sr;L*.H*.acc=sr")
+
 for stage in "${STAGES[@]}"; do
   (( $(left) > 30 )) || { log "deadline: stopping before $stage"; exit 0; }
   case $stage in
@@ -86,13 +101,7 @@ for stage in "${STAGES[@]}"; do
   controls) # from step 0: FA2's numerics, and the paper's with stable(beta=2), beside the failing
             # run's own recording (all three at once); each resumes where a killed call left it
     for r in "fa2|" "stable|$PAPER;L*.H*.softmax=stable(beta=2)"; do
-      name=control_${r%%|*}; plan=${r#*|}
-      last=$($A last-step "$W/$name.db" 2>/dev/null || echo -1)
-      (( last + 1 < STEPS )) || continue
-      if [[ -f $W/$name.db ]]; then args=(--resume "$W/$name.db" --steps "$STEPS")
-      else args=("${MODEL[@]}" --steps "$STEPS" --plan "$plan" --record "$W/$name.db" --checkpoint-every 500); fi
-      log "control $name to step $STEPS under '$plan' (from $((last + 1)))"
-      timeout --signal=KILL $(( $(left) - 10 )) "$R" train "${args[@]}" --log-every 500 >> "$OUT/$name.log" 2>&1 &
+      arm "control_${r%%|*}" "${r#*|}" "$STEPS" 500
     done
     wait
     for n in fa2 stable; do
@@ -115,15 +124,9 @@ for stage in "${STAGES[@]}"; do
             # where a killed call left it. The rounding points: docs/plan.md, docs/design.md.
     # SR_ARMS: which (paper, pv_sr, all_sr); the paper's arm is the failing recording's run.
     SR_STEPS=${SR_STEPS:-4000}
-    for r in "paper|$PAPER" "pv_sr|$PAPER;L*.H*.pv=sr" "all_sr|L*.H*.qk=sr;L*.H*.pv=sr;L*.H*.acc=sr"; do
+    for r in "${SR_PLANS[@]}"; do
       [[ " ${SR_ARMS:-paper pv_sr all_sr} " == *" ${r%%|*} "* ]] || continue
-      name=sr_${r%%|*}; plan=${r#*|}
-      last=$($A last-step "$W/$name.db" 2>/dev/null || echo -1)
-      (( last + 1 < SR_STEPS )) || continue
-      if [[ -f $W/$name.db ]]; then args=(--resume "$W/$name.db" --steps "$SR_STEPS")
-      else args=("${MODEL[@]}" --steps "$SR_STEPS" --plan "$plan" --record "$W/$name.db" --checkpoint-every 500); fi
-      log "$name to step $SR_STEPS under '$plan' (from $((last + 1)))"
-      timeout --signal=KILL $(( $(left) - 10 )) "$R" train "${args[@]}" --log-every 250 >> "$OUT/$name.log" 2>&1 &
+      arm "sr_${r%%|*}" "${r#*|}" "$SR_STEPS" 250
     done
     wait
     C=(); rm -f "$OUT/sr_last.txt"
@@ -140,7 +143,7 @@ for stage in "${STAGES[@]}"; do
     ;;
   sr-time)  # the step time of each sr plan alone on the GPU, 300 steps unrecorded, against the
             # paper's numerics in the same call
-    for r in "paper|$PAPER" "pv_sr|$PAPER;L*.H*.pv=sr" "all_sr|L*.H*.qk=sr;L*.H*.pv=sr;L*.H*.acc=sr"; do
+    for r in "${SR_PLANS[@]}"; do
       log "step time ${r%%|*}"
       timeout --signal=KILL $(( $(left) - 10 )) "$R" train "${MODEL[@]}" --steps 300 --plan "${r#*|}" \
         --log-every 100 2>&1 | tail -4 | sed "s/^/${r%%|*}: /" | tee -a "$OUT/sr_time.txt"
