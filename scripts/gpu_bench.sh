@@ -76,17 +76,20 @@ if [[ ${MODE:-} == plans ]]; then
   exit 0
 fi
 # MODE=record: recording overhead only: unrecorded steps against recorded ones with train's
-# defaults (2 compression threads) and with 8 and 1; means over steps 2-81.
+# defaults (2 compression threads) and with 8 and 1 (RECORD_ONLY=1: the defaults only); means
+# over steps 2-81.
 if [[ ${MODE:-} == record ]]; then
   for ((round = 0; round < ROUNDS; ++round)); do
     STEPS=$RECORD_STEPS run rewind
     rm -f "$W/rec.db"*; run record --record "$W/rec.db"
+    [[ ${RECORD_ONLY:-0} == 1 ]] && continue
     rm -f "$W/rec.db"*; run record-z8 --record "$W/rec.db" --zstd-threads 8
     rm -f "$W/rec.db"*; run record-z1 --record "$W/rec.db" --zstd-threads 1
   done
   printf "gpt2-small, B=%d T=1024, %d rounds x %d steps (steps 2.. timed), checkpoint due every 20\n" "$B" "$ROUNDS" "$RECORD_STEPS"
   printf "%-34s %8s %8s %14s %12s\n" mode "median" "mean" "p25-p75 ms" "mean vs unrec"
   for mode in rewind record record-z8 record-z1; do
+    [[ -s $W/$mode.ms ]] || continue
     awk -v n="$mode" -v med="$(median $mode)" -v mn="$(mean $mode)" -v q="$(quartiles $mode)" -v b="$(mean rewind)" \
       'BEGIN {printf "%-34s %8.1f %8.1f %14s %+11.1f%%\n", n, med, mn, q, (mn - b) / b * 100}'
   done

@@ -19,6 +19,8 @@
   analyze.py hold-fork REPORT SRC DST      the hold verdict's `rewind train --fork` command, on SRC into DST
   analyze.py hold-field REPORT KEY         one field of the report's horizon
   analyze.py hold-compare REPORT CSV       the fork's last 500 steps against the reference branch's
+  analyze.py lasting [--history CSV] NAME:CSV ...   per run: the hold verdict's lasting-break
+                                           predicate's first step, grad norm and loss at its end
 """
 import csv, json, math, os, re, sqlite3, statistics, struct, sys
 
@@ -375,6 +377,31 @@ def lasting_breaks(gn, short=50, long=1000, k=4.0):
     return out
 
 
+def cmd_lasting(specs):
+    """Each NAME:CSV run: where the hold verdict's lasting-break predicate first turns true
+    (rmedian(grad_norm, 50) > 4 * rmedian(grad_norm, 1000), the medians over the steps before each
+    step), judged from the run's first step on. With --history CSV first, the steps of that run
+    (the recording a branch forked from) before each branch's first step are the medians' history."""
+    hist = []
+    if specs and specs[0] == "--history":
+        hist = load_rows(specs[1]) if os.path.exists(specs[1]) else []
+        specs = specs[2:]
+    print(f"{'run':28s} {'steps':>12s} {'lasting break first at':>23s} {'median grad norm, last 500':>27s} "
+          f"{'mean loss, last 100':>20s}")
+    for name, path in (x.split(":", 1) for x in specs):
+        rows = load_rows(path) if os.path.exists(path) else []
+        if not rows:
+            print(f"{name:28s} no steps")
+            continue
+        series = [r for r in hist if r[0] < rows[0][0]] + rows
+        first = rows[0][0]
+        breaks = [series[0][0] + i for i in lasting_breaks([g for _, _, g in series])]
+        breaks = [b for b in breaks if b >= first]
+        tail = rows[-500:]
+        print(f"{name:28s} {f'{first}-{rows[-1][0]}':>12s} {str(breaks[0]) if breaks else 'none':>23s} "
+              f"{statistics.median(g for _, _, g in tail):27.3f} {sum(l for _, l, _ in rows[-100:]) / len(rows[-100:]):20.4f}")
+
+
 def cmd_hold_compare(path, csv_path):
     r = report(path)
     h = r["horizon"]
@@ -410,6 +437,7 @@ def main(a):
     elif cmd == "hold-fork": cmd_hold_fork(a[2], a[3], a[4])
     elif cmd == "hold-field": print(report(a[2])["horizon"][a[3]])
     elif cmd == "hold-compare": cmd_hold_compare(a[2], a[3])
+    elif cmd == "lasting": cmd_lasting(a[2:])
     else: sys.exit(__doc__)
 
 

@@ -12,7 +12,8 @@
 #   the failure and the lasting break are recorded by then, the probes train past it);
 #   controls, the same run from step 0 in FA2's numerics and with the stabilized softmax;
 #   narrow, sets between layer 1 and layers 0-5 trained on past the failure; sr and sr-time,
-#   the paper's numerics with stochastic rounding from step 0 and its step time)
+#   the paper's numerics with stochastic rounding from step 0 and its step time; sr-window, the
+#   same from checkpoints of the recording: record with STEPS past the window's start first)
 # The controls, run beside the recording (three 8000-step runs on one GPU, ~80 ms a step each):
 #   bash run.sh data; bash run.sh record & bash run.sh controls; wait   (again until both finish)
 # Environment: BUILD (build-gpu), W (work dir, /tmp/rewind_real_failure: stores, corpus),
@@ -23,7 +24,8 @@
 #   the writer has no room for is taken a few steps late, so two recordings differ in their
 #   checkpoint steps and the hold verdict, which starts only from checkpoints, with them), HOLD, HFAIL, BUDGET
 #   (the hold stage's horizon, predicate and minutes), WINDOW ("FROM TO",
-#   the causal window when this machine has no bisect report: "3000 3062").
+#   the causal window when this machine has no bisect report: "3000 3062"), SR_STEPS, SR_ARMS,
+#   SRW_STEPS, SRW_FROMS (the sr stages' length, arms and extra fork points).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build-gpu}
@@ -140,6 +142,39 @@ for stage in "${STAGES[@]}"; do
     { cat "$OUT/sr_last.txt"; $A at 1000,2000,3000,3400,3800,$((SR_STEPS - 1)) "${C[@]}"; echo
       for n in paper pv_sr all_sr; do echo "== $n"; cat "$OUT/sr_${n}_triggers.txt" 2>/dev/null; done; } | tee "$OUT/sr.txt"
     $A every 10 "$OUT/sr_every10.csv" "${C[@]}"
+    ;;
+  sr-window) # the same sr plans from checkpoints of the failing recording instead of step 0: the
+            # causal window's start and SRW_FROMS (e.g. a checkpoint before the hold verdict's
+            # point of no return), each to SRW_STEPS; the paper's numerics from the window's
+            # start as the control (it must break where the recording broke). All at once on one GPU.
+    read -r wfrom _ <<< "$(window)"
+    [[ -n ${wfrom:-} ]] || { log "sr-window: no window yet"; continue; }
+    SRW_STEPS=${SRW_STEPS:-4400}
+    [[ -f $OUT/fail_series.csv ]] || $A series "$W/fail.db" "$OUT/fail_series.csv" > "$OUT/triggers.txt"
+    runs=()
+    for from in $wfrom ${SRW_FROMS:-}; do
+      for r in "${SR_PLANS[@]}"; do
+        [[ ${r%%|*} == paper && $from != "$wfrom" ]] && continue
+        runs+=("srw_${r%%|*}_$from|$from|${r#*|}")
+      done
+    done
+    for r in "${runs[@]}"; do
+      IFS='|' read -r name from plan <<< "$r"
+      [[ $($A last-step "$W/$name.db" 2>/dev/null) == $((SRW_STEPS - 1)) ]] && continue
+      rm -f "$W/$name.db" "$W/$name.db-wal" "$W/$name.db-shm"   # a branch cut short starts again
+      log "fork at $from under '$plan' to step $SRW_STEPS ($name)"
+      timeout --signal=KILL $(( $(left) - 10 )) "$R" train --fork "$W/fail.db" --at "$from" --plan "$plan" \
+        --record "$W/$name.db" --steps "$SRW_STEPS" --checkpoint-every 100000 --log-every 500 > "$OUT/$name.log" 2>&1 &
+    done
+    wait
+    C=()
+    for r in "${runs[@]}"; do
+      name=${r%%|*}
+      $A series "$W/$name.db" "$OUT/${name}_series.csv" > "$OUT/${name}_triggers.txt" && C+=("$name:$OUT/${name}_series.csv")
+    done
+    ((${#C[@]})) || { log "no sr-window branch recorded a step"; continue; }
+    $A lasting --history "$OUT/fail_series.csv" "${C[@]}" | tee "$OUT/sr_window.txt"
+    $A every 10 "$OUT/sr_window_every10.csv" "${C[@]}"
     ;;
   sr-time)  # the step time of each sr plan alone on the GPU, 300 steps unrecorded, against the
             # paper's numerics in the same call

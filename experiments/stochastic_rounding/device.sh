@@ -12,7 +12,8 @@
 # Usage, from the repository root, carrying .gpu-deps:   OUT=/some/dir bash experiments/stochastic_rounding/device.sh
 # Environment: BUILD (build-gpu), SKIP_BUILD=1 (use BUILD as it is), DEADLINE_S (560: seconds
 # after the start by which the stages must end; the whole kernel suite runs only if time is left),
-# REST=0 (leave the rest of the kernel suite out).
+# REST=0 (leave the rest of the kernel suite out), WAIT_FOR (a file whose existence says the GPU
+# is free for the tests and the benchmark).
 set -u
 T0=$(date +%s)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -65,6 +66,10 @@ build() {
   return $rc
 }
 if [[ ${SKIP_BUILD:-0} == 1 ]]; then log "build skipped (SKIP_BUILD=1): $BUILD as it is"; else stage build 420 build; fi
+# WAIT_FOR=FILE: the GPU is someone else's until FILE exists (a run started beside the build);
+# the tests and the benchmark wait for it, at most until the deadline.
+while [[ -n ${WAIT_FOR:-} && ! -e $WAIT_FOR ]] && (($(date +%s) < DEADLINE - 60)); do sleep 5; done
+[[ -n ${WAIT_FOR:-} ]] && log "GPU free: ${WAIT_FOR} $([[ -e $WAIT_FOR ]] && echo exists || echo 'still missing')"
 export LD_LIBRARY_PATH=$ROOT/.gpu-deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export CUBLAS_WORKSPACE_CONFIG=:4096:8
 KT=$BUILD/tests/cuda/attention_cuda_test
