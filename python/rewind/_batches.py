@@ -1,6 +1,6 @@
 """The batches of rewind.record: what get_batch returned, as tensors queued to the host and a
 description (how to rebuild it, each tensor's dtype, shape and device), and back. A data-parallel
-recording keeps each tensor as the stack of every rank's (ranks.py); decode_batch takes one
+recording keeps each tensor as the stack of every rank's (_ranks.py); decode_batch takes one
 rank's slice."""
 import json
 

@@ -94,8 +94,8 @@ class _Plan:
         self.plan = plan
 
     def spec(self):
-        from . import recording
-        return recording._active_plan if self.plan is None else self.plan
+        from . import _recording
+        return _recording._active_plan if self.plan is None else self.plan
 
 
 _plans = {}  # plan (or None) -> (source id, _Plan), held for the process

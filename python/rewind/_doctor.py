@@ -6,17 +6,12 @@ them to a file. `rewind doctor` runs the script twice and names the first op who
 import hashlib
 import json
 import struct
-import sys
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _C
 from torch.utils._pytree import tree_flatten
-
-# Set by `rewind doctor --cmd` (cli/cmd_doctor.cpp): a JSON object with steps (how many loop
-# steps to hash) and report (the file this process writes its lines to).
-DOCTOR_ENV = "REWIND_DOCTOR"
 
 
 def _words(t):
@@ -67,7 +62,7 @@ class _HashOps(TorchDispatchMode):
 
 class Doctor:
     """Hashes the first `steps` steps of the loop: the parameters before them, each step's batch,
-    every op's outputs, the loss and the parameters after each step; then ends the process."""
+    every op's outputs, the loss and the parameters after each step."""
 
     def __init__(self, spec, model, optimizer):
         self.steps = int(spec["steps"])
@@ -164,7 +159,8 @@ class Doctor:
         self._mode.__enter__()
 
     def end_step(self, step, loss):
-        """At rec.step: the loss's bits and the parameters; ends the process after the last step."""
+        """At rec.step: the loss's bits and the parameters. True after the last step (the
+        recorder then ends the script's window: the report is complete)."""
         self._mode.__exit__(None, None, None)
         self._write_pending()
         self._write({"step": step, "what": "loss", "name": "the loss",
@@ -174,4 +170,5 @@ class Doctor:
         if step + 1 >= self.steps:
             self._write({"done": step})
             self._report.close()
-            sys.exit(0)
+            return True
+        return False

@@ -21,12 +21,12 @@ way than the user's: attention with a mask, dropout, another scale, a hand-writt
 """
 import math
 import weakref
+from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
 
-from . import _C, ops, recording
-from . import compiled as _custom
+from . import _C, _compiled, _ops, _recording
 
 _LISTS = ("h", "layers", "blocks", "layer", "block")
 _ATTN = ("attn", "self_attn", "attention", "self_attention")
@@ -81,8 +81,8 @@ class _State:
         self.wrapped = []  # (module, the instance forward it had or None)
         self.marked = []   # attention modules given _rewind_* attributes
         self.mode = _Mode(self)
-        self.source = _custom.register_source(self)
-        _custom.ensure()
+        self.source = _compiled.register_source(self)
+        _compiled.ensure()
         c = getattr(torch, "compiler", None)
         # Under torch.compile a plan that promotes an attention op to FP32 runs the eager op
         # between graphs (its FP32 twins have no custom op).
@@ -90,7 +90,7 @@ class _State:
             else _attention_fp32_path
 
     def spec(self):
-        return recording._active_plan if self.plan is None else self.plan
+        return _recording._active_plan if self.plan is None else self.plan
 
     def attention(self, module, q, k, v, causal, what):
         self.calls += 1
@@ -99,9 +99,9 @@ class _State:
             _refuse(f"{module._rewind_path} ran {what} more than once in one forward; rewind maps one attention a "
                     f"block (layer {layer}): call rewind.attention(q, k, v, layer={layer}) for the one the plan means")
         spec = self.spec()
-        if _custom.serves(q, k, v, spec, None if not spec else module._rewind_layer):
-            return _custom.attention(q, k, v, module._rewind_where, causal)
-        if _custom.compiling():
+        if _compiled.serves(q, k, v, spec, None if not spec else module._rewind_layer):
+            return _compiled.attention(q, k, v, module._rewind_where, causal)
+        if _compiled.compiling():
             return self.fp32_path(q, k, v, spec, module._rewind_layer, causal)
         return _C.attention(q, k, v, spec, module._rewind_layer, causal)
 
@@ -186,10 +186,10 @@ def _wrap(state, module, forward):
 
 def _op_forward(state, name, orig):
     def forward(*args, **kwargs):
-        spec = recording._active_plan if state.plan is None else state.plan
+        spec = _recording._active_plan if state.plan is None else state.plan
         if not spec:  # no plan: as written (rewind.op's answer), and no guard on `name` under torch.compile
             return orig(*args, **kwargs)
-        return ops.op(name, plan=spec)(orig, *args, **kwargs)
+        return _ops.op(name, plan=spec)(orig, *args, **kwargs)
     return forward
 
 
@@ -300,7 +300,7 @@ def _hf_register():
         # builds an explicit causal mask, which rewind's attention would refuse. Without a
         # padding mask the rows are taken as one sequence each and the mask is causal: None, as
         # SDPA gets it in eager mode. Eager: sdpa_mask decides (a tensor is refused).
-        if attention_mask is None and _custom.compiling():
+        if attention_mask is None and _compiled.compiling():
             return None
         return sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
 
@@ -321,15 +321,28 @@ def _unwrap(model):
             return model, compiled
 
 
-def instrument(model, plan=None, blocks=None):
-    """Routes `model`'s attention and linears through rewind's ops, in place, and returns it:
-    the plan's `L<i>.H<j>.<op>` flags reach the attention of block i, `L<i>.qkv|proj|mlp|ln`
-    and `head` its modules, as in a model edited by hand with rewind.attention and rewind.op.
-    plan=None: the active plan (rewind.record's, a replay's or a bisect probe's). blocks: the
-    path of the nn.ModuleList of blocks where it is not one named h, layers or blocks.
-    A DDP or torch.compile wrapper is seen through (the model inside is instrumented; for a
-    compiled one dynamo is reset, so the next call compiles the wrapped forwards afresh). Instrumenting
-    an instrumented model returns it unchanged."""
+def instrument(model: torch.nn.Module, *, plan: Optional[str] = None, blocks: Optional[str] = None) -> torch.nn.Module:
+    """Routes `model`'s attention and linears through rewind's ops, in place: the plan's
+    `L<i>.H<j>.<op>` flags reach the attention of block i, `L<i>.qkv|proj|mlp|ln` and `head`
+    its modules, as in a model edited by hand with rewind.attention and rewind.op. A DDP or
+    torch.compile wrapper is seen through (the model inside is instrumented; for a compiled one
+    dynamo is reset, so the next call compiles the wrapped forwards afresh).
+
+    Args:
+        model: the model, or a DDP or torch.compile wrapper of it.
+        plan: a fixed plan; None: the active plan (rewind.record's, a replay's or a bisect
+            probe's) at each forward.
+        blocks: the path of the nn.ModuleList of blocks ("encoder.stack") where it is not the
+            one list named h, layers, blocks, layer or block.
+
+    Returns:
+        `model` itself (instrumenting an instrumented model returns it unchanged).
+
+    Raises:
+        rewind.RewindError: a model whose attention, linears or blocks rewind cannot map, or a
+            torch without F.scaled_dot_product_attention (one line naming the module; nothing
+            is left changed).
+    """
     outer, model, compiled = model, *_unwrap(model)
     if model in _states:
         return outer
@@ -347,9 +360,9 @@ def instrument(model, plan=None, blocks=None):
             # Known to rewind.op now, not at each module's first call: torch.compile guards on that
             # set's contents, and a set growing block by block recompiled every block's forward
             # past dynamo's recompile limit (the blocks then ran uncompiled).
-            recording._op_names.add(name)
+            _recording._op_names.add(name)
         for block, attn, path, attn_path, layer in found:
-            marks = {"_rewind_where": _custom.where(state.source, layer), "_rewind_layer": layer,
+            marks = {"_rewind_where": _compiled.where(state.source, layer), "_rewind_layer": layer,
                      "_rewind_path": attn_path, "_rewind_state": state}
             clash = [n for n in marks if n in attn.__dict__]
             if clash:
@@ -390,8 +403,19 @@ def _undo(state):
         state.hf_before = None
 
 
-def uninstrument(model):
-    """The model as before rewind.instrument: its own forwards and attention implementation."""
+def uninstrument(model: torch.nn.Module) -> torch.nn.Module:
+    """Undoes rewind.instrument: the model's own forwards and attention implementation again,
+    bit for bit.
+
+    Args:
+        model: an instrumented model (or its DDP or torch.compile wrapper).
+
+    Returns:
+        `model` itself.
+
+    Raises:
+        rewind.RewindError: the model is not instrumented.
+    """
     inner, compiled = _unwrap(model)
     state = _states.pop(inner, None)
     if state is None:
@@ -402,8 +426,15 @@ def uninstrument(model):
     return model
 
 
-def instrumented(model):
-    """What rewind.instrument mapped, {module path: "L0.qkv" | "L0 attention" | "head" | ...},
-    or None for a model it has not instrumented."""
+def instrumented(model: torch.nn.Module) -> Optional[Dict[str, str]]:
+    """What rewind.instrument mapped.
+
+    Args:
+        model: a model (or its DDP or torch.compile wrapper).
+
+    Returns:
+        {module path: "L0.qkv" | "L0 attention" | "head" | ...}, or None for a model that is
+        not instrumented.
+    """
     state = _states.get(_unwrap(model)[0])
     return dict(state.mapping) if state else None

@@ -8,10 +8,11 @@ elsewhere it runs as written.
     y = rewind.op(f"L{i}.proj")(self.c_proj, y)   # also casts y to FP32 and the output back to y's dtype
 """
 import re
+from typing import Optional, Union
 
 import torch
 
-from . import _C, compiled, recording
+from . import _C, _compiled, _recording
 
 _NAME = re.compile(r"(head|L[0-9]{1,4}\.(qkv|proj|mlp|ln|attn))")
 _fp32_of = {}  # (plan, name) -> whether the plan promotes the block
@@ -89,33 +90,43 @@ class _Fp32:
         return out
 
 
-def op(name, plan=None):
-    """The block of `name` under the precision plan: "L<i>.mlp", "L<i>.qkv", "L<i>.proj",
-    "L<i>.ln", "L<i>.attn" (the attention module's linears: promoted where the plan promotes
-    both L<i>.qkv and L<i>.proj, e.g. `L3=fp32`) or "head" (final LayerNorm and LM head,
-    `head=fp32`). A context manager: where the plan promotes the block, autocast's BF16 casts are
-    off inside it (the block computes in FP32); elsewhere, and always without a plan, it does
-    nothing (no cast, no autocast change). Called as op(name)(fn, *args) it also casts the
-    floating inputs to float32 and the output back to the first one's dtype (for blocks whose
-    inputs are BF16). plan=None: rewind.active_plan(), the plan of the running rewind.record (and
-    of `rewind replay|bisect --cmd`). Names the recording sees are stored with the run (kv
-    "ops"), so `bisect --cmd` searches those module kinds.
+def op(name: str, *, plan: Optional[str] = None) -> Union[_AsWritten, _Fp32]:
+    """The block of `name` under the precision plan: where the plan promotes the block, it
+    computes in FP32 (autocast's BF16 casts off inside it); elsewhere, and always without a
+    plan, it runs as written (no cast, no autocast change). Names the recording sees are
+    stored with the run (kv "ops"), so `bisect --cmd` searches those module kinds.
 
         with rewind.op("L0.mlp", plan="L0.mlp=fp32"):
             y = mlp(x)
+        y = rewind.op("L0.proj")(c_proj, y)   # the call form: casts the inputs too
+
+    Args:
+        name: "L<i>.mlp", "L<i>.qkv", "L<i>.proj", "L<i>.ln", "L<i>.attn" (the attention
+            module's linears: promoted where the plan promotes both L<i>.qkv and L<i>.proj,
+            e.g. `L3=fp32`) or "head" (final LayerNorm and LM head, `head=fp32`).
+        plan: a fixed plan; None: rewind.active_plan(), the plan of the running rewind.record
+            (and of `rewind replay|bisect --cmd`).
+
+    Returns:
+        A context manager for a `with` block, also callable as op(name)(fn, *args, **kwargs),
+        which in FP32 casts the floating inputs to float32 and the output back to the first
+        one's dtype (for blocks whose inputs are BF16).
+
+    Raises:
+        ValueError: `name` is no op name.
     """
-    if name not in recording._op_names:
+    if name not in _recording._op_names:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ValueError(f"rewind.op: {name!r} is no op name (expected L<layer>.qkv, .proj, .mlp, .ln, "
                              ".attn or head)")
-        recording._op_names.add(name)
-    spec = recording._active_plan if plan is None else plan
+        _recording._op_names.add(name)
+    spec = _recording._active_plan if plan is None else plan
     if not spec:
         return _AS_WRITTEN
     return _Fp32(name) if _promoted(spec, name) else _AS_WRITTEN
 
 
-@compiled.traced_constant  # under torch.compile: a constant of the trace, not a graph break
+@_compiled.traced_constant  # under torch.compile: a constant of the trace, not a graph break
 def _promoted(spec, name):
     key = (spec, name)
     fp32 = _fp32_of.get(key)

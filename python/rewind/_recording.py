@@ -10,6 +10,8 @@ rewind's trainer writes), and the same lines replaying a window of it when `rewi
 
 A step is what runs between rec.batch and rec.step; a checkpoint at step s is the state before
 step s runs (as in rewind's trainer)."""
+from __future__ import annotations
+
 import atexit
 import json
 import math
@@ -19,22 +21,20 @@ import random
 import struct
 import sys
 import time
+from typing import Any, Callable, Mapping, Optional, Union
 
 import torch
 
-from . import _C, compiled, ranks, serve
-from .batches import decode_batch, describe_batch, shapes_text, to_host
-from .doctor import DOCTOR_ENV, Doctor
+from . import _C, _compiled, _ranks, _serve
+from ._batches import decode_batch, describe_batch, shapes_text, to_host
+from ._doctor import Doctor
+from ._mode import REPLAY_ENV, Launch, Mode, WindowDone
 
-# Set by `rewind replay|bisect --cmd` (cli/script_window.cpp): a JSON object with store, run,
-# from, to, plans (the plan of each step from the first one's step on, replacing the recorded
-# schedule there: [[step, spec], ...], empty for the recorded plans) and report (the file this
-# process writes its per-step lines to).
-REPLAY_ENV = "REWIND_REPLAY"
+Scalar = Union[torch.Tensor, float, int, None]
 
 _active_plan = ""
 _replaying = False  # a replayed process has made its recorder
-_op_names = set()   # the names rewind.op has been called with (ops.py), stored with the run
+_op_names = set()   # the names rewind.op has been called with (_ops.py), stored with the run
 
 
 _probe_t0 = time.perf_counter()  # when this process's probe began: `import rewind`, or serve's next run
@@ -42,16 +42,21 @@ _TIMES = {k: os.environ.get(k) is not None for k in ("REWIND_PROBE_TIMES", "REWI
 
 
 def begin_probe():
-    """A served probe (serve.py) starts: the script runs again in this process, and its
+    """A served probe (_serve.py) starts: the script runs again in this process, and its
     rewind.record makes this process's recorder anew."""
     global _active_plan, _replaying, _probe_t0
     _active_plan, _replaying = "", False
     _probe_t0 = time.perf_counter()
 
 
-def active_plan():
-    """The precision plan rewind.attention applies when it is given none: the one recorded with
-    the run, and during a replay with --plan that plan on top of it from the window's first step."""
+def active_plan() -> str:
+    """The precision plan that rewind.attention, rewind.op and rewind.instrument's model apply
+    when given none.
+
+    Returns:
+        The plan of the running rewind.record's current step (the recorded one, and in a
+        replay with --plan that plan from the window's first step on); "" outside a recording.
+    """
     return _active_plan
 
 
@@ -146,11 +151,27 @@ def _parameters(model):
 
 
 class Recorder:
-    """What rewind.record returns: records each step of the loop (or, under `rewind replay
-    --cmd`, replays a window of a recording). Use rec.start as the loop's first iteration."""
+    """What `rewind.record` returns: records each step of the loop into a new store, or, when
+    rewind's CLI started the script, replays a window of a recording (`rewind replay|bisect
+    --cmd`) or hashes the first steps (`rewind doctor --cmd`). Which of the three is `mode`,
+    read once from the environment when the recorder is made. Use `start` as the loop's first
+    iteration.
 
-    def __init__(self, path, model, optimizer, *, checkpoint_every=50, plan="", config=None, state=None,
-                 plan_from=None, checkpoint_wait=False, start=0, monitor_every=1):
+    Attributes:
+        mode: a `rewind.Mode`: RECORD, REPLAY or DOCTOR.
+        start: the loop's first step: the `start` given (0 by default) when recording, the
+            checkpoint's step when a replay restores one.
+        step_index: the step the loop runs next.
+        run: the run's id in the store (recording and replay; None in a doctor's run).
+        model, optimizer, state: what was given.
+    """
+
+    def __init__(self, path: Union[str, os.PathLike], model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
+                 checkpoint_every: int = 50, plan: str = "", config: Optional[Mapping[str, Any]] = None,
+                 state: Optional[Mapping[str, Any]] = None, plan_from: Optional[Mapping[int, str]] = None,
+                 checkpoint_wait: bool = False, start: int = 0, monitor_every: int = 1):
+        """Starts recording, replaying or doctoring, as the environment says; see
+        `rewind.record`, which takes the same arguments (and `instrument`)."""
         if checkpoint_every < 1:
             raise ValueError("rewind.record: checkpoint_every must be at least 1")
         if int(monitor_every) < 1:
@@ -158,11 +179,16 @@ class Recorder:
         self.monitor_every = int(monitor_every)
         if int(start) < 0:
             raise ValueError("rewind.record: start must be >= 0")
-        self._ranks = ranks.world()  # None, or a data-parallel script's ranks (rank 0 writes the store)
+        launch = Launch.from_environ()
+        self.mode = launch.mode
+        self._ranks = _ranks.world()  # None, or a data-parallel script's ranks (rank 0 writes the store)
         self._rank = self._ranks.rank if self._ranks else 0
+        if self.mode is Mode.DOCTOR and self._ranks:
+            raise _C.RewindError("rewind doctor runs the script as one process: start it without torchrun "
+                                 "(one rank, the same per-rank batch)")
         self.model, self.optimizer = model, optimizer
         if "torch._dynamo" in sys.modules:  # torch.compile was called: its traces need the custom ops
-            compiled.ensure()
+            _compiled.ensure()
         self._params = list(model.parameters())  # digested every step: listed once
         self.state = dict(state or {})
         for name, obj in self.state.items():
@@ -175,25 +201,28 @@ class Recorder:
         self._pending = None      # (tensors, desc, rng, t0) between batch and step
         self._recorded_step = None  # a replay: the recorded step rec.batch returned the batch of
         self._closed = False
+        self._done = None         # the WindowDone that ended a replay's or doctor's window
         self._ops_stored = 0      # how many rewind.op names the run's kv "ops" holds
         self._report = None
         self._plans = []          # a replay's asked plans: [(step, spec)]
         self._doctor = None
+        self._rec = None          # the store's writer (rank 0 of a recording)
+        self.run = None
         plan, plan_from = _plan_from_env(plan, plan_from)
         self._recorded_plan = _schedule(plan, plan_from)  # a replay's: the recording's
-        spec = os.environ.get(REPLAY_ENV)
-        self.replaying = spec is not None
-        if os.environ.get(DOCTOR_ENV) is not None and self._ranks:
-            raise _C.RewindError("rewind doctor runs the script as one process: start it without torchrun "
-                                 "(one rank, the same per-rank batch)")
-        if os.environ.get(DOCTOR_ENV) is not None:  # rewind doctor: hash the first steps, record nothing
-            self._doctor = Doctor(json.loads(os.environ[DOCTOR_ENV]), model, optimizer)
-        elif self.replaying:
-            serve.serve_if_asked(REPLAY_ENV, begin_probe, self._ranks)  # rewind bisect --cmd: returns unless serving
-            self._begin_replay(json.loads(os.environ[REPLAY_ENV]))
+        if self.mode is Mode.DOCTOR:  # hash the first steps, record nothing
+            self._doctor = Doctor(launch.spec, model, optimizer)
+        elif self.mode is Mode.REPLAY:
+            _serve.serve_if_asked(REPLAY_ENV, begin_probe, self._ranks)  # rewind bisect --cmd: returns unless serving
+            self._begin_replay(launch.spec)
         else:
             self._begin_recording(str(path), self._recorded_plan, config or {})
         self.start = self.step_index
+
+    @property
+    def replaying(self) -> bool:
+        """Whether this recorder replays a window (`mode is rewind.Mode.REPLAY`)."""
+        return self.mode is Mode.REPLAY
 
     # --- recording -------------------------------------------------------------------------
     def _begin_recording(self, path, plan, config):
@@ -223,7 +252,7 @@ class Recorder:
         if r:  # rank 0's store (or its error) and which of the first LAG steps take a checkpoint, on every rank
             first = []
             if self._rec:  # (the first step always: a resumed loop's start need not fall on the schedule)
-                first = [self._rec.checkpoint_due(self.step_index + i) or i == 0 for i in range(ranks.LAG)]
+                first = [self._rec.checkpoint_due(self.step_index + i) or i == 0 for i in range(_ranks.LAG)]
             shared = r.all_objects((error, self._rec.run if self._rec else None, first))[0]
             error, self.run, self._first_checkpoints = shared
             self._desc = None  # the batches' description, the same on every rank and step
@@ -289,9 +318,9 @@ class Recorder:
         c = self._replay.nearest_checkpoint(self.run, self._from)
         if c is None:
             raise _C.RewindError(f"run {self.run} has no checkpoint at or before step {self._from}")
-        state = serve.read_checkpoint(self._replay, spec["store"], self.run, c)
+        state = _serve.read_checkpoint(self._replay, spec["store"], self.run, c)
         skeleton = pickle.loads(state["skeleton"].numpy().tobytes())
-        if serve.serving() and not any(p.is_cuda for p in self._params):
+        if _serve.serving() and not any(p.is_cuda for p in self._params):
             # The served checkpoint is shared by the probes; optimizer.load_state_dict keeps a CPU
             # tensor of the right dtype as it is (torch 2.x) and the step would write into it.
             state = {k: v.clone() if k.startswith(("optimizer/", "state/")) else v for k, v in state.items()}
@@ -303,9 +332,9 @@ class Recorder:
                                  f"{sorted(extra)} in the recording")
         for k, v in self.state.items():
             v.load_state_dict(_unflatten(extra[k], state))
-        if serve.serving():  # what torch.nn.init left as zeros must all have been restored
-            serve.end_skipped_init(self._state_tensors())
-        _set_rng_state(ranks.own_state(state["rng/state"].numpy().tobytes(), self._rank))
+        if _serve.serving():  # what torch.nn.init left as zeros must all have been restored
+            _serve.end_skipped_init(self._state_tensors())
+        _set_rng_state(_ranks.own_state(state["rng/state"].numpy().tobytes(), self._rank))
         self.step_index = int(skeleton["step"])
         self._recorded_plan = run["plan"]
         _active_plan = self._plan_of(self.step_index)
@@ -366,28 +395,46 @@ class Recorder:
         if rec is None:
             self._fail(f"run {self.run} has no recorded step {s}")
         batch = decode_batch(rec, rank=self._rank)
-        _set_rng_state(ranks.own_state(rec["rng"], self._rank))
+        _set_rng_state(_ranks.own_state(rec["rng"], self._rank))
         self._recorded_step = rec
         return batch
 
     # --- the loop's two calls -----------------------------------------------------------------
-    def batch(self, get_batch, *args, **kwargs):
-        """Starts a step: returns get_batch(*args, **kwargs) (a tensor, a tuple or list of
-        tensors, or a dict of them), recording it. During a replay get_batch is not called: the recorded batch comes back
-        (on the recorded device) and the generators are set to what they were after it."""
+    def batch(self, get_batch: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Starts a step and returns its batch.
+
+        Args:
+            get_batch: the loop's own batch source, called as get_batch(*args, **kwargs); it
+                returns a tensor, a tuple or list of tensors, or a dict of them with string keys.
+            *args, **kwargs: passed to get_batch.
+
+        Returns:
+            What get_batch returned (recorded with the step). In a replay get_batch is not
+            called: the recorded batch comes back, on the recorded device, and the generators
+            are set to what they were after it.
+
+        Raises:
+            rewind.WindowDone: a replay's window or a doctor's steps have all run (the script
+                ends with status 0 unless it catches it).
+            rewind.RewindError: the step already has its batch, or a replay's recording lacks
+                this step.
+            TypeError: get_batch returned something else than tensors.
+        """
+        if self._done is not None:
+            raise self._window_done()
         if self._pending is not None:
             raise _C.RewindError(f"rec.batch: step {self.step_index} already has its batch; call rec.step first")
         global _active_plan
         t0 = time.perf_counter()
         _active_plan = self._plan_of(self.step_index)
         _C.set_sr_step(self.step_index)  # an sr head's random bits: this step's, in a replay too
-        if self._doctor:
+        if self.mode is Mode.DOCTOR:
             out = get_batch(*args, **kwargs)  # the script's own source: is it the same twice?
             self._doctor.begin_step(self.step_index, out)
             self._pending = (None, None, None, t0)
             return out
-        if self.replaying:
-            if self.step_index > self._from and not self._ranks and serve.stop_asked():
+        if self.mode is Mode.REPLAY:
+            if self.step_index > self._from and not self._ranks and _serve.stop_asked():
                 self._end_window(self.step_index - 1)  # told to stop while it ran its last step
             out = self._replay_batch()
             _C.collect_monitors()  # drops what ran outside a step (e.g. an evaluation)
@@ -405,11 +452,11 @@ class Recorder:
         return out
 
     def _batch_of_ranks(self, get_batch, args, kwargs, t0):
-        """rec.batch of a data-parallel recording (ranks.py): every rank's batch and generators
+        """rec.batch of a data-parallel recording (_ranks.py): every rank's batch and generators
         go to rank 0, which records them as the step's; no rank's host waits for another's."""
         r, s = self._ranks, self.step_index
         device = self._params[0].device if self._params else torch.device("cpu")
-        due = self._first_checkpoints[s - self._first_step] if s - self._first_step < ranks.LAG else r.decision(s)
+        due = self._first_checkpoints[s - self._first_step] if s - self._first_step < _ranks.LAG else r.decision(s)
         if due:  # rank 0's decision, LAG steps ago
             before = r.states(_rng_state(), device)  # every rank's generators before the step
             if r.root():
@@ -428,8 +475,8 @@ class Recorder:
             raise _C.RewindError(f"rec.batch: step {s}'s batch is {shapes_text(desc)} on rank {r.rank}, "
                                  f"{shapes_text(self._desc)} before; a data-parallel recording needs "
                                  f"batches of one shape on every rank and step")
-        rng = r.states(_rng_state(), device, r.root() and self._rec.checkpoint_due(s + ranks.LAG))
-        r.keep_decision(rng, s + ranks.LAG)
+        rng = r.states(_rng_state(), device, r.root() and self._rec.checkpoint_due(s + _ranks.LAG))
+        r.keep_decision(rng, s + _ranks.LAG)
         stacks = r.stack(tensors)  # (world size, ...) each
         if r.root():  # the step writer reads the stacks once the device has them
             self._pending = ([to_host(t) for t in stacks], {**desc, "ranks": r.size}, rng, t0)
@@ -443,53 +490,77 @@ class Recorder:
         before (outside a step)."""
         _C.set_monitoring(self._rec is not None and self.step_index % self.monitor_every == 0)
 
-    def step(self, loss, grad_norm=None, lr=None, **metrics):
-        """Ends the step begun by rec.batch, after optimizer.step(): records the loss and
-        gradient norm (as FP32 bits), the learning rate (default: the optimizer's first group's),
-        a digest of the parameters, any other scalars given as keywords and the per-head monitors
-        of the rewind.attention calls since rec.batch ("L0.H1.max_logit", "repmax_rate",
-        "pbar_one", "stable_guard"). During a replay it reports them to `rewind replay`
-        instead, and ends the process after the window's last step."""
+    def step(self, loss: Scalar, *, grad_norm: Scalar = None, lr: Optional[float] = None, **metrics: Scalar) -> None:
+        """Ends the step begun by `rec.batch`; call it after optimizer.step().
+
+        Recording, the step stores the loss and gradient norm (as FP32 bits), the learning
+        rate, a digest of the parameters, the keyword scalars and the per-head monitors of the
+        rewind.attention calls since rec.batch ("L0.H1.max_logit", "repmax_rate", "pbar_one",
+        "stable_guard"). In a replay they go to `rewind replay` instead; in a doctor's run the
+        step's loss and parameters are hashed.
+
+        Args:
+            loss: the step's loss, a one-element tensor or a number (None: NaN).
+            grad_norm: the gradient norm, as loss (None: NaN).
+            lr: the learning rate (None: the optimizer's first parameter group's).
+            **metrics: more scalars stored under their names (one-element tensors or numbers).
+
+        Raises:
+            rewind.WindowDone: the step was the last one a replay's window or a doctor's run
+                needs (the script ends with status 0 unless it catches it).
+            rewind.RewindError: no rec.batch began the step, or a background write failed.
+            ValueError: a tensor given is not a scalar.
+        """
+        if self._done is not None:
+            raise self._window_done()
         if self._pending is None:
             raise _C.RewindError(f"rec.step: step {self.step_index} has no batch; call rec.batch first")
         tensors, desc, rng, t0 = self._pending
         self._pending = None
-        if not self.replaying and not self._doctor and not self._rec:  # another rank than 0 of a recording
+        if self.mode is Mode.RECORD:
+            self._record_step(t0, tensors, desc, rng, loss, grad_norm, lr, metrics)
+        elif self.mode is Mode.DOCTOR:
+            s = self.step_index
+            self.step_index += 1
+            if self._doctor.end_step(s, _scalar(loss, "loss")):
+                self._end_window(s)
+        else:
+            self._replay_step(t0, loss, grad_norm, lr, metrics)
+
+    def _record_step(self, t0, tensors, desc, rng, loss, grad_norm, lr, metrics):
+        if not self._rec:  # another rank than 0 of a recording
             self.step_index += 1
             return
-        if not self.replaying and not self._doctor:
-            seconds = time.perf_counter() - t0
-            lr_v = float(self.optimizer.param_groups[0]["lr"] if lr is None else lr)
-            scalars = [("loss", _queued_scalar(loss, "loss")), ("grad_norm", _queued_scalar(grad_norm, "grad_norm"))]
-            scalars += [(k, _queued_scalar(v, k)) for k, v in metrics.items()]
-            ops = ""
-            if len(_op_names) != self._ops_stored:
-                ops, self._ops_stored = json.dumps(sorted(_op_names)), len(_op_names)
-            # Queued, not written: the step writer waits for the device's copies (rewind._C).
-            self._rec.queue_step(self.step_index, lr_v, seconds, scalars, tensors, rng,
-                                 json.dumps({"batch": desc, "seconds": seconds}), ops, torch.cuda.is_initialized())
-            self.step_index += 1
-            return
+        seconds = time.perf_counter() - t0
+        lr_v = float(self.optimizer.param_groups[0]["lr"] if lr is None else lr)
+        scalars = [("loss", _queued_scalar(loss, "loss")), ("grad_norm", _queued_scalar(grad_norm, "grad_norm"))]
+        scalars += [(k, _queued_scalar(v, k)) for k, v in metrics.items()]
+        ops = ""
+        if len(_op_names) != self._ops_stored:
+            ops, self._ops_stored = json.dumps(sorted(_op_names)), len(_op_names)
+        # Queued, not written: the step writer waits for the device's copies (rewind._C).
+        self._rec.queue_step(self.step_index, lr_v, seconds, scalars, tensors, rng,
+                             json.dumps({"batch": desc, "seconds": seconds}), ops, torch.cuda.is_initialized())
+        self.step_index += 1
+
+    def _replay_step(self, t0, loss, grad_norm, lr, metrics):
+        """A replayed step reported to rewind; the window ends after its last step, at a NaN
+        loss where the probe asked for that, or where a served probe's verdict is decided."""
         loss_v, norm_v = _scalar(loss, "loss"), _scalar(grad_norm, "grad_norm")
-        if self._doctor:
-            self._doctor.end_step(self.step_index, loss_v)
-            self.step_index += 1
-            return
         lr_v = float(self.optimizer.param_groups[0]["lr"] if lr is None else lr)
         digest = _C.param_digest_queued(self._params)() if self._rank == 0 else ""  # as recorded
         s = self.step_index
         self.step_index += 1
         scalars = [(k, _scalar(v, k)) for k, v in metrics.items()] + _C.collect_monitors()
         seconds = time.perf_counter() - t0
-        if serve.serving() and self._rank == 0 and self._plan_of(s) == plan_at(self._recorded_plan, s):
+        if _serve.serving() and self._rank == 0 and self._plan_of(s) == plan_at(self._recorded_plan, s):
             self._check_served(s, loss_v, digest)
-        # A replay (recording and doctor returned above): report the step to rewind.
         self._write({"step": s, "loss": loss_v, "loss_bits": _f32_bits(loss_v), "grad_norm": norm_v,
                      "grad_norm_bits": _f32_bits(norm_v), "lr": lr_v, "digest": digest,
                      "seconds": seconds, "metrics": dict(scalars)})
         stop = self._stop_nonfinite and s >= self._from and not math.isfinite(loss_v)
         # A served bisect probe whose verdict rewind has decided on the steps so far ends here.
-        asked = s >= self._from and serve.stop_asked()
+        asked = s >= self._from and _serve.stop_asked()
         if self._ranks:  # the ranks end together, where rank 0 says so (its loss, its probe's reader)
             stop, asked = divmod(self._ranks.flag(2 * stop + asked), 2)
         if stop:  # a bisect probe: NaN/Inf stays so, the rest of the window cannot change it
@@ -499,21 +570,31 @@ class Recorder:
             self._end_window(s)
 
     def _end_window(self, last):
-        """A replay's end after step `last`: reported, and the script ends (sys.exit(0))."""
-        if _TIMES["REWIND_PROBE_TIMES"]:  # where a probe's wall goes (served: from serve's start of the run)
-            t = self._times
-            print(f"rewind: probe times: script to rewind.record {t[0] - _probe_t0:.3f} s, restore "
-                  f"{t[1] - t[0]:.3f} s, {len(t) - 2} steps {t[-1] - t[1]:.3f} s (first "
-                  f"{t[min(2, len(t) - 1)] - t[1]:.3f} s)", file=sys.stderr, flush=True)
-        self._write({"done": last})
-        self._report.close()
-        sys.exit(0)
+        """The end of a replay's window or a doctor's steps after step `last`: reported, and
+        WindowDone raised, which ends the script unless it catches it."""
+        if self.mode is Mode.REPLAY:
+            if _TIMES["REWIND_PROBE_TIMES"]:  # where a probe's wall goes (served: from serve's start of the run)
+                t = self._times
+                print(f"rewind: probe times: script to rewind.record {t[0] - _probe_t0:.3f} s, restore "
+                      f"{t[1] - t[0]:.3f} s, {len(t) - 2} steps {t[-1] - t[1]:.3f} s (first "
+                      f"{t[min(2, len(t) - 1)] - t[1]:.3f} s)", file=sys.stderr, flush=True)
+            self._write({"done": last})
+            self._report.close()
+        self._done = last
+        raise self._window_done()
 
-    def close(self):
+    def _window_done(self):
+        return WindowDone(self.mode, self._done)
+
+    def close(self) -> None:
         """Ends the recording: waits until every step and checkpoint is committed (the store's
-        background writers; a failed write is raised here or at the next rec.step) and lets go
-        of the store's writer lock. Called at exit if the script does not."""
-        if not self.replaying and not self._doctor and not self._closed and self._rec:
+        background writers) and lets go of the store's writer lock. Called at exit if the
+        script does not; a second call, and a call in a replay or a doctor's run, does nothing.
+
+        Raises:
+            rewind.RewindError: a background write failed.
+        """
+        if self.mode is Mode.RECORD and not self._closed and self._rec:
             self._closed = True
             _C.set_monitoring(False)
             late, folded, max_late, pending = self._rec.checkpoint_lateness()
@@ -529,10 +610,10 @@ class Recorder:
                 print(f"rewind.record: {'; '.join(said)}; checkpoint_wait=True keeps them exactly "
                       f"{self.checkpoint_every} apart instead", file=sys.stderr)
 
-    def __enter__(self):
+    def __enter__(self) -> Recorder:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
 
@@ -594,45 +675,62 @@ def _schedule(plan, plan_from):
     return json.dumps({"base": plan, "changes": changes})
 
 
-def record(path, model, optimizer, *, instrument=False, **options):
-    """Records the training loop of `model` and `optimizer` into a new store at `path` (never
-    overwritten: an existing non-empty file is a rewind.RewindError), or, when `rewind replay
-    --cmd` started this script, replays the asked window from that store instead.
+def record(path: Union[str, os.PathLike], model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
+           checkpoint_every: int = 50, plan: str = "", config: Optional[Mapping[str, Any]] = None,
+           state: Optional[Mapping[str, Any]] = None, plan_from: Optional[Mapping[int, str]] = None,
+           checkpoint_wait: bool = False, start: int = 0, monitor_every: int = 1,
+           instrument: bool = False) -> Recorder:
+    """Records the training loop of `model` and `optimizer` into a new store at `path`, or,
+    when rewind's CLI started this script, replays the asked window from the recording
+    (`rewind replay|bisect --cmd`) or hashes the first steps (`rewind doctor --cmd`) instead:
+    the returned recorder's `mode`.
 
-    checkpoint_every: model and optimizer state_dicts and the generators' states every that
-    many steps. A checkpoint that falls due while the one before is still being compressed and
-    written is taken at the first later step where the writer has room (the loop does not wait;
-    `rewind train` does the same); checkpoint_wait=True waits instead, for checkpoints at exactly
-    0, K, 2K, ... plan: the precision plan rewind.attention applies (recorded with the run).
-    config: a JSON-able dict stored as the run's config (e.g. nanoGPT's config dict).
-    state: more objects whose state_dict() the checkpoints keep and a replay restores, by name,
-    e.g. {"scaler": scaler, "sched": lr_scheduler}.
-    plan_from: {step: spec}, plans applied on top of `plan` from those steps on (as rewind
-    train --plan-from), e.g. {20: "L1.H0.pv=fault(strength=25600)"} to plant a fault for a test.
-    The environment reaches both without the script's own arguments: REWIND_PLAN replaces
-    `plan`, REWIND_PLAN_FROM='20:L1.H0.pv=fault(strength=25600)' (several joined by '|') adds
-    changes.
-    start: the number of the first step recorded, for a loop resumed from its own checkpoint
-    (nanoGPT's iter_num after --init_from=resume): steps and checkpoints keep the run's numbering.
-    monitor_every: the per-head monitors of rewind.attention are recorded on steps 0, N, 2N, ...
-    only (recorded with the run); the other steps skip their counts, about a fifth of the
-    attention forward on an H200. Replays report them on every step.
-    instrument: rewind.instrument(model) first, so an unedited model's attention and linears
-    follow the plan (a model it cannot map is refused before anything is recorded).
+        rec = rewind.record("run.db", model, optimizer, checkpoint_every=50)
+        for it in range(rec.start, max_iters):
+            x, y = rec.batch(get_batch, "train")
+            ...
+            rec.step(loss=loss, grad_norm=norm, lr=lr)
 
-        rec = rewind.record("run.db", model, optimizer, checkpoint_every=5)
+    Args:
+        path: the new store (never overwritten: an existing non-empty file is refused).
+            Ignored in a replay, which reads the store rewind names.
+        model, optimizer: the loop's; their state_dicts are checkpointed and restored.
+        checkpoint_every: model and optimizer state_dicts and the generators' states every
+            that many steps. A checkpoint that falls due while the one before is still being
+            compressed and written is taken at the first later step where the writer has room
+            (the loop does not wait; `rewind train` does the same).
+        plan: the precision plan rewind.attention and rewind.op apply (recorded with the run).
+            REWIND_PLAN in the environment replaces it.
+        config: a JSON-able dict stored as the run's config (e.g. nanoGPT's config dict).
+        state: more objects whose state_dict() the checkpoints keep and a replay restores, by
+            name, e.g. {"scaler": scaler, "sched": lr_scheduler}.
+        plan_from: {step: spec}, plans applied on top of `plan` from those steps on (as rewind
+            train --plan-from), e.g. {20: "L1.H0.pv=fault(strength=25600)"} to plant a fault
+            for a test. REWIND_PLAN_FROM='20:L1.H0.pv=fault(strength=25600)' (several joined
+            by '|') in the environment adds changes.
+        checkpoint_wait: wait for the writer instead, for checkpoints at exactly 0, K, 2K, ...
+        start: the number of the first step recorded, for a loop resumed from its own
+            checkpoint (nanoGPT's iter_num after --init_from=resume): steps and checkpoints
+            keep the run's numbering.
+        monitor_every: the per-head monitors of rewind.attention are recorded on steps 0, N,
+            2N, ... only (recorded with the run); the other steps skip their counts, about a
+            fifth of the attention forward on an H200. Replays report them on every step.
+        instrument: rewind.instrument(model) first, so an unedited model's attention and
+            linears follow the plan (a model it cannot map is refused before anything is
+            recorded).
 
-    The options are Recorder's, by keyword: checkpoint_every=50, plan="", config=None,
-    state=None, plan_from=None, checkpoint_wait=False, start=0, monitor_every=1.
+    Returns:
+        The `rewind.Recorder` whose `batch` and `step` the loop calls.
+
+    Raises:
+        rewind.RewindError: the store cannot be made (a non-empty file is there), a replay
+            cannot restore the recording into this model, or the environment rewind's
+            CLI sets is malformed.
+        ValueError: checkpoint_every or monitor_every below 1, or a negative start.
+        TypeError: a state= object without state_dict/load_state_dict.
     """
-    unknown = sorted(set(options) - set(_RECORDER_OPTIONS))
-    if unknown:  # before instrument touches the model
-        raise TypeError(f"rewind.record: no option {unknown[0]!r} (options: instrument, {', '.join(_RECORDER_OPTIONS)})")
     if instrument:
-        from .instrument import instrument as instrument_model
+        from ._instrument import instrument as instrument_model
         instrument_model(model)
-    return Recorder(path, model, optimizer, **options)
-
-
-_RECORDER_OPTIONS = ("checkpoint_every", "plan", "config", "state", "plan_from", "checkpoint_wait", "start",
-                     "monitor_every")
+    return Recorder(path, model, optimizer, checkpoint_every=checkpoint_every, plan=plan, config=config, state=state,
+                    plan_from=plan_from, checkpoint_wait=checkpoint_wait, start=start, monitor_every=monitor_every)

@@ -155,7 +155,7 @@ def _run(script, argv):
     try:
         runpy.run_path(script, run_name="__main__")
         return 0
-    except SystemExit as e:  # rec.step ends the window with sys.exit(0)
+    except SystemExit as e:  # rewind.WindowDone (code 0) at the window's end, or the script's own exit
         return _exit_code(e)
     except BaseException:  # as an uncaught error in a script of its own: printed, status 1
         traceback.print_exc()

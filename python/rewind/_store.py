@@ -1,16 +1,19 @@
 """Read a rewind store: runs with their config, plan and metadata, per-step series as numpy
 arrays (a pandas DataFrame when pandas is installed and asked for), per-head monitors, captured
 attention tensors and checkpoints as torch tensors, and bisect reports as dicts."""
+from __future__ import annotations
+
 import json
 import os
 import pickle
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 import torch
 
 from . import _C
-from .batches import decode_batch
-from .recording import _unflatten
+from ._batches import decode_batch
+from ._recording import _unflatten
 
 
 def _frame(columns, as_frame):
@@ -34,9 +37,18 @@ def _offsets(extra):
 
 
 class Run:
-    """One recorded run of a store."""
+    """One recorded run of a store (`Store.runs`, `Store.run()`).
 
-    def __init__(self, path, row):
+    Attributes:
+        path: the store's file.
+        id: the run's id in the store.
+        created: when it was recorded.
+        config: the run's config (a dict).
+        meta: what the recorder noted (a dict: "kind" is "python" for rewind.record's runs).
+        plan: the recorded plan (a spec string, or a schedule dict).
+    """
+
+    def __init__(self, path: str, row: Dict[str, Any]):
         self.path = path
         self.id = row["id"]
         self.created = row["created"]
@@ -51,12 +63,22 @@ class Run:
     def __repr__(self):
         return f"<rewind run {self.id} of {self.path}: {self.config.get('n_layer')} layers>"
 
-    def steps(self, as_frame=False):
-        """step, lr, loss, grad_norm (numpy arrays; loss and grad norm are the recorded FP32
-        values), param_digest and batch_hash (lists of str), and offsets: per step the sample
-        offsets into the token file, an int64 array (gradient_accumulation_steps, batch_size)
-        (row i of micro-batch m is tokens offsets[m, i] .. + block_size; None where not
-        recorded). as_frame=True: a pandas DataFrame (needs pandas)."""
+    def steps(self, *, as_frame: bool = False) -> Any:
+        """The per-step series.
+
+        Args:
+            as_frame: a pandas DataFrame instead of a dict of columns (needs pandas).
+
+        Returns:
+            {"step", "lr", "loss", "grad_norm": numpy arrays (loss and grad norm are the
+            recorded FP32 values), "param_digest", "batch_hash": lists of str, "offsets": per
+            step the sample offsets into the token file, an int64 array
+            (gradient_accumulation_steps, batch_size) (row i of micro-batch m is tokens
+            offsets[m, i] .. + block_size; None where not recorded)}.
+
+        Raises:
+            ImportError: as_frame=True without pandas, saying how to install it.
+        """
         raw = _C.store_steps(self.path, self.id)
         cols = {"step": np.asarray(raw["step"], dtype=np.int64),
                 "lr": np.asarray(raw["lr"], dtype=np.float64),
@@ -66,12 +88,24 @@ class Run:
                 "offsets": [_offsets(e) for e in raw["extra"]]}
         return _frame(cols, as_frame)
 
-    def batch(self, step, data=None, rank=0):
-        """The batch a recorded step trained on, as nanoGPT's get_batch makes it: (x, y) int64
-        torch tensors of shape (micro-batches, batch_size, block_size), y = x shifted by one
-        token. `data`: the token file (default: the recorded path; uint16 like train.bin).
-        A run recorded by rewind.record: what its get_batch returned, on the CPU (of a
-        data-parallel script's recording, rank `rank`'s)."""
+    def batch(self, step: int, *, data: Optional[str] = None, rank: int = 0) -> Any:
+        """The batch a recorded step trained on.
+
+        Args:
+            step: the step.
+            data: the token file of a `rewind train` run (default: the recorded path; uint16
+                like train.bin).
+            rank: of a data-parallel script's recording, whose batch.
+
+        Returns:
+            A run of rewind.record: what its get_batch returned, on the CPU. A run of `rewind
+            train`: (x, y) as nanoGPT's get_batch makes them, int64 tensors of shape
+            (micro-batches, batch_size, block_size), y = x shifted by one token.
+
+        Raises:
+            KeyError: the run has no such step (or no recorded offsets for it).
+            ValueError: `rank` is not one of the recording's ranks.
+        """
         if self.meta.get("kind") == "python":
             rec = _C.ScriptReplay(self.path).step(self.id, step)
             if rec is None:
@@ -88,10 +122,17 @@ class Run:
         rows = torch.from_numpy(rows).view(*offsets.shape, t + 1)
         return rows[..., :-1].contiguous(), rows[..., 1:].contiguous()
 
-    def metrics(self, prefix="", as_frame=False):
-        """Per-step metrics (lr, step time, per-head monitors such as "L1.H2.max_logit") as
-        {"step": array, key: array, ...} over the steps that have any; NaN where a key is
-        missing at a step."""
+    def metrics(self, prefix: str = "", *, as_frame: bool = False) -> Any:
+        """Per-step metrics: lr, step time, per-head monitors such as "L1.H2.max_logit".
+
+        Args:
+            prefix: only the keys that start with it ("L3.").
+            as_frame: a pandas DataFrame instead of a dict of columns (needs pandas).
+
+        Returns:
+            {"step": array, key: array, ...} over the steps that have any; NaN where a key is
+            missing at a step.
+        """
         steps, keys, values = _C.store_metrics(self.path, self.id, prefix)
         all_steps = np.unique(np.asarray(steps, dtype=np.int64))
         row = {s: i for i, s in enumerate(all_steps.tolist())}
@@ -102,18 +143,31 @@ class Run:
             cols[k][row[s]] = v
         return _frame(cols, as_frame)
 
-    def checkpoint_steps(self):
+    def checkpoint_steps(self) -> List[int]:
+        """The steps that have a checkpoint, ascending."""
         return list(_C.store_checkpoint_steps(self.path, self.id))
 
-    def checkpoint(self, step, names="rewind"):
-        """The training state at a checkpoint: {"param/<name>", "adam_m/<name>",
-        "adam_v/<name>", "step", ...} -> torch tensors.
+    def checkpoint(self, step: int, *, names: str = "rewind") -> Dict[str, torch.Tensor]:
+        """The training state at a checkpoint.
 
-        names="nanogpt": the model's state_dict under nanoGPT's names instead
-        ("transformer.wte.weight", "transformer.h.0.attn.c_attn.weight", ..., "lm_head.weight",
-        tied to wte), which nanoGPT's GPT.load_state_dict(..., strict=True) takes; the map is
-        the one `rewind export nanogpt` writes with (with the causal-mask buffers attn.bias of
-        a run imported from a checkpoint that had them). The AdamW state: `rewind export`."""
+        Args:
+            step: a step of checkpoint_steps().
+            names: "rewind": the stored names; "nanogpt": the model's state_dict under
+                nanoGPT's names instead ("transformer.wte.weight",
+                "transformer.h.0.attn.c_attn.weight", ..., "lm_head.weight", tied to wte),
+                which nanoGPT's GPT.load_state_dict(..., strict=True) takes; the map is the one
+                `rewind export nanogpt` writes with (with the causal-mask buffers attn.bias of a
+                run imported from a checkpoint that had them). The AdamW state: `rewind export`.
+
+        Returns:
+            {"param/<name>", "adam_m/<name>", "adam_v/<name>", "step", ...} -> torch tensors
+            (a run of rewind.record: "model/<key>", "optimizer/...", "skeleton", "rng/...";
+            script_checkpoint() rebuilds its state_dicts), or nanoGPT's state_dict.
+
+        Raises:
+            ValueError: another `names`.
+            rewind.RewindError: no checkpoint at `step`.
+        """
         state = _C.store_checkpoint(self.path, self.id, step)
         if names == "rewind":
             return state
@@ -130,10 +184,21 @@ class Run:
         model["lm_head.weight"] = model["transformer.wte.weight"]
         return model
 
-    def script_checkpoint(self, step):
-        """A checkpoint of a run that rewind.record made (a Python script's), as the script's
-        load_state_dict calls take it: {"model": the model's state_dict, "optimizer": the
-        optimizer's, "state": {name: state_dict} of record's state=, "step": step}."""
+    def script_checkpoint(self, step: int) -> Dict[str, Any]:
+        """A checkpoint of a run that rewind.record made, as the script's load_state_dict
+        calls take it.
+
+        Args:
+            step: a step of checkpoint_steps().
+
+        Returns:
+            {"model": the model's state_dict, "optimizer": the optimizer's, "state": {name:
+            state_dict} of record's state=, "step": step}.
+
+        Raises:
+            ValueError: a run of `rewind train` (Run.checkpoint reads those).
+            rewind.RewindError: no checkpoint at `step`.
+        """
         if self.meta.get("kind") != "python":
             raise ValueError(f"run {self.id} was recorded by rewind train: Run.checkpoint(step)")
         state = dict(_C.ScriptReplay(self.path).checkpoint(self.id, step))
@@ -142,12 +207,21 @@ class Run:
                 "state": {k: _unflatten(v, state) for k, v in skeleton.get("state", {}).items()},
                 "step": int(skeleton["step"])}
 
-    def export_nanogpt(self, step, path):
+    def export_nanogpt(self, step: int, path: Union[str, os.PathLike]) -> None:
         """Writes the checkpoint at `step` of a Python script's run of nanoGPT's GPT as nanoGPT's
         ckpt.pt (model, optimizer, model_args, iter_num, best_val_loss, config), which its
-        train.py resumes from (--init_from=resume). `path` must not exist yet. The model args
-        come from the recorded config (nanoGPT's config dict: rewind.record's config=) and the
-        vocabulary from the embedding. A run of rewind train: `rewind export nanogpt`."""
+        train.py resumes from (--init_from=resume). The model args come from the recorded
+        config (nanoGPT's config dict: rewind.record's config=) and the vocabulary from the
+        embedding. A run of rewind train: `rewind export nanogpt`.
+
+        Args:
+            step: a step of checkpoint_steps().
+            path: the file to write; it must not exist yet.
+
+        Raises:
+            FileExistsError: `path` exists.
+            ValueError: not nanoGPT's GPT, or a config without nanoGPT's model args.
+        """
         if os.path.exists(path):
             raise FileExistsError(f"{path} exists; rewind does not overwrite it")
         ck = self.script_checkpoint(step)
@@ -165,16 +239,29 @@ class Run:
         torch.save({"model": ck["model"], "optimizer": ck["optimizer"], "model_args": args,
                     "iter_num": ck["step"], "best_val_loss": 1e9, "config": self.config}, path)
 
-    def tensors(self):
-        """Captured attention tensors: dicts with step, layer, head, name, dtype, shape."""
+    def tensors(self) -> List[Dict[str, Any]]:
+        """Captured attention tensors (`rewind train --capture`): dicts with step, layer, head,
+        name, dtype, shape."""
         return list(_C.store_tensors(self.path, self.id))
 
-    def tensor(self, name, step, layer=-1, head=-1):
-        """One captured tensor (q, k, v, o, lse, do, delta per head; x per layer, head -1)."""
+    def tensor(self, name: str, step: int, *, layer: int = -1, head: int = -1) -> torch.Tensor:
+        """One captured tensor.
+
+        Args:
+            name: q, k, v, o, lse, do, delta (per head) or x (per layer, head -1).
+            step, layer, head: where it was captured.
+
+        Returns:
+            The tensor.
+
+        Raises:
+            rewind.RewindError: nothing so captured.
+        """
         return _C.store_tensor(self.path, self.id, step, layer, head, name)
 
-    def bisect_reports(self):
-        """Each bisect job on this run: {"job": its options, "log": [probes], "verdict": str}."""
+    def bisect_reports(self) -> Dict[str, Dict[str, Any]]:
+        """Each bisect job on this run: {job: {"job": its options, "log": [probes], "verdict":
+        str}}."""
         kv = _C.store_kv(self.path, self.id, "bisect/")
         jobs = {}
         for key, text in kv.items():
@@ -186,23 +273,33 @@ class Run:
             jobs.setdefault(job, {})[kind] = value
         return jobs
 
-    def kv(self, prefix=""):
-        """The run's text entries (divergence curves, bisect state, import metadata)."""
+    def kv(self, prefix: str = "") -> Dict[str, str]:
+        """The run's text entries (divergence curves, bisect state, import metadata, the op
+        names a recording saw under "ops") whose keys start with `prefix`."""
         return dict(_C.store_kv(self.path, self.id, prefix))
 
 
 class Store:
-    """A rewind store file (opened read-only for each read; safe beside a running recorder)."""
+    """A rewind store file (opened read-only for each read; safe beside a running recorder).
 
-    def __init__(self, path):
+    Attributes:
+        path: the file.
+        runs: its runs (`rewind.Run`), oldest first.
+    """
+
+    def __init__(self, path: Union[str, os.PathLike]):
         self.path = str(path)
         self.runs = [Run(self.path, r) for r in _C.store_runs(self.path)]
 
     def __repr__(self):
         return f"<rewind store {self.path}: {len(self.runs)} runs>"
 
-    def run(self, run_id=None):
-        """A run by id; the last one by default."""
+    def run(self, run_id: Optional[int] = None) -> Run:
+        """A run by id; the last one by default.
+
+        Raises:
+            KeyError: no run of that id.
+        """
         if run_id is None:
             return self.runs[-1]
         for r in self.runs:
@@ -210,8 +307,9 @@ class Store:
                 return r
         raise KeyError(f"store {self.path} has no run {run_id}")
 
-    def probes(self, job=""):
-        """The bisect probe cache: dicts with job, plan, window, verdict, metrics, wall_s."""
+    def probes(self, job: str = "") -> List[Dict[str, Any]]:
+        """The bisect probe cache (of one bisect job, or of all with job=""): dicts with job,
+        plan, window, verdict, metrics, wall_s."""
         out = []
         for p in _C.store_probes(self.path, job):
             p = dict(p)
@@ -220,7 +318,16 @@ class Store:
         return out
 
 
-def open(path):  # noqa: A001  (rewind.open shadows the builtin on purpose: the package's reader)
-    """Opens a rewind store for reading; raises rewind.RewindError (a ValueError) for anything
-    that is not one."""
+def open(path: Union[str, os.PathLike]) -> Store:  # noqa: A001  (shadows the builtin on purpose: the package's reader)
+    """Opens a rewind store for reading.
+
+    Args:
+        path: the store's file.
+
+    Returns:
+        A `rewind.Store`.
+
+    Raises:
+        rewind.RewindError: (a ValueError) the file is not a rewind store, or is missing.
+    """
     return Store(path)

@@ -181,17 +181,17 @@ def attn_inputs_of_proj(model, paths):
 
 class Plan(unittest.TestCase):
     def setUp(self):
-        rewind.recording._active_plan = ""
+        rewind._recording._active_plan = ""
 
     def tearDown(self):
-        rewind.recording._active_plan = ""
+        rewind._recording._active_plan = ""
 
     def with_plan(self, plan, fn):
-        rewind.recording._active_plan = plan
+        rewind._recording._active_plan = plan
         try:
             return fn()
         finally:
-            rewind.recording._active_plan = ""
+            rewind._recording._active_plan = ""
 
     def assert_fault_in_L1_H0_only(self, model, paths):
         """FAULT changes what layer 1's head 0 hands its output linear (`paths`: layer 0's and
@@ -306,7 +306,7 @@ class NanoGPT(Plan):
         rewind.uninstrument(compiled)
         self.assertTrue(all(same(u, v) for u, v in zip(before, run(compiled))))
 
-    @unittest.skipUnless(rewind.compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
     def test_compiled_model_is_one_graph_with_the_eager_bits(self):
         """The whole model under fullgraph=True (a graph break would raise): rewind's attention
         is a custom op in dynamo's graph, its autograd formula traced by AOTAutograd (aot_eager).
@@ -319,7 +319,7 @@ class NanoGPT(Plan):
             got = self.with_plan(plan, lambda: run(compiled))
             self.assertTrue(all(same(u, v) for u, v in zip(want[plan], got)), plan)
 
-    @unittest.skipUnless(rewind.compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
     def test_blocks_compiled_one_by_one_share_their_graphs(self):
         """block.compile() on every block (torchtitan's way): without a plan nothing per layer
         is a constant of the trace, so 12 blocks compile 2 graphs (dynamo's first call and its
@@ -391,7 +391,7 @@ class HuggingFace(Plan):
     def test_llama(self):
         self.check_model("llama", "o_proj")
 
-    @unittest.skipUnless(rewind.compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
     def test_whole_model_compiled(self):
         """torch.compile(model) of Hugging Face's GPT-2 and Llama: while tracing transformers
         builds an explicit causal mask unless the mask function says none is needed; rewind's
@@ -404,7 +404,7 @@ class HuggingFace(Plan):
                 got = self.with_plan(plan, lambda: run(compiled))
                 self.assertTrue(all(same(u, v) for u, v in zip(want[plan], got)), (kind, plan))
 
-    @unittest.skipUnless(rewind.compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
     def test_blocks_compiled_one_by_one_share_their_graphs(self):
         """GPT-2's 12 blocks compiled one by one: nothing per layer (not even the module path a
         refusal would name) is read while tracing, so one graph serves every block."""

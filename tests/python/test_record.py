@@ -303,13 +303,14 @@ class InProcess(unittest.TestCase):
         self.dir = tempfile.mkdtemp(prefix="rewind_inproc_")
 
     def tearDown(self):
-        os.environ.pop(rewind.recording.REPLAY_ENV, None)
-        rewind.recording._replaying = False
+        os.environ.pop(rewind._recording.REPLAY_ENV, None)
+        os.environ.pop("REWIND_DOCTOR", None)
+        rewind._recording._replaying = False
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def loop(self, rec, get_batch, last, seen):
+    def loop(self, rec, get_batch, last, seen, first=None):
         model, opt = rec.model, rec.optimizer
-        for it in range(rec.start, last + 1):
+        for it in range(rec.start if first is None else first, last + 1):
             b = rec.batch(get_batch)
             seen[it] = {k: v.clone() for k, v in b.items()}
             loss = torch.nn.functional.cross_entropy(model(b["x"]), b["y"])
@@ -327,19 +328,27 @@ class InProcess(unittest.TestCase):
         store, report = os.path.join(self.dir, "run.db"), os.path.join(self.dir, "report.jsonl")
         model, opt = self.make()
         rec = rewind.record(store, model, opt, checkpoint_every=3, checkpoint_wait=True)
+        self.assertIs(rec.mode, rewind.Mode.RECORD)
         recorded, replayed = {}, {}
         self.loop(rec, lambda: {"x": torch.randn(2, 4), "y": torch.randint(3, (2,))}, 5, recorded)
         rec.close()
-        os.environ[rewind.recording.REPLAY_ENV] = json.dumps(
+        os.environ[rewind._recording.REPLAY_ENV] = json.dumps(
             {"store": store, "run": 0, "from": 4, "to": 5, "plan": "", "report": report})
         model, opt = self.make()
         rec = rewind.record("ignored.db", model, opt, checkpoint_every=3)
+        self.assertIs(rec.mode, rewind.Mode.REPLAY)
         self.assertEqual(rec.start, 3)
 
         def not_called():
             raise AssertionError("get_batch called during a replay")
-        with self.assertRaises(SystemExit):
+        with self.assertRaises(rewind.WindowDone) as done:  # a SystemExit: the script ends with status 0
             self.loop(rec, not_called, 99, replayed)
+        self.assertEqual((done.exception.code, done.exception.mode, done.exception.last_step),
+                         (0, rewind.Mode.REPLAY, 5))
+        with self.assertRaises(rewind.WindowDone):  # the window has no more steps
+            rec.batch(not_called)
+        with self.assertRaises(rewind.WindowDone):
+            rec.step(loss=0.0)
         self.assertEqual(sorted(replayed), [3, 4, 5])
         for it, b in replayed.items():
             self.assertEqual(list(b), ["x", "y"])
@@ -362,6 +371,39 @@ class InProcess(unittest.TestCase):
             run.batch(6)
         with self.assertRaises(rewind.RewindError):  # one recorder per replaying process
             rewind.record("ignored.db", model, opt)
+
+    def test_the_mode_is_read_once_when_the_recorder_is_made(self):
+        store = os.path.join(self.dir, "run.db")
+        model, opt = self.make()
+        rec = rewind.record(store, model, opt, checkpoint_every=2)
+        seen = {}
+        self.loop(rec, lambda: {"x": torch.randn(2, 4), "y": torch.randint(3, (2,))}, 1, seen)
+        # The environment changing under a running loop does not turn it into a replay.
+        os.environ[rewind._recording.REPLAY_ENV] = json.dumps(
+            {"store": store, "run": 0, "from": 0, "to": 1, "plan": "", "report": os.devnull})
+        self.loop(rec, lambda: {"x": torch.randn(2, 4), "y": torch.randint(3, (2,))}, 3, seen, first=2)
+        self.assertIs(rec.mode, rewind.Mode.RECORD)
+        rec.close()
+        self.assertEqual(rewind.open(store).run().steps()["step"].tolist(), [0, 1, 2, 3])
+
+    def test_doctor_window_ends_with_window_done_and_records_nothing(self):
+        store, report = os.path.join(self.dir, "never.db"), os.path.join(self.dir, "doctor.jsonl")
+        os.environ["REWIND_DOCTOR"] = json.dumps({"steps": 2, "report": report})
+        model, opt = self.make()
+        rec = rewind.record(store, model, opt)
+        self.assertIs(rec.mode, rewind.Mode.DOCTOR)
+        seen = {}
+        with self.assertRaises(rewind.WindowDone) as done:
+            self.loop(rec, lambda: {"x": torch.randn(2, 4), "y": torch.randint(3, (2,))}, 99, seen)
+        self.assertEqual((done.exception.code, done.exception.mode, done.exception.last_step),
+                         (0, rewind.Mode.DOCTOR, 1))
+        self.assertEqual(sorted(seen), [0, 1])
+        rec.close()  # nothing to close
+        self.assertFalse(os.path.exists(store))
+        with open(report) as f:
+            lines = [json.loads(line) for line in f]
+        self.assertEqual(lines[-1], {"done": 1})
+        self.assertEqual({line["step"] for line in lines if line.get("what") == "loss"}, {0, 1})
 
     def test_a_busy_writer_defers_a_checkpoint_instead_of_stopping_the_loop(self):
         # A checkpoint every step of a loop whose steps are far shorter than a checkpoint's

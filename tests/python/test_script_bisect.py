@@ -1,7 +1,7 @@
 """`rewind bisect --cmd` over a run recorded by tiny_train.py: a fault planted through the plan in
 one head's pv from step 20 (rewind.record's plan_from) is localized exactly (layer, head, op),
 each probe running the script once over the window under the probe's plan, every probe inside
-one process of the script (python/rewind/serve.py; --jobs G: G processes) with the bits of a
+one process of the script (python/rewind/_serve.py; --jobs G: G processes) with the bits of a
 process each, its model built without torch.nn.init's writes."""
 import json
 import os
@@ -194,7 +194,7 @@ class ServedInit(unittest.TestCase):
 
     def test_skipped_initializers_come_back_and_unrestored_tensors_are_named(self):
         import torch
-        from rewind import serve
+        from rewind import _serve as serve
         real = torch.nn.init.normal_
         serve._skip_init()
         self.assertIsNot(torch.nn.init.normal_, real)
