@@ -246,5 +246,103 @@ class StoreRead(unittest.TestCase):
             rewind.open(path)
 
 
+class PublicApi(unittest.TestCase):
+    """What `import rewind` offers: the names of rewind.__all__, whose options are keyword-only;
+    the modules behind them are private, and the exception that ends a replayed window is a
+    named, catchable SystemExit of code 0."""
+
+    PUBLIC = {"attention", "op", "instrument", "uninstrument", "instrumented", "record", "Recorder", "Mode",
+              "WindowDone", "active_plan", "open", "Store", "Run", "RewindError"}
+    # Modules that were once importable by these names; rewind's own plumbing and implementation.
+    FORMER_MODULES = ("serve", "doctor", "ranks", "batches", "compiled", "recording", "store", "instrument", "ops")
+
+    def test_all_is_the_public_api_and_every_module_is_private(self):
+        import importlib.util
+        import inspect
+        import pkgutil
+        self.assertEqual(set(rewind.__all__), self.PUBLIC)
+        for name in rewind.__all__:
+            self.assertIsNotNone(getattr(rewind, name, None), name)
+        for info in pkgutil.iter_modules(rewind.__path__):
+            self.assertTrue(info.name.startswith("_"), f"rewind.{info.name} is a public module")
+        for name in dir(rewind):
+            obj = getattr(rewind, name)
+            if not name.startswith("_") and inspect.ismodule(obj):
+                self.assertFalse(obj.__name__.startswith("rewind"), f"rewind.{name} is the module {obj.__name__}")
+        for old in self.FORMER_MODULES:
+            self.assertFalse(inspect.ismodule(getattr(rewind, old, None)), old)
+            self.assertIsNone(importlib.util.find_spec(f"rewind.{old}"), f"rewind.{old} is still a module")
+        for cls in (rewind.Recorder, rewind.Store, rewind.Run, rewind.Mode, rewind.WindowDone):
+            self.assertEqual(cls.__module__, "rewind")
+
+    def test_options_are_keyword_only(self):
+        import inspect
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        for fn, names in ((rewind.record, ["path", "model", "optimizer"]),
+                          (rewind.Recorder, ["path", "model", "optimizer"]),
+                          (rewind.Recorder.step, ["self", "loss"]),
+                          (rewind.attention, ["q", "k", "v"]),
+                          (rewind.op, ["name"]),
+                          (rewind.instrument, ["model"]),
+                          (rewind.Run.steps, ["self"]),
+                          (rewind.Run.batch, ["self", "step"]),
+                          (rewind.Run.metrics, ["self", "prefix"]),
+                          (rewind.Run.checkpoint, ["self", "step"]),
+                          (rewind.Run.tensor, ["self", "name", "step"])):
+            got = [p.name for p in inspect.signature(fn).parameters.values() if p.kind in positional]
+            self.assertEqual(got, names, fn.__qualname__)
+            self.assertTrue(fn.__doc__, fn.__qualname__)
+        q = torch.randn(1, 2, 4, 8)
+        with self.assertRaises(TypeError):
+            rewind.attention(q, q, q, "L0.H0.pv=fp32")
+        with self.assertRaises(TypeError):
+            rewind.op("L0.mlp", "L0.mlp=fp32")
+        with self.assertRaises(TypeError):
+            rewind.instrument(torch.nn.Linear(2, 2), "L0.mlp=fp32")
+        d = tempfile.mkdtemp(prefix="rewind_api_")
+        try:
+            model = torch.nn.Linear(2, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            path = os.path.join(d, "run.db")
+            with self.assertRaises(TypeError):
+                rewind.record(path, model, opt, 5)
+            with self.assertRaises(TypeError):  # a misspelt option, before anything is made
+                rewind.record(path, model, opt, checkpoint_evry=5)
+            self.assertFalse(os.path.exists(path))
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_window_done_ends_a_script_with_status_0_and_no_traceback(self):
+        import pickle
+        done = rewind.WindowDone(rewind.Mode.REPLAY, 14)
+        self.assertIsInstance(done, SystemExit)
+        self.assertNotIsInstance(done, Exception)  # `except Exception` in a loop lets it through
+        self.assertEqual((done.code, done.mode, done.last_step), (0, rewind.Mode.REPLAY, 14))
+        self.assertIn("step 14", str(done))
+        again = pickle.loads(pickle.dumps(done))
+        self.assertEqual((type(again), again.code, again.mode, again.last_step),
+                         (rewind.WindowDone, 0, rewind.Mode.REPLAY, 14))
+        r = subprocess.run([sys.executable, "-c", "import rewind\n"
+                            "try:\n    raise rewind.WindowDone(rewind.Mode.DOCTOR, 1)\n"
+                            "except Exception:\n    print('caught')\n"],
+                           capture_output=True, text=True, env=dict(os.environ))
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "", ""))
+
+    def test_the_mode_comes_from_the_environment_rewind_sets(self):
+        from rewind._mode import Launch
+        self.assertEqual(Launch.from_environ({}).mode, rewind.Mode.RECORD)
+        replay = Launch.from_environ({"REWIND_REPLAY": '{"from": 3, "to": 5}'})
+        self.assertEqual((replay.mode, dict(replay.spec)), (rewind.Mode.REPLAY, {"from": 3, "to": 5}))
+        both = {"REWIND_REPLAY": "{}", "REWIND_DOCTOR": '{"steps": 2}'}
+        self.assertEqual(Launch.from_environ(both).mode, rewind.Mode.DOCTOR)
+        with self.assertRaises(Exception):  # frozen: decided once
+            replay.mode = rewind.Mode.RECORD
+        for bad in ("not json", "[1, 2]"):
+            with self.assertRaises(rewind.RewindError) as e:
+                Launch.from_environ({"REWIND_REPLAY": bad})
+            self.assertIn("REWIND_REPLAY is set but is not the JSON object", str(e.exception))
+            self.assertNotIn("\n", str(e.exception))
+
+
 if __name__ == "__main__":
     unittest.main()
