@@ -1,6 +1,7 @@
 """`pip install --no-build-isolation ./python` (from the repository root): builds the rewind._C
 extension with the project's own CMake (target rewind_python, against the LibTorch of the
-python3 running pip) and installs the `rewind` package."""
+python3 running pip) and installs the `rewind` package. The package's metadata (name, version,
+dependencies) is in pyproject.toml; this file only hands the extension's build to CMake."""
 import glob
 import os
 import shutil
@@ -35,6 +36,4 @@ class CMakeBuild(build_ext):
         shutil.copy(built[0], dest)
 
 
-setup(name="rewind", version="0.3.0", description="rewind: attention op and store reader",
-      packages=["rewind"], ext_modules=[Extension("rewind._C", sources=[])],
-      cmdclass={"build_ext": CMakeBuild}, install_requires=["torch", "numpy"])
+setup(ext_modules=[Extension("rewind._C", sources=[])], cmdclass={"build_ext": CMakeBuild})
