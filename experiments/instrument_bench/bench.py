@@ -14,7 +14,10 @@ Each (model, mode) starts every variant from one set of initial weights and one 
                 (the defaults); one checkpoint, at step 0 (a warm-up step), unless --checkpoint-every
 A step is batch, forward, backward, clip_grad_norm_, optimizer step, zero_grad (and rec.batch /
 rec.step); each is timed alone between two torch.cuda.synchronize() calls, the warm-up steps
-(compiling, cuDNN/cuBLAS plans, the step-0 checkpoint) left out; the table gives medians.
+(compiling, cuDNN/cuBLAS plans, the step-0 checkpoint) left out; the table gives medians. By
+default one variant runs all its steps, then the next; --interleave builds and warms up every
+variant first and then times their steps in turns (step i of each variant, in an order rotated
+every step), so that a slow stretch of the machine falls on every variant alike.
 Checks in the same run: a second instrumented run repeats the first one's losses bit for bit
 (determinism), the recorded run has the instrumented run's losses (recording changes no bits),
 and, compiled, dynamo's graph breaks and graphs of the plain and the instrumented runs (its
@@ -55,7 +58,7 @@ SIZES = {  # n_layer, n_head, n_embd, block_size, batch
 }
 VOCAB = {"full": {"nanogpt": 50304, "hf": 50257}, "tiny": {"nanogpt": 256, "hf": 256}}  # nanoGPT pads GPT-2's
 VARIANTS = ("plain", "instrumented", "recorded", "plain_det")  # run in this order (most wanted first)
-COLUMNS = ["model", "mode", "device", "torch", "batch", "seq", "steps", "warmup",
+COLUMNS = ["model", "mode", "device", "torch", "batch", "seq", "steps", "warmup", "timing",
            *[f"{v}_{k}" for v in VARIANTS for k in ("ms", "p10_ms", "p90_ms", "first_step_s")],
            "instr_over_plain", "rec_over_plain", "instr_over_plain_det", "rec_over_instr",
            "det_steps", "deterministic", "recorded_same_losses",
@@ -185,59 +188,89 @@ def compiled_form(model, mode, backend):
     return model
 
 
-def run_variant(a, base, loss_fn, variant, batches, steps, store_dir, mode):
-    """Runs `steps` steps of one variant from `base`'s weights; (per-step seconds, loss tensors,
-    info: dynamo's graph breaks, graphs and recompile-limit hits while it ran)."""
-    device = torch.device(a.device)
-    torch._dynamo.reset()  # each variant compiles afresh (inductor's on-disk caches stay)
-    counters.clear()
-    set_deterministic(variant != "plain", a.fill_uninitialized)
-    model = copy.deepcopy(base)
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    rec = None
-    if variant == "instrumented":
-        rewind.instrument(model)
-    elif variant == "recorded":
-        path = os.path.join(store_dir, f"{a.model_tag}_{mode}_{time.time_ns()}.db")
-        rec = rewind.record(path, model, opt, checkpoint_every=a.checkpoint_every or 10 ** 9, instrument=True,
-                            config={"bench": "instrument_bench", "model": a.model_tag})
-    run = compiled_form(model, mode, a.backend)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16)
-    params = list(model.parameters())
-    log = RecompileLog()
-    logging.getLogger("torch._dynamo").addHandler(log)
-    times, losses = [], []
-    try:
-        for i in range(steps):
-            sync(device)
-            t0 = time.perf_counter()
-            x, y = rec.batch(lambda: batches[i]) if rec else batches[i]
-            with autocast:
-                loss = loss_fn(run, x, y)
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if rec:
-                rec.step(loss=loss, grad_norm=norm)
-            sync(device)
-            times.append(time.perf_counter() - t0)
-            losses.append(loss.detach())
-    finally:
-        logging.getLogger("torch._dynamo").removeHandler(log)
+class Variant:
+    """One variant's model, optimizer and (recorded) recorder from `base`'s weights, stepped one
+    step at a time: run_variant steps it alone, --interleave steps every variant in turn."""
+
+    def __init__(self, a, base, loss_fn, variant, batches, store_dir, mode):
+        self.device = torch.device(a.device)
+        self.variant, self.batches, self.loss_fn = variant, batches, loss_fn
+        self.fill = a.fill_uninitialized
+        set_deterministic(variant != "plain", self.fill)
+        self.model = copy.deepcopy(base)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        self.rec = None
+        if variant == "instrumented":
+            rewind.instrument(self.model)
+        elif variant == "recorded":
+            path = os.path.join(store_dir, f"{a.model_tag}_{mode}_{time.time_ns()}.db")
+            self.rec = rewind.record(path, self.model, self.opt, checkpoint_every=a.checkpoint_every or 10 ** 9,
+                                     instrument=True, config={"bench": "instrument_bench", "model": a.model_tag})
+        self.run = compiled_form(self.model, mode, a.backend)
+        self.params = list(self.model.parameters())
+
+    def step(self, i):
+        """Step i (batch i), timed between two synchronizations: (seconds, the loss tensor)."""
+        set_deterministic(self.variant != "plain", self.fill)  # another variant may have run last
+        rec = self.rec
+        sync(self.device)
+        t0 = time.perf_counter()
+        x, y = rec.batch(lambda: self.batches[i]) if rec else self.batches[i]
+        with torch.autocast(self.device.type, dtype=torch.bfloat16):
+            loss = self.loss_fn(self.run, x, y)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
         if rec:
-            rec.close()
+            rec.step(loss=loss, grad_norm=norm)
+        sync(self.device)
+        return time.perf_counter() - t0, loss.detach()
+
+    def close(self):
+        if self.rec:
+            self.rec.close()
+            self.rec = None
+
+
+def dynamo_info(log, breaks_before, graphs_before):
+    """What dynamo did since the counters read (breaks_before, graphs_before): breaks, graphs,
+    their reasons and the recompile-limit hits `log` saw."""
     reasons = []
-    for text in counters["graph_break"]:
+    for text, n in counters["graph_break"].items():
+        if n <= breaks_before.get(text, 0):
+            continue
         text = re.sub(r" at 0x[0-9a-f]+", "", " ".join(str(text).split()))
         head, _, explanation = text.partition(" Explanation: ")
         where = re.search(r"<function (\S+)", explanation)  # the function it stopped at
         text = (f"{head}: {where.group(1).rstrip('>`')}" if where else head)[:160]
         if text not in reasons:
             reasons.append(text)
-    info = {"recompile_limit_hits": log.hits, "breaks": sum(counters["graph_break"].values()),
-            "graphs": counters["stats"]["unique_graphs"], "reasons": reasons}
-    return times, losses, info
+    breaks = sum(counters["graph_break"].values()) - sum(breaks_before.values())
+    return {"recompile_limit_hits": log.hits, "breaks": breaks,
+            "graphs": counters["stats"]["unique_graphs"] - graphs_before, "reasons": reasons}
+
+
+def run_variant(a, base, loss_fn, variant, batches, steps, store_dir, mode):
+    """Runs `steps` steps of one variant from `base`'s weights; (per-step seconds, loss tensors,
+    info: dynamo's graph breaks, graphs and recompile-limit hits while it ran)."""
+    torch._dynamo.reset()  # each variant compiles afresh (inductor's on-disk caches stay)
+    counters.clear()
+    log = RecompileLog()
+    logging.getLogger("torch._dynamo").addHandler(log)
+    v = None
+    times, losses = [], []
+    try:
+        v = Variant(a, base, loss_fn, variant, batches, store_dir, mode)
+        for i in range(steps):
+            t, loss = v.step(i)
+            times.append(t)
+            losses.append(loss)
+    finally:
+        logging.getLogger("torch._dynamo").removeHandler(log)
+        if v:
+            v.close()
+    return times, losses, dynamo_info(log, {}, 0)
 
 
 def loss_bits(losses):
@@ -292,6 +325,94 @@ def check_determinism(a, base, loss_fn, batches, det_steps, store_dir, mode, row
     row["errors"] = "; ".join(errors)
 
 
+class MonitorSwitch:
+    """rewind's per-head monitors are one process-wide switch (rewind._C.set_monitoring) that the
+    recorder sets for its own next step. Interleaved, the instrumented variant would run with the
+    recorded one's monitors: this keeps the value the recorder last set, gives it back before the
+    recorded variant's step and switches the monitors off before every other variant's step, as
+    each runs alone."""
+
+    def __init__(self):
+        self.c = getattr(rewind, "_C", None)
+        self.real = getattr(self.c, "set_monitoring", None)
+        self.recorder_on = False
+        if self.real:
+            self.c.set_monitoring = self.remember
+
+    def remember(self, on):
+        self.recorder_on = bool(on)
+        self.real(on)
+
+    def before(self, variant):
+        if self.real:
+            self.real(self.recorder_on if variant == "recorded" else False)
+
+    def close(self):
+        if self.real:
+            self.c.set_monitoring = self.real
+
+
+def interleaved(a, base, loss_fn, batches, store_dir, mode, row, times, losses, errors):
+    """Every variant at once: each one's model built and warmed up (compiled) in turn, then the
+    timed steps in turns, step i of every variant before step i + 1 of any, the variants' order
+    rotated each step, so that a slow stretch of the machine falls on all of them alike."""
+    device = torch.device(a.device)
+    torch._dynamo.reset()
+    counters.clear()
+    live = {}
+    monitors = MonitorSwitch()
+    try:
+        for v in (v for v in VARIANTS if v in a.variants):
+            log = RecompileLog()
+            logging.getLogger("torch._dynamo").addHandler(log)
+            breaks_before = dict(counters["graph_break"])
+            graphs_before = counters["stats"]["unique_graphs"]
+            try:
+                live[v] = Variant(a, base, loss_fn, v, batches, store_dir, mode)
+                losses[v] = []
+                for i in range(a.warmup):
+                    monitors.before(v)
+                    t, loss = live[v].step(i)
+                    losses[v].append(loss)
+                    if i == 0:
+                        row[f"{v}_first_step_s"] = f"{t:.2f}"
+            except Exception as e:
+                errors.append(f"{v}: {one_line(e)}")
+                print(f"  {a.model_tag} {mode} {v}: {one_line(e)}", file=sys.stderr, flush=True)
+                live.pop(v, None)
+                losses.pop(v, None)
+                continue
+            finally:
+                logging.getLogger("torch._dynamo").removeHandler(log)
+            info = dynamo_info(log, breaks_before, graphs_before)
+            if mode != "eager" and v in ("plain", "instrumented"):
+                tag = "plain" if v == "plain" else "instr"
+                row[f"breaks_{tag}"], row[f"graphs_{tag}"] = info["breaks"], info["graphs"]
+                if v == "instrumented":
+                    row["recompile_limit_hits"] = info["recompile_limit_hits"]
+                    row["break_reasons"] = " | ".join(info["reasons"][:3])
+        order = list(live)
+        for i in range(a.warmup, a.warmup + a.steps):
+            k = i % len(order)
+            for v in order[k:] + order[:k]:
+                monitors.before(v)
+                t, loss = live[v].step(i)
+                times.setdefault(v, []).append(t)
+                losses[v].append(loss)
+    except Exception as e:
+        errors.append(f"interleaved steps: {one_line(e)}")
+    finally:
+        for v in live.values():
+            v.close()
+        live.clear()
+        monitors.close()
+        free(device)
+    for v, t in times.items():
+        print(f"  {a.model_tag} {mode} {v}: median {1e3 * statistics.median(t):.2f} ms (interleaved)",
+              file=sys.stderr, flush=True)
+    summarize(row, times, losses, errors)
+
+
 def measure(a, kind, mode, store_dir, save=lambda row: None):
     """One row of the table: every variant of `kind` in `mode`, the determinism and graph-break
     checks; a variant that fails is an error in the row, the others still run. save(row) after
@@ -302,7 +423,8 @@ def measure(a, kind, mode, store_dir, save=lambda row: None):
     row = {"model": "gpt2-124M nanoGPT" if kind == "nanogpt" and a.size == "full" else
            "gpt2-124M HF" if a.size == "full" else f"tiny {kind}",
            "mode": mode, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "torch": torch.__version__, "batch": batch, "seq": block, "steps": a.steps, "warmup": a.warmup}
+           "torch": torch.__version__, "batch": batch, "seq": block, "steps": a.steps, "warmup": a.warmup,
+           "timing": "interleaved" if a.interleave else "sequential"}
     errors = []
     try:
         base, loss_fn = build(kind, a.size)
@@ -321,6 +443,12 @@ def measure(a, kind, mode, store_dir, save=lambda row: None):
     det_steps = min(a.det_steps, total)
     row["det_steps"] = det_steps
     times, losses = {}, {}
+    if a.interleave:
+        interleaved(a, base, loss_fn, batches, store_dir, mode, row, times, losses, errors)
+        if "instrumented" in losses:
+            check_determinism(a, base, loss_fn, batches, det_steps, store_dir, mode, row, losses, errors)
+        save(row)
+        return row
     for r in range(a.rounds):
         for v in VARIANTS:
             if v not in a.variants:
@@ -372,7 +500,9 @@ def table(rows):
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     out = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
     first = rows[0] if rows else {}
-    out.append(f"(ms: median of the timed steps, each timed alone between torch.cuda.synchronize() calls on a GPU; "
+    turns = ("the variants' steps in turns (--interleave)" if first.get("timing") == "interleaved"
+             else "one variant's steps after another's")
+    out.append(f"(ms: median of the timed steps, each timed alone between torch.cuda.synchronize() calls on a GPU, {turns}; "
                f"batch {first.get('batch')} x "
                f"{first.get('seq')}, {first.get('steps')} timed steps after {first.get('warmup')} warm-up; "
                f"{first.get('device')}, torch {first.get('torch')})")
@@ -415,6 +545,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=20, help="timed steps a variant (and round)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed first steps (default 5; tiny: 1)")
     ap.add_argument("--rounds", type=int, default=1, help="run the variants' sequence this many times")
+    ap.add_argument("--interleave", action="store_true",
+                    help="build every variant first, then time their steps in turns (step i of each, the "
+                         "order rotated every step) instead of one variant's steps after another's")
     ap.add_argument("--det-steps", type=int, default=10, help="steps of the second instrumented run")
     ap.add_argument("--checkpoint-every", type=int, default=0, help="the recorded run's checkpoints (0: step 0 only)")
     ap.add_argument("--backend", default="inductor", help="torch.compile's backend")

@@ -9,7 +9,9 @@
 # Usage, from the repository root, carrying .gpu-deps:   OUT=/some/dir bash experiments/instrument_bench/device.sh
 # Environment: BUILD (build-gpu; a warm machine's earlier build is reused), SKIP_BUILD=1 (use
 # BUILD as it is), DEADLINE_S (400: seconds after the start by which the benchmark parts must
-# end), STEPS (20), WARMUP (5), BENCH_DEVICE (cuda), BENCH_ARGS (more bench.py arguments).
+# end), STEPS (20), WARMUP (5), BENCH_DEVICE (cuda), BENCH_ARGS (more bench.py arguments),
+# ONLY (the parts to run, e.g. "nanogpt_compiled hf_compiled"), COMPILED_VARIANTS (the compiled
+# parts' variants), INTERLEAVE (1: the variants' steps timed in turns).
 # A dry run of the script's logic on a CPU machine with a CPU build of the package:
 #   SKIP_BUILD=1 BUILD=build-torch2 BENCH_DEVICE=cpu BENCH_ARGS='--tiny --backend eager' STEPS=2 WARMUP=1 \
 #     bash experiments/instrument_bench/device.sh
@@ -75,9 +77,8 @@ python3 -c "import rewind, torch; print('rewind imports; cuda', torch.cuda.is_av
 
 # --- the benchmark: one process a row (a crash loses that row only), each limited to its share
 # of the seconds left before the deadline; a part killed at its limit keeps the
-# variants it finished (bench.py rewrites its CSV after each). Compiled rows leave out plain_det
-# (one more inductor compile of GPT-2, ~1 minute).
-part() {  # part NAME SHARE CAP BENCH_ARGS...: SHARE percent of the seconds left, at most CAP
+# variants it finished (bench.py rewrites its CSV after each).
+run_part() {  # run_part NAME SHARE CAP BENCH_ARGS...: SHARE percent of the seconds left, at most CAP
   local name=$1 share=$2 cap=$3 left limit
   shift 3
   left=$((DEADLINE - $(date +%s)))
@@ -89,13 +90,17 @@ part() {  # part NAME SHARE CAP BENCH_ARGS...: SHARE percent of the seconds left
   fi
   log "$name: limit $limit s"
   stage "bench_$name" timeout -k 10 "$limit" python3 "$HERE/bench.py" --device "${BENCH_DEVICE:-cuda}" \
-    --steps "${STEPS:-20}" --warmup "${WARMUP:-5}" --store-dir "$STORES" --out "$OUT/part_$name.csv" \
+    --steps "${STEPS:-20}" --warmup "${WARMUP:-5}" --store-dir "$STORES" --out "$OUT/part_$name.csv" $INTERLEAVE \
     "$@" ${BENCH_ARGS:-}
   rm -rf "${STORES:?}"/*
 }
-COMPILED=(--variants plain,instrumented,recorded)
+# The variants' steps in turns (bench.py --interleave) unless INTERLEAVE=0.
+INTERLEAVE=$([[ ${INTERLEAVE:-1} == 1 ]] && echo --interleave)
+COMPILED=(--variants "${COMPILED_VARIANTS:-plain,plain_det,instrumented,recorded}")
 # Compiled rows first: they are what the deadline must not cut.
 PARTS=(nanogpt_compiled hf_compiled nanogpt_eager hf_eager hf_compiled_blocks)
+ONLY=" ${ONLY:-${PARTS[*]}} "   # ONLY="a b": those parts alone
+part() { [[ $ONLY == *" $1 "* ]] && run_part "$@"; return 0; }
 part nanogpt_compiled 40 300 --rows nanogpt:compiled "${COMPILED[@]}"
 part hf_compiled 60 300 --rows hf:compiled "${COMPILED[@]}"
 part nanogpt_eager 50 90 --rows nanogpt:eager

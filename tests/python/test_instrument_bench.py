@@ -57,6 +57,32 @@ class InstrumentBench(unittest.TestCase):
         self.assertEqual(compiled["graphs_instr"], compiled["graphs_plain"])
         self.assertEqual(int(compiled["recompile_limit_hits"]), 0)
 
+    def test_interleaved_run_times_every_variant_and_keeps_its_checks(self):
+        """--interleave: every variant built first, their steps timed in turns; the same checks
+        hold (each variant's own bits, recording changes none, one graph each when compiled)."""
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "results.csv")
+            r = subprocess.run([sys.executable, BENCH, "--tiny", "--device", "cpu", "--steps", "3", "--warmup", "1",
+                                "--det-steps", "2", "--backend", "eager", "--interleave",
+                                "--rows", "nanogpt:compiled,hf:eager", "--out", out],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+            with open(out, newline="") as f:
+                rows = list(csv.DictReader(f))
+        self.assertEqual([(row["model"], row["mode"]) for row in rows], [("tiny nanogpt", "compiled"), ("tiny hf", "eager")])
+        for row in rows:
+            what = f"{row['model']} {row['mode']}"
+            self.assertEqual(row["errors"], "", what)
+            self.assertEqual(row["timing"], "interleaved", what)
+            for v in ("plain", "plain_det", "instrumented", "recorded"):
+                self.assertGreater(float(row[f"{v}_ms"]), 0, f"{what} {v}")
+            self.assertEqual(row["deterministic"], "yes", what)
+            self.assertEqual(row["recorded_same_losses"], "yes", what)
+        compiled = rows[0]
+        self.assertEqual((int(compiled["breaks_plain"]), int(compiled["breaks_instr"])), (0, 0))
+        self.assertEqual(compiled["graphs_instr"], compiled["graphs_plain"])
+        self.assertEqual(int(compiled["recompile_limit_hits"]), 0)
+
 
 if __name__ == "__main__":
     unittest.main()
