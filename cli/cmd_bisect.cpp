@@ -24,6 +24,7 @@
 #include "cli/script_window.h"
 #include "common/error.h"
 #include "common/proc_stat.h"
+#include "common/switches.h"
 #include "plan/plan.h"
 #include "store/store.h"
 #include "train/plan_schedule.h"
@@ -107,8 +108,8 @@ double process_age_s() {
   return now.tv_sec + now.tv_nsec * 1e-9 - static_cast<double>(stat->start_ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-// Prints the verdict, writes the report where asked; returns the exit code. REWIND_BISECT_TIMES
-// =1: where the process's time went besides its probes (stderr).
+// Prints the verdict, writes the report where asked; returns the exit code. REWIND_TIMES=bisect:
+// where the process's time went besides its probes (stderr).
 int finish(const bisect::BisectReport& rep, const cxxopts::ParseResult& r, double began_s) {
   const double searched_s = process_age_s();
   std::printf("%s", rep.verdict.c_str());
@@ -120,7 +121,7 @@ int finish(const bisect::BisectReport& rep, const cxxopts::ParseResult& r, doubl
   std::fflush(stdout);
   const double reported_s = process_age_s();
   bisect::reap_ended_workers();  // those that ended while the reports were written
-  if (std::getenv("REWIND_BISECT_TIMES"))
+  if (switches::listed(switches::Switch::kTimes, "bisect"))
     std::fprintf(stderr,
                  "rewind: bisect times (s since the process started): options read %.2f, search done %.2f "
                  "(its own clock: %.2f s), reports written %.2f, ended workers collected %.2f\n",
@@ -158,8 +159,7 @@ std::shared_ptr<ScriptServers> use_script(bisect::BisectOptions& o, const std::s
   o.beyond_recording = false;  // the script's loop and data end where its recording does
   const std::string store_path = o.store_path;
   // A served script ends a probe at its verdict (or a cut); REWIND_SCRIPT_STOP=0 runs it whole.
-  const char* stop_env = std::getenv("REWIND_SCRIPT_STOP");
-  o.pool.runner_stops = !per_probe && !(stop_env && std::string(stop_env) == "0");
+  o.pool.runner_stops = !per_probe && switches::on(switches::Switch::kScriptStop);
   // A server a slot (--jobs), each on its GPUs of --gpus (round robin) where given: one, or for
   // a data-parallel script's run of N ranks N in order (its launcher's ranks).
   const size_t ranks = static_cast<size_t>(recorded_ranks(info.meta));

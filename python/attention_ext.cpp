@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/switches.h"
 #include "kernels/attention_op.h"
 #include "kernels/stochastic_round.h"
 #include "plan/plan.h"
@@ -183,7 +184,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   const bool bf16 = q.scalar_type() == torch::kBFloat16 && k.scalar_type() == torch::kBFloat16 &&
                     v.scalar_type() == torch::kBFloat16 && q.sizes() == k.sizes() && q.sizes() == v.sizes() &&
                     q.device() == k.device() && q.device() == v.device();
-  if (bf16 && kernels::bf16_attention_ok(opt.flags) && !std::getenv("REWIND_ATTENTION_FP32_PATH"))
+  if (bf16 && kernels::bf16_attention_ok(opt.flags) && !switches::on(switches::Switch::kAttentionFp32Path))
     return Bf16Attention::apply(q, k, v, plan_spec, layer, causal);
   // Like F.scaled_dot_product_attention under autocast: any float dtype in, the same out.
   const auto dtype = q.scalar_type();
@@ -199,6 +200,11 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "rewind's LibTorch extension (use the `rewind` package, not this module)";
+  rwd::switches::check_all();  // a bad REWIND_* value fails the import with its one line
+  m.def(
+      "timer",
+      [](const std::string& item) { return rwd::switches::listed(rwd::switches::Switch::kTimes, item.c_str()); },
+      pybind11::arg("item"), "whether REWIND_TIMES lists `item` (phase, restore, bisect, record, probe)");
   m.def("attention", &rwd::python::attention, pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"),
         pybind11::arg("plan") = "", pybind11::arg("layer") = 0, pybind11::arg("causal") = true,
         "rewind's attention on (B, H, T, D) tensors with the plan's per-head flags for `layer`");

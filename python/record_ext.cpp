@@ -23,6 +23,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "common/switches.h"
 #include "python/monitors.h"
 #include "store/content_hash.h"
 #include "store/store.h"
@@ -284,7 +285,7 @@ class ScriptRecording {
     // for the bytes.
     const auto t0 = std::chrono::steady_clock::now();
     train::StateStager::Staged staged = stager_.stage(train::NamedTensors(state.begin(), state.end()));
-    if (std::getenv("REWIND_RECORD_TIMES") != nullptr) {  // where a checkpoint's time on the loop's thread goes
+    if (switches::listed(switches::Switch::kTimes, "record")) {  // where a checkpoint's time on the loop's thread goes
       const double stage_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::fprintf(stderr, "rewind: checkpoint at step %lld: waited for the writer %.1f ms, staged in %.1f ms "
                    "(buffers %.1f ms)\n", static_cast<long long>(step), 1e3 * room_s, 1e3 * stage_s,

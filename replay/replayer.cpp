@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/hash.h"
+#include "common/switches.h"
 #include "store/reader_pins.h"
 #include "store/window_check.h"
 #include "train/tensor_io.h"
@@ -93,32 +94,16 @@ WarmTrainer& warm_trainer() {
   return *w;
 }
 
-bool warm_trainer_on() {
-  const char* e = std::getenv("REWIND_WARM_TRAINER");
-  return e == nullptr || std::string(e) != "0";
-}
+bool restore_times() { return switches::listed(switches::Switch::kTimes, "restore"); }
+
+bool warm_trainer_on() { return switches::on(switches::Switch::kWarmTrainer); }
 
 WarmCache& warm_cache() {
   static WarmCache* c = new WarmCache;  // never destroyed: no tensor freed after LibTorch exits
   return *c;
 }
 
-// REWIND_WARM_BYTES: a whole number of bytes; unset or unreadable: 8 GiB (warned once).
-int64_t warm_capacity() {
-  constexpr int64_t kDefault = int64_t{8} << 30;
-  const char* e = std::getenv("REWIND_WARM_BYTES");
-  if (e == nullptr || *e == '\0') return kDefault;
-  char* end = nullptr;
-  const long long v = std::strtoll(e, &end, 10);
-  if (*end != '\0') {
-    static std::once_flag warned;
-    std::call_once(warned, [&] {
-      std::fprintf(stderr, "warning: REWIND_WARM_BYTES='%s' is no number of bytes; using 8 GiB\n", e);
-    });
-    return kDefault;
-  }
-  return v > 0 ? v : 0;
-}
+int64_t warm_capacity() { return switches::integer(switches::Switch::kWarmBytes); }
 
 }  // namespace
 
@@ -186,8 +171,8 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
   // `store thin` keeps the checkpoint read here until this returns (reader_pins.h).
   const store::ReaderPin pin(s.path(), run_id, {step});
   if (!warm || !warm_trainer_on()) return restore_cold(s, run_id, step, data_path, verify, on_step, comm, warm);
-  // REWIND_RESTORE_TIMES=1: each restore prints where its time went (stderr; cold ones below).
-  static const bool times = std::getenv("REWIND_RESTORE_TIMES") != nullptr;
+  // REWIND_TIMES=restore: each restore prints where its time went (stderr; cold ones below).
+  const bool times = restore_times();
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto ms = [](clock::time_point a, clock::time_point b) { return 1e3 * std::chrono::duration<double>(b - a).count(); };
@@ -279,7 +264,7 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
   const train::NamedTensors state = reading.get();
   const auto t2 = clock::now();
   r.trainer->load_state(state);
-  if (std::getenv("REWIND_RESTORE_TIMES"))
+  if (restore_times())
     std::fprintf(stderr,
                  "rewind: cold restore: device %.1f ms and trainer %.1f ms, checkpoint read %.1f ms beside them "
                  "(%.1f ms waited after), load_state %.1f ms\n",
@@ -307,7 +292,7 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
     if (on_step) on_step(res, false);
     if (ff1 == ff0) ff1 = clock::now();
   }
-  if (std::getenv("REWIND_RESTORE_TIMES") && ff_steps > 0)
+  if (restore_times() && ff_steps > 0)
     std::fprintf(stderr, "rewind: fast-forward: %lld steps in %.1f ms, the first %.1f ms\n",
                  static_cast<long long>(ff_steps), ms(ff0, clock::now()), ms(ff0, ff1));
   return r;

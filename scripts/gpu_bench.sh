@@ -123,7 +123,7 @@ if [[ ${MODE:-} == step ]]; then
   for row in "rewind:" "rewind-module-loss:REWIND_FUSED_LOSS=0" "rewind-module:REWIND_FAST_BLOCK=0 REWIND_FUSED_LOSS=0"; do
     IFS=: read -r name envs <<< "$row"
     # shellcheck disable=SC2086
-    env $envs REWIND_PHASE_TIMES=1 "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps 12 \
+    env $envs REWIND_TIMES=phase "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps 12 \
       --batch-size "$B" --gradient-accumulation-steps 1 2>&1 | grep "^phase times" | sed "s/^/$name: /"
   done
   exit 0
@@ -189,6 +189,6 @@ for row in "sdpa:--attention sdpa:" "rewind::" "rewind, LibTorch optimizer::REWI
            "rewind-stable:--plan L*.H*.softmax=stable(beta=2):"; do
   IFS=: read -r name args envs <<< "$row"
   # shellcheck disable=SC2086
-  env $envs REWIND_PHASE_TIMES=1 "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps 12 \
+  env $envs REWIND_TIMES=phase "$R" train --preset gpt2-small --device cuda --data "$W/train.bin" --steps 12 \
     --batch-size "$B" --gradient-accumulation-steps 1 $args 2>&1 | grep "^phase times" | sed "s/^/$name: /"
 done

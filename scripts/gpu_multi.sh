@@ -6,7 +6,7 @@
 # experiments/train_bench/torch_baseline.py) with the same global batch, in the same call.
 # Usage: bash scripts/gpu_multi.sh   (BUILD, OUT, NS="1 2 4", STEPS=30, SKIP_TESTS=1, TEST_TIMEOUT=200 honoured;
 #        QUICK=1: at N = 2 only replay --verify, not step, bisect and the out-of-memory case;
-#        PHASES=1: a third run per N > 1 with REWIND_PHASE_TIMES=1 and one with the gradient
+#        PHASES=1: a third run per N > 1 with REWIND_TIMES=phase and one with the gradient
 #        exchange after the backward, REWIND_GRAD_BUCKET_MB=0, for the overlap's share;
 #        GRAPHS=n: rewind's runs capture their step after n eager steps, default 1; EAGER=1: a
 #        run per N without CUDA graphs too; ALT_ENV='VAR=value ...': a run per N > 1 with that
@@ -68,7 +68,7 @@ for n in $NS; do
     echo "replay --verify of the $n-GPU recording, steps 10-19: exit $? ($(grep -o 'bitwise identical[^.]*' "$OUT/replay_$n.log" | head -1))" | tee -a "$OUT/multi.txt"
   fi
   if (( n > 1 )) && [[ -n ${PHASES:-} ]]; then
-    REWIND_PHASE_TIMES=1 "$R" train "${common[@]}" > "$OUT/phases_$n.log" 2>&1
+    REWIND_TIMES=phase "$R" train "${common[@]}" > "$OUT/phases_$n.log" 2>&1
     echo "N=$n $(grep -m1 '^phase times' "$OUT/phases_$n.log")" | tee -a "$OUT/multi.txt"
     REWIND_GRAD_BUCKET_MB=0 "$R" train "${common[@]}" > "$OUT/nobuckets_$n.log" 2>&1
     echo "N=$n exchange after the backward (REWIND_GRAD_BUCKET_MB=0): median step $(median_ms "$OUT/nobuckets_$n.log") ms" | tee -a "$OUT/multi.txt"

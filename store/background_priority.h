@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
+
+#include "common/error.h"
+#include "common/switches.h"
 
 #if defined(__linux__)
 #include <sys/resource.h>
@@ -21,8 +23,12 @@ namespace rwd::store {
 // (a sandbox refusing setpriority) leave the priority as it was.
 inline void yield_to_training() {
 #if defined(__linux__)
-  const char* env = std::getenv("REWIND_WRITER_NICE");
-  const int by = env != nullptr ? std::atoi(env) : 10;
+  int by = 0;
+  try {
+    by = static_cast<int>(switches::integer(switches::Switch::kWriterNice));
+  } catch (const Error&) {
+    return;  // a writer thread cannot report it; the process's start refused it (check_all)
+  }
   if (by <= 0) return;
   const auto tid = static_cast<id_t>(syscall(SYS_gettid));
   errno = 0;

@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "common/switches.h"
 #include "common/hash.h"
 
 namespace rwd::train {
@@ -79,7 +80,6 @@ struct FileFacts {
   std::string fingerprint;  // "" until computed
   int max_token = -1;       // -1 until computed
 };
-constexpr const char* kFactsEnv = "REWIND_TOKEN_FILE_FACTS";
 
 std::mutex g_facts_mu;
 
@@ -108,7 +108,7 @@ std::map<TokenFile::Identity, FileFacts>& facts() {  // with g_facts_mu held
   static bool loaded = false;
   if (!loaded) {
     loaded = true;
-    if (const char* e = std::getenv(kFactsEnv)) parse_facts(e, m);
+    parse_facts(switches::text(switches::Switch::kTokenFileFacts).c_str(), m);
   }
   return m;
 }
@@ -124,7 +124,7 @@ std::string token_file_facts_env() {
            std::to_string(id.size) + "," + std::to_string(id.mtime_s) + "," + std::to_string(id.mtime_ns) + "," +
            f.fingerprint + "," + std::to_string(f.max_token);
   }
-  return out.empty() ? "" : std::string(kFactsEnv) + "=" + out;
+  return out.empty() ? "" : std::string(switches::name(switches::Switch::kTokenFileFacts)) + "=" + out;
 }
 
 namespace {

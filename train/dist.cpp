@@ -40,6 +40,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/switches.h"
 
 namespace rwd::train {
 
@@ -306,19 +307,14 @@ std::string rank_device(const std::string& device, const DistEnv& env) {
 
 std::unique_ptr<Comm> connect_ranks(const DistEnv& env, const std::string& device) {
   if (!env.active()) return nullptr;
-  const int timeout = env_int("REWIND_DIST_TIMEOUT", 300);
+  const int timeout = static_cast<int>(switches::integer(switches::Switch::kDistTimeout));
   return Comm::connect(env, torch::Device(rank_device(device, env)), std::chrono::seconds(std::max(1, timeout)));
 }
 
 torch::Tensor Comm::sum_in_rank_order(const torch::Tensor& t) {
   const int n = world();
   const int64_t numel = t.numel();
-  static const bool gather_all = [] {
-    const char* v = std::getenv("REWIND_GRAD_EXCHANGE");
-    if (v == nullptr || *v == '\0' || std::string(v) == "sharded") return false;
-    if (std::string(v) == "allgather") return true;
-    throw UsageError(std::string("REWIND_GRAD_EXCHANGE='") + v + "': expected sharded or allgather");
-  }();
+  const bool gather_all = switches::text(switches::Switch::kGradExchange) == "allgather";
   if (gather_all || n == 1 || numel < int64_t{4096} * n) {
     std::vector<torch::Tensor> all = allgather(t);
     torch::Tensor acc = all[0].clone();

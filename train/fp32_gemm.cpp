@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/switches.h"
 #include "kernels/cuda/tf32_split.h"
 #ifdef REWIND_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -23,21 +24,14 @@ namespace rwd::train {
 
 namespace {
 
-// -1: not set; else the Fp32Gemm the environment asks for.
+// The Fp32Gemm the environment asks for (the default: kSimt).
 int env_gemm() {
-  static const int v = [] {
-    const char* e = std::getenv("REWIND_FP32_GEMM");
-    if (!e || !*e) return -1;
-    const std::string s(e);
-    if (s == "simt") return static_cast<int>(Fp32Gemm::kSimt);
-    if (s == "3xtf32") return static_cast<int>(Fp32Gemm::kSplitTf32);
-    throw UsageError("REWIND_FP32_GEMM must be simt or 3xtf32, got '" + s + "'");
-  }();
-  return v;
+  const bool split = switches::text(switches::Switch::kFp32Gemm) == "3xtf32";
+  return static_cast<int>(split ? Fp32Gemm::kSplitTf32 : Fp32Gemm::kSimt);
 }
 
 std::atomic<int>& mode() {
-  static std::atomic<int> m(env_gemm() >= 0 ? env_gemm() : static_cast<int>(Fp32Gemm::kSimt));
+  static std::atomic<int> m(env_gemm());
   return m;
 }
 
@@ -59,7 +53,7 @@ class AllowTf32 {
 
 Fp32Gemm fp32_gemm() { return static_cast<Fp32Gemm>(mode().load()); }
 void set_fp32_gemm(Fp32Gemm g) { mode().store(static_cast<int>(g)); }
-bool fp32_gemm_from_env() { return env_gemm() >= 0; }
+bool fp32_gemm_from_env() { return switches::is_set(switches::Switch::kFp32Gemm); }
 
 bool split_fp32_gemm(const torch::Tensor& t) { return t.is_cuda() && fp32_gemm() == Fp32Gemm::kSplitTf32; }
 

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/switches.h"
 #ifdef REWIND_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -58,18 +59,11 @@ class ReadyHook : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 int64_t GradBuckets::bytes_from_env() {
-  const char* v = std::getenv("REWIND_GRAD_BUCKET_MB");
-  if (v == nullptr || *v == '\0') return int64_t{25} << 20;
-  char* end = nullptr;
-  const double mb = std::strtod(v, &end);
-  if (*end != '\0' || !(mb >= 0) || mb > 1 << 20)
-    throw UsageError(std::string("REWIND_GRAD_BUCKET_MB='") + v + "': expected a size in MiB (0: no overlap)");
-  return static_cast<int64_t>(mb * (1 << 20));
+  return static_cast<int64_t>(switches::number(switches::Switch::kGradBucketMb) * (1 << 20));
 }
 
 bool GradBuckets::in_graph_from_env() {
-  const char* v = std::getenv("REWIND_GRAPH_BUCKETS");
-  return v != nullptr && std::string(v) == "1";
+  return switches::on(switches::Switch::kGraphBuckets);
 }
 
 GradBuckets::GradBuckets(Comm& comm, const std::vector<torch::Tensor>& params, int64_t bucket_bytes,

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/switches.h"
 #include "kernels/stochastic_round.h"
 #include "train/fast_block.h"
 #include "train/mixed.h"
@@ -159,8 +160,8 @@ GPTImpl::GPTImpl(const Config& c, const ParamAlloc& alloc) : config_(c) {
     blocks_.emplace_back(Block(c, i, alloc));
     h->push_back(blocks_.back());
   }
-  if (const char* e = std::getenv("REWIND_FAST_BLOCK"); e && std::string(e) == "0") set_fast_path(FastPath::kOff);
-  if (const char* e = std::getenv("REWIND_FUSED_LOSS"); e && std::string(e) == "0") fused_loss_ = FastPath::kOff;
+  if (!switches::on(switches::Switch::kFastBlock)) set_fast_path(FastPath::kOff);
+  if (!switches::on(switches::Switch::kFusedLoss)) fused_loss_ = FastPath::kOff;
 }
 
 void GPTImpl::init_weights(uint64_t seed) {
@@ -244,11 +245,7 @@ void GPTImpl::keep_bf16_weights(bool on) {
 }
 
 KeepBf16Weights::KeepBf16Weights(GPT& model, bool want) : model_(model) {
-  static const bool off = [] {
-    const char* e = std::getenv("REWIND_BF16_WEIGHT_CACHE");
-    return e && std::string(e) == "0";
-  }();
-  on_ = want && !off;
+  on_ = want && switches::on(switches::Switch::kBf16WeightCache);
   if (on_) model_->keep_bf16_weights(true);
 }
 

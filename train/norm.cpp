@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/switches.h"
 #ifdef REWIND_CUDA
 #include <ATen/cuda/CUDAContext.h>
 
@@ -19,20 +20,8 @@ namespace rwd::train {
 
 namespace {
 
-// -1: not set; else 0 or 1.
-int env_norm() {
-  static const int v = [] {
-    const char* e = std::getenv("REWIND_FUSED_NORM");
-    if (!e || !*e) return -1;
-    const std::string s(e);
-    if (s == "0" || s == "1") return s == "1" ? 1 : 0;
-    throw UsageError("REWIND_FUSED_NORM must be 0 or 1, got '" + s + "'");
-  }();
-  return v;
-}
-
 std::atomic<bool>& norm_on() {
-  static std::atomic<bool> on(env_norm() != 0);
+  static std::atomic<bool> on(switches::on(switches::Switch::kFusedNorm));
   return on;
 }
 
@@ -73,7 +62,7 @@ bool fused_norm() { return norm_on().load(); }
 bool fused_norm() { return false; }  // no kernels to run
 #endif
 void set_fused_norm(bool on) { norm_on().store(on); }
-bool fused_norm_from_env() { return env_norm() >= 0; }
+bool fused_norm_from_env() { return switches::is_set(switches::Switch::kFusedNorm); }
 
 bool norm_kernels_apply(const torch::Tensor& x, const torch::Tensor& bias) {
 #ifdef REWIND_CUDA

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/switches.h"
 #include "train/trainer.h"
 #ifdef REWIND_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -155,8 +156,7 @@ int calibrate_fused_adamw(const torch::Device& device) {
 // process may build several trainers (the calibration takes ~0.15 s of the first step).
 int fused_adamw_variant(const torch::Device& device) {
 #ifdef REWIND_CUDA
-  const char* e = std::getenv("REWIND_FUSED_OPTIMIZER");
-  if (!device.is_cuda() || (e && std::string(e) == "0")) return -1;
+  if (!device.is_cuda() || !switches::on(switches::Switch::kFusedOptimizer)) return -1;
   static std::mutex mu;
   static std::map<int, int> found;
   std::lock_guard<std::mutex> lock(mu);

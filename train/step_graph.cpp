@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/switches.h"
+
 #ifdef REWIND_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -41,8 +43,7 @@ struct StepGraph::Graph {
 
 int StepGraph::eager_steps_before_capture(const torch::Device& device) {
 #ifdef REWIND_CUDA
-  const char* e = std::getenv("REWIND_CUDA_GRAPHS");
-  return !device.is_cuda() ? 0 : e && *e ? std::max(0, std::atoi(e)) : 16;
+  return device.is_cuda() ? static_cast<int>(switches::integer(switches::Switch::kCudaGraphs)) : 0;
 #else
   (void)device;
   return 0;

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/switches.h"
 #include "common/hash.h"
 #include "kernels/head_stats.h"
 #ifdef REWIND_CUDA
@@ -30,12 +31,9 @@ namespace rwd::train {
 
 namespace {
 
-// REWIND_PHASE_TIMES=1: the trainer waits for the device at each phase edge and adds up the
+// REWIND_TIMES=phase: the trainer waits for the device at each phase edge and adds up the
 // time per phase (see Trainer::phase_report). Off by default: the waits slow a GPU run.
-bool phase_times_enabled() {
-  const char* e = std::getenv("REWIND_PHASE_TIMES");
-  return e && *e && std::string(e) != "0";
-}
+bool phase_times_enabled() { return switches::listed(switches::Switch::kTimes, "phase"); }
 
 // A batch's token ids on `device`. On CUDA from pinned memory without waiting: a pageable
 // copy would wait for the previous step's optimizer, and the GPU would then idle while the

@@ -99,7 +99,7 @@ class Trainer {
   // graph serves both kinds of step (a device flag read by the kernels). The bits of the
   // training are the same for every n.
   void set_monitor_every(int n);
-  // With REWIND_PHASE_TIMES=1 in the environment: mean milliseconds per train step spent in
+  // With REWIND_TIMES=phase in the environment: mean milliseconds per train step spent in
   // data, forward, backward, loss+stats, grad norm, monitors and optimizer; "" otherwise.
   std::string phase_report() const;
   // Called on the training thread right before each optimizer update, the first write to the

@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/switches.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/attention_backward_config.cuh"
@@ -255,11 +256,7 @@ int launch_flash_backward16(const KernelArgs& a, const Bf16Groups& g, cudaStream
 
 // Most dS workspace one backward holds (REWIND_ATTN_DS_WORKSPACE bytes, default 1 GiB): heads
 // are taken in chunks that fit it, at least one head per chunk.
-int64_t ds_workspace_max() {
-  const char* env = std::getenv("REWIND_ATTN_DS_WORKSPACE");
-  const long long v = env != nullptr ? std::atoll(env) : 0;
-  return v > 0 ? v : int64_t{1} << 30;
-}
+int64_t ds_workspace_max() { return rwd::switches::integer(rwd::switches::Switch::kAttnDsWorkspace); }
 
 // (Batch, head) rows per chunk of the dS path: as few chunks as the cap allows, evened out.
 int64_t ds_chunk_heads(const AttentionParams& p) {
@@ -351,8 +348,7 @@ size_t ds_bytes(const AttentionParams& p, int ds_dq) {
 }  // namespace
 
 bool ds_dq_default(const AttentionParams& p) {
-  const char* env = std::getenv("REWIND_ATTN_DS_DQ");
-  return p.seq <= 16384 && (env == nullptr || std::string(env) != "0");
+  return p.seq <= 16384 && rwd::switches::on(rwd::switches::Switch::kAttnDsDq);
 }
 
 // Workspace: the dS tiles first (when the dS path runs), then the split planes of FP32 heads'

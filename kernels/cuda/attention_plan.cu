@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/switches.h"
 #include "kernels/cuda/attention_internal.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -97,10 +98,7 @@ int encode_tma_maps(const KernelArgs& a, int dim, TmaMaps* out) {
   return cudaSuccess;
 }
 
-bool wgmma_on() {
-  const char* env = std::getenv("REWIND_ATTN_WGMMA");
-  return env == nullptr || std::string(env) != "0";
-}
+bool wgmma_on() { return rwd::switches::on(rwd::switches::Switch::kAttnWgmma); }
 
 int plan_launch(const AttentionParams& p, const HeadFlags* host_flags, bool backward,
                 bool have_q32, bool have_k32,

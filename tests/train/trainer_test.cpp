@@ -98,12 +98,12 @@ TEST_F(TrainerTest, PhaseTimesOnlyWhenAskedAndWithoutChangingBits) {
     for (int i = 0; i < 4; ++i) t.train_step();
     EXPECT_EQ(t.phase_report(), "");
   }
-  setenv("REWIND_PHASE_TIMES", "1", 1);
+  setenv("REWIND_TIMES", "phase", 1);
   auto timed = loss_bits("", 5);
   TokenFile data(path_);
   Trainer t(config_, plan::Plan::defaults(config_.n_layer, config_.n_head), data);
   for (int i = 0; i < 4; ++i) t.train_step();
-  unsetenv("REWIND_PHASE_TIMES");
+  unsetenv("REWIND_TIMES");
   const std::string report = t.phase_report();
   EXPECT_NE(report.find("phase times over 2 steps after 2"), std::string::npos) << report;
   for (const char* phase : {" forward ", " backward ", " grad norm ", " monitors ", " optimizer "})
