@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/run_page.h"
 #include "common/error.h"
+#include "common/switches.h"
 
 namespace {
 
@@ -40,6 +41,7 @@ void print_help() {
       "usage: rewind <command> [options]    (rewind <command> --help for details)\n\n"
       "commands:\n");
   for (const Command& c : kCommands) std::printf("  %-8s %s\n", c.name, c.summary);
+  std::printf("\nrewind --help-env: the REWIND_* environment switches\n");
   std::printf(
       "\nexit codes:\n"
       "  0  success\n"
@@ -64,9 +66,16 @@ int main(int argc, char** argv) {
     print_help();
     return argc < 2 ? static_cast<int>(rwd::ExitCode::kUsage) : 0;
   }
+  if (!std::strcmp(argv[1], "--help-env")) {
+    // `--help-env markdown` is docs/switches.md, which a test holds to this output.
+    const bool md = argc > 2 && !std::strcmp(argv[2], "markdown");
+    std::fputs((md ? rwd::switches::markdown() : rwd::switches::help_text()).c_str(), stdout);
+    return 0;
+  }
   for (const Command& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     try {
+      rwd::switches::check_all();  // before any thread of the command reads one
       return c.run(argc - 1, argv + 1);
     } catch (const rwd::Error& e) {
       std::fprintf(stderr, "rewind: error: %s\n", e.what());
