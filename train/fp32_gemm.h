@@ -23,8 +23,8 @@ enum class Fp32Gemm { kSplitTf32, kSimt };
 // (experiments/gpu_bench/README.md).
 Fp32Gemm fp32_gemm();
 void set_fp32_gemm(Fp32Gemm g);
-// Whether REWIND_FP32_GEMM is set (to a valid value): then a replay keeps it even where the
-// recorded run used the other GEMM.
+// Whether REWIND_FP32_GEMM is set: then a replay keeps it even where the recorded numerics
+// name the other GEMM (a run whose meta records the other is refused before: run_spec.h).
 bool fp32_gemm_from_env();
 
 // Whether an FP32 GEMM over tensors on t's device runs split: CUDA and kSplitTf32.

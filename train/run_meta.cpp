@@ -41,6 +41,16 @@ void read_bool(const nlohmann::json& j, const char* key, bool& out) {
   out = it->get<bool>();
 }
 
+void read_string_map(const nlohmann::json& j, const char* key, std::map<std::string, std::string>& out) {
+  auto it = j.find(key);
+  if (it == j.end()) return;
+  if (!it->is_object()) bad(key, "must be an object");
+  for (const auto& [name, value] : it->items()) {
+    if (!value.is_string()) bad(std::string(key) + "." + name, "must be a string");
+    out[name] = value.get<std::string>();
+  }
+}
+
 }  // namespace
 
 RunMeta RunMeta::parse(const std::string& text) {
@@ -72,6 +82,7 @@ RunMeta RunMeta::parse(const std::string& text) {
   read_string(j, "rewind_version", m.recorded_rewind);
   read_string(j, "torch_version", m.recorded_torch);
   read_int(j, "numerics", 1, kMax, m.recorded_numerics);
+  read_string_map(j, "switches", m.switches);
   return m;
 }
 

@@ -3,6 +3,7 @@
 // other parsers of user-reachable text (a store file is user input too).
 #pragma once
 
+#include <map>
 #include <string>
 
 namespace rwd::train {
@@ -28,6 +29,9 @@ struct RunMeta {
   // the run so that a resume applies it too.
   int keep_last = 0;
   int keep_every = 0;
+  // The bit-changing switches' values the run was recorded with, by name (common/switches.h);
+  // empty for stores older than the key.
+  std::map<std::string, std::string> switches;
 
   // Reads the JSON object RunSpec::meta_json() wrote; absent keys keep the defaults above
   // (stores older than the key). Throws Error(kData) naming the key for anything else: not an

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/switches.h"
 #include "train/fp32_gemm.h"
 #include "train/norm.h"
 #include "store/store.h"
@@ -80,6 +81,7 @@ std::string device_name(const torch::Device& device) {
 }
 
 void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device, int world) {
+  switches::check_recorded(run.switches, {switches::Switch::kFp32Gemm, switches::Switch::kFusedNorm});
   use_recorded_numerics(run, device);
   static std::set<int64_t> warned;  // bisect restores the same run many times
   if (!warned.insert(run.run_id).second) return;
@@ -137,6 +139,12 @@ std::string RunSpec::meta_json() const {
   j["world_size"] = world_size;
   j["keep_last"] = keep_last;
   j["keep_every"] = keep_every;
+  // The GEMM and LayerNorm as this process runs them: a run continued from another takes that
+  // run's (use_recorded_numerics), whatever the environment's default.
+  std::map<std::string, std::string> bits = switches::bit_values();
+  bits[switches::name(switches::Switch::kFp32Gemm)] = fp32_gemm() == Fp32Gemm::kSplitTf32 ? "3xtf32" : "simt";
+  bits[switches::name(switches::Switch::kFusedNorm)] = fused_norm() ? "1" : "0";
+  j["switches"] = bits;
   return j.dump();
 }
 

@@ -46,7 +46,9 @@ std::string device_name(const torch::Device& device);
 // numerics or LibTorch version, the processor. Replay is bitwise only when none does.
 // `world`: the ranks computing it now (a run recorded on N ranks sums its gradients in another
 // order on M != N ranks).
-// First it makes the GPU's FP32 GEMM the one the run was recorded with (use_recorded_numerics).
+// First it refuses (UsageError) a run recorded under another value of a bit-changing switch
+// (common/switches.h; an unset REWIND_FP32_GEMM or REWIND_FUSED_NORM takes the recorded one),
+// then makes the GPU's FP32 GEMM the one the run was recorded with (use_recorded_numerics).
 void warn_if_not_reproducible(const RunSpec& run, const torch::Device& device, int world = 1);
 // On a GPU, unless REWIND_FP32_GEMM says otherwise: the FP32 linears of a run recorded under
 // numerics 4 or 6 run 3xTF32, others cuBLAS's FP32 GEMM (Fp32Gemm::kSimt), so a recorded FP32

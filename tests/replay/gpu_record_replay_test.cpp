@@ -72,8 +72,8 @@ TEST(GpuRecordReplay, StochasticRoundingPlanReplaysBitwise) {
 
 // An all-FP32 plan's linears run 3xTF32 GEMMs (numerics 4) or, under REWIND_FP32_GEMM=simt,
 // cuBLAS's FP32 GEMM (numerics 3, as every run recorded before). Replay picks the GEMM the
-// run was recorded with, so both recordings replay bitwise without the variable; forcing the
-// other GEMM diverges (exit 4), which shows the choice reaches the steps.
+// run was recorded with, so both recordings replay bitwise without the variable; asking for the
+// other GEMM is refused (exit 2) naming both, since it would change the bits.
 TEST(GpuRecordReplay, Fp32PlansReplayWithTheGemmTheyWereRecordedWith) {
   for (const char* gemm : {"3xtf32", "simt"}) {
     const char* other = std::string(gemm) == "simt" ? "3xtf32" : "simt";
@@ -84,7 +84,8 @@ TEST(GpuRecordReplay, Fp32PlansReplayWithTheGemmTheyWereRecordedWith) {
     EXPECT_EQ(same.out.find("numerics"), std::string::npos) << gemm << ": no numerics warning expected\n" << same.out;
     Cmd forced = sh(std::string("REWIND_FP32_GEMM=") + other + " " + kBin + " replay --store " + run.store +
                     " --from 0 --to 11 --verify");
-    EXPECT_EQ(forced.code, 4) << gemm << " recording replayed with " << other << "\n" << forced.out;
+    EXPECT_EQ(forced.code, 2) << gemm << " recording replayed with " << other << "\n" << forced.out;
+    EXPECT_NE(forced.out.find(std::string("recorded with REWIND_FP32_GEMM=") + gemm), std::string::npos) << forced.out;
   }
 }
 
