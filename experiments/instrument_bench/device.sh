@@ -100,8 +100,15 @@ COMPILED=(--variants "${COMPILED_VARIANTS:-plain,plain_det,instrumented,recorded
 # Compiled rows first: they are what the deadline must not cut.
 PARTS=(nanogpt_compiled hf_compiled nanogpt_eager hf_eager hf_compiled_blocks)
 ONLY=" ${ONLY:-${PARTS[*]}} "   # ONLY="a b": those parts alone
-part() { [[ $ONLY == *" $1 "* ]] && run_part "$@"; return 0; }
-part nanogpt_compiled 40 300 --rows nanogpt:compiled "${COMPILED[@]}"
+# part NAME SHARE ...: runs when ONLY names it; the last part ONLY names gets what is left.
+part() {
+  [[ $ONLY == *" $1 "* ]] || return 0
+  local rest=${ONLY#*" $1 "} name=$1 share=$2
+  shift 2
+  [[ -z ${rest// /} ]] && share=100
+  run_part "$name" "$share" "$@"
+}
+part nanogpt_compiled 50 300 --rows nanogpt:compiled "${COMPILED[@]}"
 part hf_compiled 60 300 --rows hf:compiled "${COMPILED[@]}"
 part nanogpt_eager 50 90 --rows nanogpt:eager
 part hf_eager 100 90 --rows hf:eager
