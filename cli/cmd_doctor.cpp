@@ -1,5 +1,5 @@
 // `rewind doctor --cmd "python3 train.py ..."`: is the user's loop bitwise repeatable, as replay
-// needs? Runs the script's first steps twice with REWIND_DOCTOR set (python/rewind/doctor.py
+// needs? Runs the script's first steps twice with REWIND_DOCTOR set (python/rewind/_doctor.py
 // hashes every op's outputs, the batch, the loss and the parameters), names the first tensor
 // whose bits differ between the two runs and the switch that fixes it.
 #include <algorithm>

@@ -1,6 +1,6 @@
 // The probes of `bisect --cmd` run by one process of the user's script instead of one process
 // each: the script is started once with REWIND_SERVE (the two pipes' descriptors) beside the
-// first probe's REWIND_REPLAY; its rewind.record (python/rewind/serve.py) then runs the script
+// first probe's REWIND_REPLAY; its rewind.record (python/rewind/_serve.py) then runs the script
 // again inside that Python process for every probe written to the probe pipe, and answers
 // "exit N" on the reply pipe after each. What a probe costs is then its model, its restore and
 // its steps, not a new Python, LibTorch, CUDA context and first-step setup. A script that cannot
@@ -10,7 +10,7 @@
 // A data-parallel script started by a launcher (torchrun) gets no descriptors: torchrun closes
 // them for its ranks. Its rank 0 connects to a Unix socket instead (REWIND_SERVE_SOCKET, made
 // here for each start), and the probes and replies run over that connection; rank 0 hands each
-// probe to the other ranks (python/rewind/serve.py).
+// probe to the other ranks (python/rewind/_serve.py).
 //
 // bisect --cmd --jobs G runs G servers at once, one a thread of the probe pool, each with its
 // own environment (CUDA_VISIBLE_DEVICES: a GPU each): a server is used by one thread at a time,
@@ -47,7 +47,7 @@ class ScriptServer {
   // The window of `r` as run_script_window computes it (the same errors), run by the serving
   // script; starts it on the first call (and again after a probe that ended it). `on_step`: see
   // StepSink; a serving script hears "stop" on its probe pipe and ends the window at its next
-  // rec.batch or rec.step (python/rewind/serve.py); one started for this probe alone runs it
+  // rec.batch or rec.step (python/rewind/_serve.py); one started for this probe alone runs it
   // whole, and its steps are told when it has ended.
   ScriptWindow run(const ScriptWindowRequest& r, const StepSink& on_step = {});
 

@@ -1,5 +1,5 @@
 // A window of a run recorded by a Python script (rewind.record) computed again by running that
-// script: the REWIND_REPLAY protocol of python/rewind/recording.py, shared by `replay --cmd`
+// script: the REWIND_REPLAY protocol of python/rewind/_recording.py, shared by `replay --cmd`
 // (which checks the steps against the recording) and `bisect --cmd` (whose probes it runs).
 #pragma once
 

@@ -154,7 +154,7 @@ torch::Tensor bf16_backward(const torch::Tensor& d_o, const torch::Tensor& qkv, 
 // the layer's heads: the kernels' BF16 entry points instead of the FP32 path's conversions of
 // q, k, v, O and their gradients. Same kernels, same bits as the FP32 path on the widened
 // values (tests/python/test_rewind.py). Under torch.compile the same two halves run as the
-// custom ops rewind::attention and rewind::attention_backward (python/rewind/compiled.py).
+// custom ops rewind::attention and rewind::attention_backward (python/rewind/_compiled.py).
 struct Bf16Attention : public torch::autograd::Function<Bf16Attention> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const std::string& spec, int64_t layer, bool causal) {

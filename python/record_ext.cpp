@@ -212,7 +212,7 @@ class ScriptRecording {
   // waits for the copies (`cuda`: an event on the current stream) and reads them. `ops`, when
   // not empty, is stored as the run's kv "ops" (the rewind.op names the script ran).
   // `rng`: the generators' states as bytes, or as a uint8 tensor that the device fills behind
-  // the work queued so far (a data-parallel recording's gathered states: python/rewind/ranks.py).
+  // the work queued so far (a data-parallel recording's gathered states: python/rewind/_ranks.py).
   void queue_step(int64_t step, double lr, double seconds, std::vector<std::pair<std::string, Scalar>> scalars,
                   std::vector<torch::Tensor> batch, const std::variant<py::bytes, torch::Tensor>& rng,
                   const std::string& extra, const std::string& ops, bool cuda) {

@@ -1,5 +1,5 @@
 // rewind._C.store_*: each call opens the store read-only, reads, closes; the Python side
-// (rewind/store.py) turns the lists into numpy arrays / pandas frames.
+// (rewind/_store.py) turns the lists into numpy arrays / pandas frames.
 #include "python/store_ext.h"
 
 #include "interop/nanogpt.h"
