@@ -5,7 +5,7 @@
 # stops a probe but its verdict), then the bisect of window 20:29 with --fail
 # 'max(L1.H0.max_logit) > 10' runs ROUNDS times in each mode, alternating, on copies of the
 # store (no probe cache). Prints each bisect's wall, probes and the window steps the script ran
-# (REWIND_PROBE_TIMES), and the ratio of the median walls.
+# (REWIND_TIMES=probe), and the ratio of the median walls.
 # Usage: bash experiments/python_record/early_verdict_ab.sh BUILD OUT   (PYTHON, PRESET=small,
 #        DEVICE=cpu, ROUNDS=2, JOBS=1; BUILD must have build/python)
 set -euo pipefail
@@ -19,7 +19,7 @@ for round in $(seq "${ROUNDS:-2}"); do
   for mode in stop whole; do
     cp "$OUT/ab.db" "$OUT/ab_$mode.db"
     t0=$(date +%s.%N)
-    REWIND_PROBE_TIMES=1 REWIND_SCRIPT_STOP=$([[ $mode == stop ]] && echo 1 || echo 0) \
+    REWIND_TIMES=probe REWIND_SCRIPT_STOP=$([[ $mode == stop ]] && echo 1 || echo 0) \
       "$BUILD/rewind" bisect --cmd "$CMD" --store "$OUT/ab_$mode.db" --window 20:29 \
       --fail 'max(L1.H0.max_logit) > 10' --jobs "${JOBS:-1}" > "$OUT/ab_$mode.out" 2> "$OUT/ab_$mode.err" || true
     t1=$(date +%s.%N)

@@ -15,7 +15,7 @@
 #          rewind_python target is built here when missing); OUT: where results go.
 #   STEPS (60), PYTHON (python3), KEEP=1 keeps the stores (gpt2-small checkpoints: 1.5 GB each),
 #   PRESET (gpt2-small; tiny for a smoke run), DEVICE (cuda), ROUNDS (1: more rounds of (a), (b),
-#   (b0)), SKIP_DOCTOR=1 (parts 1 and 2 only). (d) runs with REWIND_RECORD_TIMES=1: each
+#   (b0)), SKIP_DOCTOR=1 (parts 1 and 2 only). (d) runs with REWIND_TIMES=record: each
 #   checkpoint's time on the loop's thread, in record_times.txt.
 set -euo pipefail
 source "$(dirname "$0")/args.sh"
@@ -43,7 +43,7 @@ rm -f "$OUT/steps.jsonl" "$OUT"/bench*.db* "$OUT/record_times.txt"
 a=$(step_ms --attention sdpa --no-record)
 b=$(step_ms --attention rewind --no-record)
 c=$(step_ms --attention rewind --store "$OUT/bench_c.db" --checkpoint-every 100000)
-d=$(REWIND_RECORD_TIMES=1 step_ms --attention rewind --store "$OUT/bench_d.db" --checkpoint-every 25 2>> "$OUT/record_times.txt")
+d=$(REWIND_TIMES=record step_ms --attention rewind --store "$OUT/bench_d.db" --checkpoint-every 25 2>> "$OUT/record_times.txt")
 b0=$(REWIND_ATTENTION_FP32_PATH=1 step_ms --attention rewind --no-record)
 # ROUNDS=R: R-1 more rounds of (a), (b), (b0), one process each (processes of one variant differ
 # by up to 15%); the ratios below use each variant's mean over the rounds.

@@ -38,7 +38,7 @@ _op_names = set()   # the names rewind.op has been called with (_ops.py), stored
 
 
 _probe_t0 = time.perf_counter()  # when this process's probe began: `import rewind`, or serve's next run
-_TIMES = {k: os.environ.get(k) is not None for k in ("REWIND_PROBE_TIMES", "REWIND_RECORD_TIMES")}
+_TIMES = {k: _C.timer(k) for k in ("probe", "record")}  # REWIND_TIMES=probe,record (docs/switches.md)
 
 
 def begin_probe():
@@ -275,7 +275,7 @@ class Recorder:
         tensors.append(("rng/state", rng if torch.is_tensor(rng) else _bytes_tensor(_rng_state())))
         t1 = time.perf_counter()
         self._rec.put_checkpoint(self.step_index, tensors)
-        if _TIMES["REWIND_RECORD_TIMES"]:
+        if _TIMES["record"]:
             print(f"rewind: checkpoint at step {self.step_index}: state gathered in {1e3 * (t1 - t0):.1f} ms, "
                   f"handed to the writer in {1e3 * (time.perf_counter() - t1):.1f} ms", file=sys.stderr, flush=True)
 
@@ -573,7 +573,7 @@ class Recorder:
         """The end of a replay's window or a doctor's steps after step `last`: reported, and
         WindowDone raised, which ends the script unless it catches it."""
         if self.mode is Mode.REPLAY:
-            if _TIMES["REWIND_PROBE_TIMES"]:  # where a probe's wall goes (served: from serve's start of the run)
+            if _TIMES["probe"]:  # where a probe's wall goes (served: from serve's start of the run)
                 t = self._times
                 print(f"rewind: probe times: script to rewind.record {t[0] - _probe_t0:.3f} s, restore "
                       f"{t[1] - t[0]:.3f} s, {len(t) - 2} steps {t[-1] - t[1]:.3f} s (first "

@@ -155,7 +155,7 @@ class EarlyVerdicts(RecordedRun):
             shutil.copyfile(self.store, store)
             r = subprocess.run([REWIND, "bisect", "--cmd", self.cmd, "--store", store, "--window", "20:29",
                                 "--fail", "max(L1.H0.max_logit) > 50", "--quiet", "--hold-check", "0", *extra],
-                               env={**os.environ, "REWIND_PROBE_TIMES": "1"}, capture_output=True, text=True)
+                               env={**os.environ, "REWIND_TIMES": "probe"}, capture_output=True, text=True)
             self.assertEqual(r.returncode, 4, r.stdout + r.stderr)
             self.assertIn("failing set (kept low, everything else FP32, still fails): {L1.H0.qk}", r.stdout)
             ran = [int(n) for n in re.findall(r"rewind: probe times: .*?, (\d+) steps", r.stderr)]
