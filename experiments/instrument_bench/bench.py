@@ -352,7 +352,7 @@ class MonitorSwitch:
             self.c.set_monitoring = self.real
 
 
-def interleaved(a, base, loss_fn, batches, store_dir, mode, row, times, losses, errors):
+def interleaved(a, base, loss_fn, batches, store_dir, mode, row, times, losses, errors, save=lambda row: None):
     """Every variant at once: each one's model built and warmed up (compiled) in turn, then the
     timed steps in turns, step i of every variant before step i + 1 of any, the variants' order
     rotated each step, so that a slow stretch of the machine falls on all of them alike."""
@@ -399,6 +399,9 @@ def interleaved(a, base, loss_fn, batches, store_dir, mode, row, times, losses, 
                 t, loss = live[v].step(i)
                 times.setdefault(v, []).append(t)
                 losses[v].append(loss)
+            if (i - a.warmup) % 5 == 4:  # a run killed at its time limit keeps what it timed
+                summarize(row, times, losses, errors)
+                save(row)
     except Exception as e:
         errors.append(f"interleaved steps: {one_line(e)}")
     finally:
@@ -444,7 +447,7 @@ def measure(a, kind, mode, store_dir, save=lambda row: None):
     row["det_steps"] = det_steps
     times, losses = {}, {}
     if a.interleave:
-        interleaved(a, base, loss_fn, batches, store_dir, mode, row, times, losses, errors)
+        interleaved(a, base, loss_fn, batches, store_dir, mode, row, times, losses, errors, save)
         if "instrumented" in losses:
             check_determinism(a, base, loss_fn, batches, det_steps, store_dir, mode, row, losses, errors)
         save(row)
