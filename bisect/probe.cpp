@@ -30,6 +30,14 @@ std::vector<int64_t> plan_points(const ProbeSpec& p, const train::RunSpec& run) 
 // recording before the window.
 Series window_start(store::Store& s, const ProbeSpec& p, const train::RunSpec& run, const Predicate& pred);
 
+// What a probe restores: warm, since the probes of one bisect restore the same checkpoint.
+replay::RestoreOptions probe_restore(train::Comm* comm) {
+  replay::RestoreOptions o;
+  o.comm = comm;
+  o.warm = true;
+  return o;
+}
+
 // The verdict on the window's series, its curves and its median step time.
 void conclude(ProbeOutcome& out, Series& series, const Predicate& pred, std::vector<double> step_times) {
   if (!step_times.empty()) {
@@ -154,7 +162,7 @@ Series window_start(store::Store& s, const ProbeSpec& p, const train::RunSpec& r
 }  // namespace
 
 void warm_probe(store::Store& s, const ProbeSpec& p, const train::RunSpec& run, train::Comm* comm) {
-  replay::restore_before(s, run.run_id, p.from, "", false, {}, comm, /*warm=*/true);
+  replay::restore_before(s, run.run_id, p.from, probe_restore(comm));
 }
 
 const char* verdict_word(const ProbeOutcome& o) { return o.cut ? "cut short" : o.fails ? "fail" : "pass"; }
@@ -174,7 +182,7 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   // Every rank replays the window in lockstep; the loss is summed in rank order on all of
   // them, so each rank stops at the same non-finite step and judges the same series.
   // Warm: the probes of one bisect restore the same checkpoint, read and decompressed once.
-  replay::Restored st = replay::restore_before(s, run.run_id, p.from, "", false, {}, comm, /*warm=*/true);
+  replay::Restored st = replay::restore_before(s, run.run_id, p.from, probe_restore(comm));
   out.restore_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Series series = window_start(s, p, run, pred);
   // Early verdict: a monotone predicate that holds on the steps run so far holds on
@@ -192,19 +200,14 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   int64_t every = 1, next_check = p.from;
   int above_run = 0;  // steps in a row the indicator has been above the band
   std::vector<double> step_times;
-  for (int64_t step = p.from; step <= p.to; ++step) {
-    if (step > p.from && cut_short && cut_short()) {
-      out.cut = true;
-      break;
-    }
-    st.trainer->set_plan(probe_plan(p, run, step));
-    replay::ReplayedStep rs;
-    const auto s0 = std::chrono::steady_clock::now();
-    rs.replayed = st.trainer->train_step();
-    step_times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count());
-    out.step_s += step_times.back();
+  replay::WindowOptions w;
+  w.from = p.from;
+  w.to = p.to;
+  w.plan_at = [&](int64_t step) { return probe_plan(p, run, step); };
+  w.on_step = [&](int64_t step, replay::ReplayedStep& rs) {
+    step_times.push_back(rs.step_s);
+    out.step_s += rs.step_s;
     ++out.steps;
-    rs.recorded = s.get_step(run.run_id, step);
     const bool finite = std::isfinite(rs.replayed.loss);
     double top_logit = -INFINITY;
     for (auto& [key, v] : replay::window_series({rs})) {
@@ -222,13 +225,13 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
       if (out.indicator_at >= 0 && p.band_stop) {
         out.judged_early = true;
         if (step < p.to) out.stopped_at = step;
-        break;
+        return false;
       }
     }
     if (!finite) {  // the predicate reads NaN/Inf as +inf: the rest cannot change it
       if (step < p.to) out.stopped_at = step;
       if (out.held_at < 0 && pred.monotone()) out.held_at = step;
-      break;
+      return false;
     }
     if (early && step < p.to && step >= next_check && out.held_at < 0) {
       const auto e0 = std::chrono::steady_clock::now();
@@ -242,12 +245,19 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
       if (holds && out.held_at < 0) out.held_at = step;
       if (holds && !baseline) {
         out.stopped_at = step;
-        break;
+        return false;
       }
       if (!comm) every = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(judge_s / (0.02 * step_times.back()))));
       next_check = step + every;
     }
-  }
+    // Asked before every step after the first: a race decided elsewhere ends it with no verdict.
+    if (step < p.to && cut_short && cut_short()) {
+      out.cut = true;
+      return false;
+    }
+    return true;
+  };
+  replay::run_window(s, st, w);
   if (!out.cut) conclude(out, series, pred, step_times);
   if (out.judged_early) out.fails = true;  // the indicator's verdict: failing, before its break
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -73,7 +73,9 @@ int run_export(int argc, char** argv) {
     state = train::read_checkpoint(s, spec.run_id, step);
   } else {
     set_threads(spec.threads);
-    replay::Restored rs = replay::restore_before(s, spec.run_id, step, r["data"].as<std::string>(), false, {});
+    replay::RestoreOptions ro;
+    ro.data_path = r["data"].as<std::string>();
+    replay::Restored rs = replay::restore_before(s, spec.run_id, step, ro);
     state = rs.trainer->state();
   }
   errno = 0;

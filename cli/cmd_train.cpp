@@ -347,8 +347,10 @@ int run_train(int argc, char** argv) {
     recording_options(r, spec);
     set_threads(spec.threads);
     comm = train::connect_ranks(env, spec.device);
-    replay::Restored rs = replay::restore_before(src, spec.run_id, fork_at, r.count("data") ? r["data"].as<std::string>() : "",
-                                                 false, {}, comm.get());
+    replay::RestoreOptions ro;
+    ro.data_path = r.count("data") ? r["data"].as<std::string>() : "";
+    ro.comm = comm.get();
+    replay::Restored rs = replay::restore_before(src, spec.run_id, fork_at, ro);
     data = std::move(rs.data);
     trainer = std::move(rs.trainer);
     // The branch's schedule: the recorded plan at --at with --plan on top, and every later
@@ -407,9 +409,10 @@ int run_train(int argc, char** argv) {
     const bool plan_changed = resume_plan(spec, r, next);
     set_threads(spec.threads);
     comm = train::connect_ranks(env, spec.device);
-    replay::Restored rs = replay::restore_before(*st, spec.run_id, ckpts.back(),
-                                                 r.count("data") ? r["data"].as<std::string>() : "", false, {},
-                                                 comm.get());
+    replay::RestoreOptions ro;
+    ro.data_path = r.count("data") ? r["data"].as<std::string>() : "";
+    ro.comm = comm.get();
+    replay::Restored rs = replay::restore_before(*st, spec.run_id, ckpts.back(), ro);
     data = std::move(rs.data);
     trainer = std::move(rs.trainer);
     const std::string rerun = ckpts.back() < next ? "; " + std::to_string(ckpts.back()) + ".." +

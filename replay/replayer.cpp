@@ -43,6 +43,14 @@ std::string mismatch(const train::StepResult& r, const store::StepRecord& rec, c
   return "";
 }
 
+// Throws the divergence at `step` when its replay and its record (if any) disagree.
+void check_step(train::Trainer& t, int64_t step, const ReplayedStep& rs) {
+  if (!rs.recorded) return;
+  std::string digest = rs.recorded->param_digest ? t.param_digest(*rs.recorded->param_digest) : "";
+  std::string why = mismatch(rs.replayed, *rs.recorded, digest);
+  if (!why.empty()) throw Error(ExitCode::kFinding, "replay diverged at step " + std::to_string(step) + ": " + why);
+}
+
 void check_dataset(const train::RunSpec& run, const train::TokenFile& data) {
   if (!run.data_fingerprint.empty() && data.fingerprint() != run.data_fingerprint)
     throw Error(ExitCode::kData, "dataset '" + data.path() + "' differs from the recording (fingerprint " +
@@ -157,20 +165,32 @@ void warm_clear() {
   warm_trainer() = WarmTrainer{};
 }
 
+int64_t run_window(store::Store& s, Restored& r, const WindowOptions& o) {
+  using clock = std::chrono::steady_clock;
+  int64_t ran = 0;
+  for (int64_t step = o.from; step <= o.to; ++step) {
+    r.trainer->set_plan(o.plan_at(step));
+    ReplayedStep rs;
+    const auto s0 = clock::now();
+    rs.replayed = r.trainer->train_step(o.capture_layers);
+    rs.step_s = std::chrono::duration<double>(clock::now() - s0).count();
+    ++ran;
+    if (o.recorded) rs.recorded = s.get_step(r.run.run_id, step);
+    if (o.on_step && !o.on_step(step, rs)) break;
+  }
+  return ran;
+}
+
 namespace {
 
-Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path, bool verify,
-                      const std::function<void(const train::StepResult&, bool)>& on_step, train::Comm* comm,
-                      bool warm);
+Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const RestoreOptions& o);
 
 }  // namespace
 
-Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path,
-                        bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
-                        train::Comm* comm, bool warm) {
+Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const RestoreOptions& o) {
   // `store thin` keeps the checkpoint read here until this returns (reader_pins.h).
   const store::ReaderPin pin(s.path(), run_id, {step});
-  if (!warm || !warm_trainer_on()) return restore_cold(s, run_id, step, data_path, verify, on_step, comm, warm);
+  if (!o.warm || !warm_trainer_on()) return restore_cold(s, run_id, step, o);
   // REWIND_TIMES=restore: each restore prints where its time went (stderr; cold ones below).
   const bool times = restore_times();
   using clock = std::chrono::steady_clock;
@@ -180,8 +200,8 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
   // by its content; the ranks by the job's communicator (one per process and job).
   const int64_t run = train::RunSpec::load(s, run_id).run_id;
   const auto ckpt = s.nearest_checkpoint(run, step);
-  std::string key = std::to_string(step) + "\n" + data_path + "\n" +
-                    std::to_string(reinterpret_cast<uintptr_t>(comm)) + "\n";
+  std::string key = std::to_string(step) + "\n" + o.data_path + "\n" +
+                    std::to_string(reinterpret_cast<uintptr_t>(o.comm)) + "\n";
   if (ckpt) key += checkpoint_key(s, run, *ckpt);
   WarmTrainer& w = warm_trainer();
   if (ckpt && w.restored.trainer && w.key == key) {
@@ -189,7 +209,7 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
     ++warm_cache().stats.trainer_hits;
   } else {
     w = WarmTrainer{};  // frees the last trainer's device memory before the next one takes it
-    Restored r = restore_cold(s, run_id, step, data_path, verify, on_step, comm, /*warm=*/true);
+    Restored r = restore_cold(s, run_id, step, o);
     {
       std::lock_guard<std::mutex> lock(warm_cache().mu);
       ++warm_cache().stats.trainer_misses;
@@ -219,9 +239,9 @@ Restored restore_before(store::Store& s, int64_t run_id, int64_t step, const std
 
 namespace {
 
-Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::string& data_path, bool verify,
-                      const std::function<void(const train::StepResult&, bool)>& on_step, train::Comm* comm,
-                      bool warm) {
+Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const RestoreOptions& o) {
+  bool verify = o.verify;
+  train::Comm* comm = o.comm;
   Restored r;
   r.run = train::RunSpec::load(s, run_id);
   auto range = s.step_range(r.run.run_id);
@@ -232,7 +252,7 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
   if (step > *ckpt && (!range || step - 1 > range->second))
     throw UsageError("step " + std::to_string(step) + " is outside the recording");
   r.checkpoint_step = *ckpt;
-  const std::string path = data_path.empty() ? r.run.data_path : data_path;
+  const std::string path = o.data_path.empty() ? r.run.data_path : o.data_path;
   r.data = std::make_shared<train::TokenFile>(path);
   check_dataset(r.run, *r.data);
   const train::Config& c = r.run.config;
@@ -246,8 +266,8 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
   double read_ms = 0;
   std::future<train::NamedTensors> reading = std::async(std::launch::async, [&] {
     const auto r0 = clock::now();
-    train::NamedTensors state = warm ? read_checkpoint_warm(s, r.run.run_id, *ckpt)
-                                     : train::read_checkpoint(s, r.run.run_id, *ckpt);
+    train::NamedTensors state = o.warm ? read_checkpoint_warm(s, r.run.run_id, *ckpt)
+                                       : train::read_checkpoint(s, r.run.run_id, *ckpt);
     read_ms = ms(r0, clock::now());
     return state;
   });
@@ -276,22 +296,18 @@ Restored restore_cold(store::Store& s, int64_t run_id, int64_t step, const std::
   const auto ff0 = clock::now();
   auto ff1 = ff0;
   const int64_t ff_steps = step - r.trainer->step();
-  while (r.trainer->step() < step) {
-    const int64_t s_now = r.trainer->step();
-    r.trainer->set_plan(r.run.plan.at(s_now, c.n_layer, c.n_head));
-    train::StepResult res = r.trainer->train_step();
-    if (verify) {
-      auto rec = s.get_step(r.run.run_id, s_now);
-      if (rec) {
-        std::string digest = rec->param_digest ? r.trainer->param_digest(*rec->param_digest) : "";
-        std::string why = mismatch(res, *rec, digest);
-        if (!why.empty())
-          throw Error(ExitCode::kFinding, "replay diverged at step " + std::to_string(s_now) + ": " + why);
-      }
-    }
-    if (on_step) on_step(res, false);
+  WindowOptions ff;
+  ff.from = r.trainer->step();
+  ff.to = step - 1;
+  ff.plan_at = [&](int64_t at) { return r.run.plan.at(at, c.n_layer, c.n_head); };
+  ff.recorded = verify;  // the record is read only to be compared
+  ff.on_step = [&](int64_t at, ReplayedStep& rs) {
+    if (verify) check_step(*r.trainer, at, rs);
+    if (o.on_step) o.on_step(rs.replayed, false);
     if (ff1 == ff0) ff1 = clock::now();
-  }
+    return true;
+  };
+  run_window(s, r, ff);
   if (restore_times() && ff_steps > 0)
     std::fprintf(stderr, "rewind: fast-forward: %lld steps in %.1f ms, the first %.1f ms\n",
                  static_cast<long long>(ff_steps), ms(ff0, clock::now()), ms(ff0, ff1));
@@ -304,32 +320,37 @@ ReplayResult replay(store::Store& s, const ReplayOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   train::RunSpec run = train::RunSpec::load(s, o.run);
   store::check_window(s, run.run_id, o.from, o.to);
-  Restored st = restore_before(s, run.run_id, o.from, o.data_path, o.verify, o.on_step, o.comm);
+  RestoreOptions ro;
+  ro.data_path = o.data_path;
+  ro.verify = o.verify;
+  ro.on_step = o.on_step;
+  ro.comm = o.comm;
+  Restored st = restore_before(s, run.run_id, o.from, ro);
   const train::Config& c = run.config;
   ReplayResult result;
   result.run = run;
   result.world_differs = run.world_size != (o.comm ? o.comm->world() : 1);
   result.checkpoint_step = st.checkpoint_step;
-  for (int64_t step = o.from; step <= o.to; ++step) {
+  WindowOptions w;
+  w.from = o.from;
+  w.to = o.to;
+  w.capture_layers = o.capture_layers;
+  w.plan_at = [&](int64_t step) {
     plan::Plan recorded = run.plan.at(step, c.n_layer, c.n_head);
     plan::Plan p = o.plan ? plan::apply(recorded, *o.plan) : recorded;
     if (p != recorded) result.plan_differs = true;
     result.plan_canonical = p.canonical();
-    st.trainer->set_plan(p);
-    ReplayedStep rs;
-    rs.replayed = st.trainer->train_step(o.capture_layers);
-    rs.recorded = s.get_step(run.run_id, step);
-    if (o.verify && !result.plan_differs && !result.world_differs && rs.recorded) {
-      std::string digest = rs.recorded->param_digest ? st.trainer->param_digest(*rs.recorded->param_digest) : "";
-      std::string why = mismatch(rs.replayed, *rs.recorded, digest);
-      if (!why.empty())
-        throw Error(ExitCode::kFinding, "replay diverged at step " + std::to_string(step) + ": " + why);
-    }
+    return p;
+  };
+  w.on_step = [&](int64_t step, ReplayedStep& rs) {
+    // Another plan or number of ranks changes the bits: the window is a divergence curve.
+    if (o.verify && !result.plan_differs && !result.world_differs) check_step(*st.trainer, step, rs);
     if (o.on_step) o.on_step(rs.replayed, true);
     const bool finite = std::isfinite(rs.replayed.loss);
     result.window.push_back(std::move(rs));
-    if (o.stop_on_nonfinite && !finite) break;
-  }
+    return !(o.stop_on_nonfinite && !finite);
+  };
+  run_window(s, st, w);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

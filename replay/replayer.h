@@ -33,6 +33,7 @@ struct ReplayOptions {
 struct ReplayedStep {
   train::StepResult replayed;
   std::optional<store::StepRecord> recorded;
+  double step_s = 0;  // the time of train_step alone (not the plan, the record or the callback)
 };
 
 struct ReplayResult {
@@ -58,16 +59,36 @@ struct Restored {
   std::shared_ptr<train::Trainer> trainer;
   int64_t checkpoint_step = 0;
 };
-// comm: the job's ranks (nullptr: one process). warm: bisect probes, which restore the same
-// step dozens of times in one process. A warm restore reuses the warm trainer (see below) when
-// the last warm restore was of the same store, run, step, checkpoint, data and ranks: its
-// restore is then a copy of the state kept on the trainer's device, and the model, the CUDA
-// context and the fused optimizer's calibration stay. Otherwise it restores as usual, the
-// checkpoint from the warm cache (read_checkpoint_warm), and becomes the warm trainer. The
-// caller may change only the plan of a warm trainer, and uses it until its next restore_before.
-Restored restore_before(store::Store& s, int64_t run, int64_t step, const std::string& data_path,
-                        bool verify, const std::function<void(const train::StepResult&, bool)>& on_step,
-                        train::Comm* comm = nullptr, bool warm = false);
+struct RestoreOptions {
+  std::string data_path;  // "" = the recorded path
+  bool verify = false;    // compare the fast-forwarded steps with the recording, bit for bit
+  // Called after every fast-forwarded step (in_window false) for progress output.
+  std::function<void(const train::StepResult&, bool in_window)> on_step;
+  train::Comm* comm = nullptr;  // the job's ranks (nullptr: one process)
+  // Bisect probes, which restore the same step dozens of times in one process. A warm restore
+  // reuses the warm trainer (see below) when the last warm restore was of the same store, run,
+  // step, checkpoint, data and ranks: its restore is then a copy of the state kept on the
+  // trainer's device, and the model, the CUDA context and the fused optimizer's calibration
+  // stay. Otherwise it restores as usual, the checkpoint from the warm cache
+  // (read_checkpoint_warm), and becomes the warm trainer. The caller may change only the plan
+  // of a warm trainer, and uses it until its next restore_before.
+  bool warm = false;
+};
+Restored restore_before(store::Store& s, int64_t run, int64_t step, const RestoreOptions& o = {});
+
+// A window of steps run on a restored trainer that stands before `from`.
+struct WindowOptions {
+  int64_t from = 0, to = 0;                         // inclusive
+  std::function<plan::Plan(int64_t step)> plan_at;  // the plan each step runs under
+  std::vector<int> capture_layers;                  // attention tensors to keep (train_step)
+  bool recorded = true;                             // read each step's row (ReplayedStep::recorded)
+  // After each step, with what it replayed (the callback may move from it); false stops the
+  // window there.
+  std::function<bool(int64_t step, ReplayedStep& rs)> on_step;
+};
+// Every step of the window sets its plan, trains and reads its recorded row, in that order, so
+// that replay, fast-forward and bisect probes run the same bits. Returns the steps run.
+int64_t run_window(store::Store& s, Restored& r, const WindowOptions& o);
 
 // Warm probes: a per-process cache of decompressed checkpoints, bounded by
 // REWIND_WARM_BYTES (bytes of tensor data, default 8 GiB; 0 turns it off), least recently used

@@ -63,7 +63,9 @@ StepProbeResult probe_step(store::Store& s, int64_t run, int64_t step, const std
   const train::Config& c = rs.config;
   plan::Plan lp = rs.plan.at(step, c.n_layer, c.n_head);
   plan::Plan hp = plan::apply(lp, spec);
-  Restored st = restore_before(s, rs.run_id, step, data_path, false, {});
+  RestoreOptions ro;
+  ro.data_path = data_path;
+  Restored st = restore_before(s, rs.run_id, step, ro);
   std::vector<int> layers(c.n_layer);
   for (int l = 0; l < c.n_layer; ++l) layers[l] = l;
   std::map<std::string, torch::Tensor> g_lp, g_hp;

@@ -164,6 +164,36 @@ TEST_F(WarmProbe, WarmTrainerReplaysTheBitsOfAColdRestore) {
   }
 }
 
+// replay::run_window, the loop under replay and probes: a callback that says stop after step 24
+// ends the window 22:39 there, after exactly 24 - 22 + 1 steps, each run under its plan with its
+// recorded row beside it; under the recorded plan, the recording's bits.
+TEST_F(WarmProbe, RunWindowStopsWhereTheCallbackSays) {
+  store::Store s = open("a");
+  const train::RunSpec run = train::RunSpec::load(s, 0);
+  at::set_num_threads(run.threads);
+  replay::Restored r = replay::restore_before(s, run.run_id, 22);
+  ASSERT_EQ(r.trainer->step(), 22);
+  replay::WindowOptions w;
+  w.from = 22;
+  w.to = 39;
+  std::vector<int64_t> planned, seen;
+  w.plan_at = [&](int64_t step) {
+    planned.push_back(step);
+    return run.plan.at(step, run.config.n_layer, run.config.n_head);
+  };
+  w.on_step = [&](int64_t step, replay::ReplayedStep& rs) {
+    seen.push_back(step);
+    EXPECT_EQ(rs.replayed.step, step);
+    EXPECT_GE(rs.step_s, 0);
+    EXPECT_TRUE(rs.recorded && rs.recorded->loss_bits == store::float_bits(rs.replayed.loss)) << "step " << step;
+    return step < 24;
+  };
+  EXPECT_EQ(replay::run_window(s, r, w), 3);
+  EXPECT_EQ(planned, (std::vector<int64_t>{22, 23, 24}));
+  EXPECT_EQ(seen, planned);
+  EXPECT_EQ(r.trainer->step(), 25);
+}
+
 // Another store with the same bytes, another step, another run id: each its own entry. The
 // least recently used entry goes first when REWIND_WARM_BYTES holds fewer.
 TEST_F(WarmProbe, KeysAndLeastRecentlyUsedEviction) {
