@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "common/hash.h"
+#include "common/switches.h"
 #include "replay/replayer.h"
 
 namespace rwd::bisect {
@@ -174,7 +175,7 @@ ProbeOutcome execute_probe(store::Store& s, const ProbeSpec& p, const train::Run
   const int world = comm ? comm->world() : 1;
   out.key = probe_key(p, run, pred, world);
   out.plan = probe_plan(p, run, p.from).canonical();
-  if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES"))
+  if (const char* cvd = switches::external("CUDA_VISIBLE_DEVICES"))
     out.device = run.device + " (CUDA_VISIBLE_DEVICES=" + cvd + ")";
   else
     out.device = run.device;

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
       return static_cast<int>(rwd::ExitCode::kUsage);
     } catch (const c10::OutOfMemoryError& e) {
       // One line, no backtrace: which rank ran out and what it asked for (LibTorch's first line).
-      const char* rank = std::getenv("RANK");
+      const char* rank = rwd::switches::external("RANK");
       std::fprintf(stderr, "rewind: error: out of device memory%s%s: %s\n", rank ? " on rank " : "", rank ? rank : "",
                    first_line(e.what_without_backtrace()).c_str());
       return static_cast<int>(rwd::ExitCode::kInternal);

@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/fd_io.h"
+#include "common/switches.h"
 
 namespace rwd::cli {
 
@@ -143,8 +144,8 @@ void ScriptServer::start(const ScriptWindowRequest& r, const std::string& spec, 
   if (serving) {
     set.emplace_back("REWIND_SERVE", std::to_string(kProbeFd) + "," + std::to_string(kReplyFd));
     close_socket();
-    const char* dir = std::getenv("TMPDIR");
-    std::string tmpl = std::string(dir && *dir ? dir : "/tmp") + "/rewind-serve-XXXXXX";
+    const char* dir = switches::external("TMPDIR");
+    std::string tmpl = std::string(dir ? dir : "/tmp") + "/rewind-serve-XXXXXX";
     sockaddr_un addr = {};
     addr.sun_family = AF_UNIX;
     if (tmpl.size() + 2 < sizeof addr.sun_path && mkdtemp(tmpl.data()) != nullptr) {

@@ -22,6 +22,7 @@
 
 #include "common/bf16.h"
 #include "common/error.h"
+#include "common/switches.h"
 
 extern char** environ;
 
@@ -137,8 +138,8 @@ int run_script(const std::string& cmd, const std::string& env_name, const std::s
 }
 
 ReportFile::ReportFile(const std::string& what) {
-  const char* dir = std::getenv("TMPDIR");
-  std::string tmpl = std::string(dir && *dir ? dir : "/tmp") + "/rewind-script-XXXXXX";
+  const char* dir = switches::external("TMPDIR");
+  std::string tmpl = std::string(dir ? dir : "/tmp") + "/rewind-script-XXXXXX";
   const int fd = mkstemp(tmpl.data());
   if (fd < 0) throw Error(ExitCode::kData, what + ": cannot create a report file in " + tmpl);
   close(fd);

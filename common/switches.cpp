@@ -244,6 +244,11 @@ std::string default_word(const Spec& sp) { return *sp.fallback ? sp.fallback : "
 
 const std::vector<Spec>& table() { return build_table(); }
 
+const char* external(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
 const Spec& spec(Switch s) { return table().at(static_cast<size_t>(s)); }
 
 bool on(Switch s) { return typed(s, T::kBool).b; }

@@ -57,6 +57,11 @@ bool is_set(Switch s);                  // set in the environment, non-empty (an
 // The value in canonical form ("0"/"1", the number, the word): what a run's meta stores.
 std::string value_text(Switch s);
 
+// A variable another program sets and rewind only reads (a launcher's RANK, WORLD_SIZE and
+// MASTER_ADDR, Slurm's task variables, CUDA_VISIBLE_DEVICES, TMPDIR): its text, nullptr when unset
+// or empty. With the table's reads, the one place rewind reads its environment.
+const char* external(const char* name);
+
 // Checks every switch the environment sets; throws UsageError for the first bad one. The CLI
 // calls it before a command runs, so that no background thread meets a bad value.
 void check_all();

@@ -54,8 +54,8 @@ using GroupBase = c10d::ProcessGroup;
 #endif
 
 int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
+  const char* v = switches::external(name);
+  if (v == nullptr) return fallback;
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
   if (*end != '\0' || x < 0 || x > 1 << 20)
@@ -63,10 +63,7 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(x);
 }
 
-const char* env_str(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : nullptr;
-}
+const char* env_str(const char* name) { return switches::external(name); }
 
 // Slurm's task variables stand for torchrun's when no launcher set WORLD_SIZE and the user
 // exported MASTER_ADDR (srun starts one task a rank and names no rendezvous host itself).
