@@ -1,6 +1,7 @@
 // The bisect driver: the options checked, the time search, the window's narrowing
 // (bisect/narrow.cpp) and the horizon (bisect/hold.cpp) in order, costs, verdict, probe log.
 #include "bisect/driver.h"
+#include "bisect/driver_context.h"
 
 #include <algorithm>
 #include <chrono>

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "bisect/driver.h"
+#include "bisect/driver_context.h"
 
 namespace rwd::bisect::detail {
 

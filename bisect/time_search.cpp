@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "bisect/driver.h"
+#include "bisect/driver_context.h"
 
 namespace rwd::bisect::detail {
 
