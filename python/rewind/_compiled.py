@@ -74,17 +74,18 @@ def _bf16_ok(spec, heads, head_dim, layer):
     return _C.attention_bf16_ok(spec, heads, head_dim, layer)
 
 
-def serves(q, k, v, spec, layer):
+def serves(q, k, v, spec, layer, ok=None):
     """Whether the custom op runs this call while dynamo traces: BF16 q, k, v of one shape (a
     model under autocast) and a plan that promotes no attention op of the layer to FP32 (those
     take the eager op's FP32 path). Without a plan the layer is not read: nothing per layer
-    becomes a constant of the trace."""
+    becomes a constant of the trace; `ok`, the plan's answer for the layer where the caller
+    keeps it (None: ask the plan, reading the layer)."""
     if not (compiling() and defined()):
         return False
     if not (q.dtype == torch.bfloat16 and k.dtype == q.dtype and v.dtype == q.dtype and
             q.shape == k.shape and q.shape == v.shape):
         return False
-    return not spec or _bf16_ok(spec, q.shape[1], q.shape[3], layer)
+    return not spec or (ok if ok is not None else _bf16_ok(spec, q.shape[1], q.shape[3], layer))
 
 
 class _Plan:

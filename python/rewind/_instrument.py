@@ -37,7 +37,8 @@ _HEAD = ("lm_head",)
 
 _SDPA = getattr(F, "scaled_dot_product_attention", None)  # torch >= 2.0
 _states = weakref.WeakKeyDictionary()      # model -> _State
-_MARKS = ("_rewind_where", "_rewind_layer", "_rewind_path", "_rewind_state")  # set on attention modules
+# Set on attention modules; _rewind_ok, _rewind_fp32 (the linears') hold the plan's answers (_State.refresh).
+_MARKS = ("_rewind_where", "_rewind_layer", "_rewind_path", "_rewind_state", "_rewind_shape", "_rewind_ok")
 _HF_NAME = "rewind"
 
 
@@ -80,6 +81,8 @@ class _State:
         self.mapping = {}  # module path -> what it runs as ("L0.qkv", "L0 attention", ...)
         self.wrapped = []  # (module, the instance forward it had or None)
         self.marked = []   # attention modules given _rewind_* attributes
+        self.ops = []      # (module, "L3.mlp", ...) of every wrapped linear
+        self.seen = None   # the plan refresh() last answered for
         self.mode = _Mode(self)
         self.source = _compiled.register_source(self)
         _compiled.ensure()
@@ -92,6 +95,21 @@ class _State:
     def spec(self):
         return _recording._active_plan if self.plan is None else self.plan
 
+    def refresh(self, spec):
+        """The plan's answer for each module, kept on the module beside the plan it answers: does
+        it promote this linear to FP32, does this attention take the BF16 kernels. Under
+        torch.compile a block then guards on its answer, the same for every block the plan
+        leaves alone, not on its layer: blocks compiled one by one share their graphs under a
+        plan as without one. A module whose answer is for another plan asks the plan itself."""
+        for module, name in self.ops:
+            module.__dict__["_rewind_fp32"] = (spec, bool(spec) and bool(_ops._promoted(spec, name)))
+        for attn in self.marked:
+            shape = attn.__dict__.get("_rewind_shape")
+            ok = True if not spec else None if shape is None else \
+                bool(_C.attention_bf16_ok(spec, shape[0], shape[1], attn._rewind_layer))
+            attn.__dict__["_rewind_ok"] = (spec, shape, ok)
+        self.seen = spec
+
     def attention(self, module, q, k, v, causal, what):
         self.calls += 1
         if self.calls > 1:
@@ -99,7 +117,16 @@ class _State:
             _refuse(f"{module._rewind_path} ran {what} more than once in one forward; rewind maps one attention a "
                     f"block (layer {layer}): call rewind.attention(q, k, v, layer={layer}) for the one the plan means")
         spec = self.spec()
-        if _compiled.serves(q, k, v, spec, None if not spec else module._rewind_layer):
+        if not _compiled.compiling() and module._rewind_shape != (q.shape[1], q.shape[3]):
+            module.__dict__["_rewind_shape"] = (q.shape[1], q.shape[3])  # an eager call tells it
+            self.refresh(spec)
+        ok = None
+        if spec:
+            answer = module._rewind_ok
+            if answer[0] == spec and answer[1] == (q.shape[1], q.shape[3]):
+                ok = answer[2]
+        # The layer is read only where no answer for this plan and shape is kept (a guard per layer).
+        if _compiled.serves(q, k, v, spec, None if not spec or ok is not None else module._rewind_layer, ok):
             return _compiled.attention(q, k, v, module._rewind_where, causal)
         if _compiled.compiling():
             return self.fp32_path(q, k, v, spec, module._rewind_layer, causal)
@@ -184,11 +211,14 @@ def _wrap(state, module, forward):
     module.forward = forward
 
 
-def _op_forward(state, name, orig):
+def _op_forward(state, module, name, orig):
     def forward(*args, **kwargs):
         spec = _recording._active_plan if state.plan is None else state.plan
         if not spec:  # no plan: as written (rewind.op's answer), and no guard on `name` under torch.compile
             return orig(*args, **kwargs)
+        answer = module._rewind_fp32
+        if answer[0] == spec:  # the plan's answer, kept by _State.refresh: no guard on `name` either
+            return _ops.decided(name, answer[1])(orig, *args, **kwargs)
         return _ops.op(name, plan=spec)(orig, *args, **kwargs)
     return forward
 
@@ -308,6 +338,29 @@ def _hf_register():
     AttentionMaskInterface.register(_HF_NAME, rewind_mask)
 
 
+def _heads_of(attn):
+    """(heads, head_dim) of an attention module as its attributes or config say them, None when
+    they do not: a guess that the first call's q must confirm before its answer is used."""
+    cfg = getattr(attn, "config", None)
+    heads = next((h for h in (getattr(attn, a, None) for a in ("n_head", "num_heads", "num_attention_heads", "n_heads"))
+                  if isinstance(h, int) and h > 0), getattr(cfg, "num_attention_heads", None))
+    dim = getattr(attn, "head_dim", None)
+    if not isinstance(dim, int) and isinstance(heads, int) and heads > 0:
+        width = next((w for w in (getattr(attn, a, None) for a in ("n_embd", "embed_dim", "hidden_size"))
+                      if isinstance(w, int)), getattr(cfg, "hidden_size", None))
+        dim = width // heads if isinstance(width, int) and width % heads == 0 else None
+    return (heads, dim) if isinstance(heads, int) and isinstance(dim, int) else None
+
+
+def _plan_changed(spec):
+    for state in list(_states.values()):
+        if state.plan is None and state.seen != spec:
+            state.refresh(spec)
+
+
+_recording._plan_listeners.append(_plan_changed)
+
+
 def _unwrap(model):
     """The module whose forwards to wrap under DDP / DataParallel and torch.compile's wrappers,
     and whether a torch.compile wrapper was among them."""
@@ -355,7 +408,8 @@ def instrument(model: torch.nn.Module, *, plan: Optional[str] = None, blocks: Op
         _hf_register()
     try:
         for module, path, name in linears:
-            _wrap(state, module, _op_forward(state, name, module.forward))
+            _wrap(state, module, _op_forward(state, module, name, module.forward))
+            state.ops.append((module, name))
             state.mapping[path] = name
             # Known to rewind.op now, not at each module's first call: torch.compile guards on that
             # set's contents, and a set growing block by block recompiled every block's forward
@@ -363,7 +417,8 @@ def instrument(model: torch.nn.Module, *, plan: Optional[str] = None, blocks: Op
             _recording._op_names.add(name)
         for block, attn, path, attn_path, layer in found:
             marks = {"_rewind_where": _compiled.where(state.source, layer), "_rewind_layer": layer,
-                     "_rewind_path": attn_path, "_rewind_state": state}
+                     "_rewind_path": attn_path, "_rewind_state": state, "_rewind_shape": _heads_of(attn),
+                     "_rewind_ok": ("", None, True)}
             clash = [n for n in marks if n in attn.__dict__]
             if clash:
                 _refuse(f"{attn_path} already has an attribute {clash[0]}; rewind.instrument names its own so")
@@ -382,6 +437,7 @@ def instrument(model: torch.nn.Module, *, plan: Optional[str] = None, blocks: Op
         _undo(state)
         raise
     _states[model] = state
+    state.refresh(state.spec())
     if compiled:  # dynamo's guards see the new forwards too, but its stale entries would count
         torch._dynamo.reset()  # against the recompile limit, past which frames run uncompiled
     return outer
@@ -394,6 +450,9 @@ def _undo(state):
         else:
             module.forward = before
     state.wrapped = []
+    for module, _ in state.ops:
+        module.__dict__.pop("_rewind_fp32", None)
+    state.ops = []
     for m in state.marked:
         for n in _MARKS:
             m.__dict__.pop(n, None)

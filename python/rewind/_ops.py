@@ -126,6 +126,11 @@ def op(name: str, *, plan: Optional[str] = None) -> Union[_AsWritten, _Fp32]:
     return _Fp32(name) if _promoted(spec, name) else _AS_WRITTEN
 
 
+def decided(name, fp32):
+    """What op(name) returns once the plan's answer for `name` is known."""
+    return _Fp32(name) if fp32 else _AS_WRITTEN
+
+
 @_compiled.traced_constant  # under torch.compile: a constant of the trace, not a graph break
 def _promoted(spec, name):
     key = (spec, name)

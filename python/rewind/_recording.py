@@ -41,11 +41,24 @@ _probe_t0 = time.perf_counter()  # when this process's probe began: `import rewi
 _TIMES = {k: _C.timer(k) for k in ("probe", "record")}  # REWIND_TIMES=probe,record (docs/switches.md)
 
 
+_plan_listeners = []  # called with the new plan whenever set_active_plan changes it (_instrument.py)
+
+
+def set_active_plan(plan):
+    """The plan rewind's ops apply from now on; the listeners hear of a change."""
+    global _active_plan
+    if plan != _active_plan:
+        _active_plan = plan
+        for listener in _plan_listeners:
+            listener(plan)
+
+
 def begin_probe():
     """A served probe (_serve.py) starts: the script runs again in this process, and its
     rewind.record makes this process's recorder anew."""
-    global _active_plan, _replaying, _probe_t0
-    _active_plan, _replaying = "", False
+    global _replaying, _probe_t0
+    set_active_plan("")
+    _replaying = False
     _probe_t0 = time.perf_counter()
 
 
@@ -226,7 +239,6 @@ class Recorder:
 
     # --- recording -------------------------------------------------------------------------
     def _begin_recording(self, path, plan, config):
-        global _active_plan
         meta = {"kind": "python", "script": sys.argv, "executable": sys.executable, "model": type(self.model).__name__,
                 "parameters": _parameters(self.model), "torch": torch.__version__,
                 "python": sys.version.split()[0], "threads": torch.get_num_threads(),
@@ -259,7 +271,7 @@ class Recorder:
         if error:
             raise _C.RewindError(error)
         _C.set_monitoring(self._rec is not None)  # rank 0's monitors are recorded (its own heads)
-        _active_plan = plan_at(plan, 0)
+        set_active_plan(plan_at(plan, 0))
 
     def _checkpoint(self, rng=None):
         """A checkpoint of the state before step_index; `rng`: every rank's generator states
@@ -298,7 +310,6 @@ class Recorder:
         self._write({"start": self.step_index, "run": self.run})
 
     def _restore(self, spec):
-        global _active_plan
         self._replay = _C.ScriptReplay(spec["store"])
         run = self._replay.run(int(spec.get("run", 0)))
         self.run = run["id"]
@@ -337,7 +348,7 @@ class Recorder:
         _set_rng_state(_ranks.own_state(state["rng/state"].numpy().tobytes(), self._rank))
         self.step_index = int(skeleton["step"])
         self._recorded_plan = run["plan"]
-        _active_plan = self._plan_of(self.step_index)
+        set_active_plan(self._plan_of(self.step_index))
         _C.set_monitoring(self._rank == 0)  # the per-head monitors go back with each step (a bisect's predicate)
 
     def _check_served(self, s, loss_v, digest):
@@ -424,9 +435,8 @@ class Recorder:
             raise self._window_done()
         if self._pending is not None:
             raise _C.RewindError(f"rec.batch: step {self.step_index} already has its batch; call rec.step first")
-        global _active_plan
         t0 = time.perf_counter()
-        _active_plan = self._plan_of(self.step_index)
+        set_active_plan(self._plan_of(self.step_index))
         _C.set_sr_step(self.step_index)  # an sr head's random bits: this step's, in a replay too
         if self.mode is Mode.DOCTOR:
             out = get_batch(*args, **kwargs)  # the script's own source: is it the same twice?

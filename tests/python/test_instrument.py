@@ -181,17 +181,17 @@ def attn_inputs_of_proj(model, paths):
 
 class Plan(unittest.TestCase):
     def setUp(self):
-        rewind._recording._active_plan = ""
+        rewind._recording.set_active_plan("")
 
     def tearDown(self):
-        rewind._recording._active_plan = ""
+        rewind._recording.set_active_plan("")
 
     def with_plan(self, plan, fn):
-        rewind._recording._active_plan = plan
+        rewind._recording.set_active_plan(plan)
         try:
             return fn()
         finally:
-            rewind._recording._active_plan = ""
+            rewind._recording.set_active_plan("")
 
     def assert_fault_in_L1_H0_only(self, model, paths):
         """FAULT changes what layer 1's head 0 hands its output linear (`paths`: layer 0's and
@@ -336,6 +336,26 @@ class NanoGPT(Plan):
         self.assertTrue(all(same(u, v) for u, v in zip(want, got)))
         self.assertLessEqual(counters["stats"]["unique_graphs"], 3, dict(counters["stats"]))
 
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    def test_blocks_compiled_one_by_one_share_their_graphs_under_a_plan(self):
+        """The same under a plan that faults a head of layer 1 and promotes layer 2's MLP: a
+        block guards on the plan's answer for it, not on its layer, so the blocks the plan
+        leaves alone share their graphs and only layer 2's differs; the bits are eager's."""
+        from torch._dynamo.utils import counters
+        plan = FAULT + ";L2.mlp=fp32"
+        torch._dynamo.reset()
+        counters.clear()
+        plain, _ = self.models(n_layer=12)
+        rewind.instrument(plain)
+        want = self.with_plan(plan, lambda: run(plain))
+        for blk in plain.transformer.h:
+            blk.compile(backend="eager")
+        got = self.with_plan(plan, lambda: run(plain))
+        self.assertTrue(all(same(u, v) for u, v in zip(want, got)))
+        # The graphs without a plan (3) and layer 2's: its block's, its MLP's and their resumes
+        # (4); a guard per layer made 11 here, past dynamo's recompile limit.
+        self.assertLessEqual(counters["stats"]["unique_graphs"], 7, dict(counters["stats"]))
+
     @unittest.skipUnless(hasattr(torch, "compile") and os.environ.get("REWIND_TEST_INDUCTOR") == "1",
                          "inductor on the CPU: REWIND_TEST_INDUCTOR=1 (~80 s of compiling on 2 cores)")
     def test_inductor_gives_the_bits_of_the_hand_edited_model_compiled(self):
@@ -416,6 +436,21 @@ class HuggingFace(Plan):
         for blk in model.transformer.h:
             blk.compile(backend="eager")
         got = run(model)
+        self.assertTrue(all(same(u, v) for u, v in zip(want, got)))
+        self.assertLessEqual(counters["stats"]["unique_graphs"], 2, dict(counters["stats"]))
+
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    def test_blocks_compiled_one_by_one_share_their_graphs_under_a_plan(self):
+        """Under a plan that faults a head of layer 1 the blocks keep one graph: each guards on
+        the plan's answer for its attention (the BF16 kernels, for all of them), not its layer."""
+        from torch._dynamo.utils import counters
+        torch._dynamo.reset()
+        counters.clear()
+        model = rewind.instrument(hf_model("gpt2", n_layer=12))
+        want = self.with_plan(FAULT, lambda: run(model))
+        for blk in model.transformer.h:
+            blk.compile(backend="eager")
+        got = self.with_plan(FAULT, lambda: run(model))
         self.assertTrue(all(same(u, v) for u, v in zip(want, got)))
         self.assertLessEqual(counters["stats"]["unique_graphs"], 2, dict(counters["stats"]))
 
