@@ -193,6 +193,19 @@ class Plan(unittest.TestCase):
         finally:
             rewind._recording.set_active_plan("")
 
+    def graphs_with_blocks_compiled(self, model, blocks, plan="", **compile_args):
+        """Runs `model` eagerly, then with each of `blocks` compiled on its own (torchtitan's
+        way), both under `plan`: asserts the same bits and returns how many graphs dynamo made."""
+        from torch._dynamo.utils import counters
+        torch._dynamo.reset()
+        counters.clear()
+        want = self.with_plan(plan, lambda: run(model))
+        for blk in blocks:
+            blk.compile(backend="eager", **compile_args)
+        got = self.with_plan(plan, lambda: run(model))
+        self.assertTrue(all(same(u, v) for u, v in zip(want, got)), plan)
+        return counters["stats"]["unique_graphs"]
+
     def assert_fault_in_L1_H0_only(self, model, paths):
         """FAULT changes what layer 1's head 0 hands its output linear (`paths`: layer 0's and
         layer 1's) and neither head 1 of layer 1 nor anything of layer 0."""
@@ -324,37 +337,21 @@ class NanoGPT(Plan):
         """block.compile() on every block (torchtitan's way): without a plan nothing per layer
         is a constant of the trace, so 12 blocks compile 2 graphs (dynamo's first call and its
         automatic-dynamic retrace), not one per layer past the recompile limit."""
-        from torch._dynamo.utils import counters
-        torch._dynamo.reset()
-        counters.clear()
         plain, _ = self.models(n_layer=12)
         rewind.instrument(plain)
-        want = run(plain)
-        for blk in plain.transformer.h:
-            blk.compile(backend="eager", fullgraph=True)
-        got = run(plain)
-        self.assertTrue(all(same(u, v) for u, v in zip(want, got)))
-        self.assertLessEqual(counters["stats"]["unique_graphs"], 3, dict(counters["stats"]))
+        self.assertLessEqual(self.graphs_with_blocks_compiled(plain, plain.transformer.h, fullgraph=True), 3)
 
     @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
     def test_blocks_compiled_one_by_one_share_their_graphs_under_a_plan(self):
         """The same under a plan that faults a head of layer 1 and promotes layer 2's MLP: a
         block guards on the plan's answer for it, not on its layer, so the blocks the plan
         leaves alone share their graphs and only layer 2's differs; the bits are eager's."""
-        from torch._dynamo.utils import counters
-        plan = FAULT + ";L2.mlp=fp32"
-        torch._dynamo.reset()
-        counters.clear()
         plain, _ = self.models(n_layer=12)
         rewind.instrument(plain)
-        want = self.with_plan(plan, lambda: run(plain))
-        for blk in plain.transformer.h:
-            blk.compile(backend="eager")
-        got = self.with_plan(plan, lambda: run(plain))
-        self.assertTrue(all(same(u, v) for u, v in zip(want, got)))
         # The graphs without a plan (3) and layer 2's: its block's, its MLP's and their resumes
         # (4); a guard per layer made 11 here, past dynamo's recompile limit.
-        self.assertLessEqual(counters["stats"]["unique_graphs"], 7, dict(counters["stats"]))
+        graphs = self.graphs_with_blocks_compiled(plain, plain.transformer.h, FAULT + ";L2.mlp=fp32")
+        self.assertLessEqual(graphs, 7)
 
     @unittest.skipUnless(hasattr(torch, "compile") and os.environ.get("REWIND_TEST_INDUCTOR") == "1",
                          "inductor on the CPU: REWIND_TEST_INDUCTOR=1 (~80 s of compiling on 2 cores)")
@@ -428,31 +425,15 @@ class HuggingFace(Plan):
     def test_blocks_compiled_one_by_one_share_their_graphs(self):
         """GPT-2's 12 blocks compiled one by one: nothing per layer (not even the module path a
         refusal would name) is read while tracing, so one graph serves every block."""
-        from torch._dynamo.utils import counters
-        torch._dynamo.reset()
-        counters.clear()
         model = rewind.instrument(hf_model("gpt2", n_layer=12))
-        want = run(model)
-        for blk in model.transformer.h:
-            blk.compile(backend="eager")
-        got = run(model)
-        self.assertTrue(all(same(u, v) for u, v in zip(want, got)))
-        self.assertLessEqual(counters["stats"]["unique_graphs"], 2, dict(counters["stats"]))
+        self.assertLessEqual(self.graphs_with_blocks_compiled(model, model.transformer.h), 2)
 
     @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
     def test_blocks_compiled_one_by_one_share_their_graphs_under_a_plan(self):
         """Under a plan that faults a head of layer 1 the blocks keep one graph: each guards on
         the plan's answer for its attention (the BF16 kernels, for all of them), not its layer."""
-        from torch._dynamo.utils import counters
-        torch._dynamo.reset()
-        counters.clear()
         model = rewind.instrument(hf_model("gpt2", n_layer=12))
-        want = self.with_plan(FAULT, lambda: run(model))
-        for blk in model.transformer.h:
-            blk.compile(backend="eager")
-        got = self.with_plan(FAULT, lambda: run(model))
-        self.assertTrue(all(same(u, v) for u, v in zip(want, got)))
-        self.assertLessEqual(counters["stats"]["unique_graphs"], 2, dict(counters["stats"]))
+        self.assertLessEqual(self.graphs_with_blocks_compiled(model, model.transformer.h, FAULT), 2)
 
     def test_what_it_cannot_map_is_one_line(self):
         model = rewind.instrument(hf_model("gpt2", attn_pdrop=0.1))
