@@ -67,4 +67,4 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, plan: _Optio
     spec = active_plan() if plan is None else plan
     if _compiled.serves(q, k, v, spec, layer):  # under torch.compile: a custom op, no graph break
         return _compiled.attention(q, k, v, torch.tensor([_compiled.plan_source(plan), layer]), causal)
-    return _C.attention(q, k, v, spec, layer, causal)
+    return _compiled.eager_attention(q, k, v, spec, layer, causal)

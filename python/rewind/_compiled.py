@@ -111,6 +111,16 @@ def plan_source(plan):
     return _plans[plan][0]
 
 
+def _eager_attention(q, k, v, spec, layer, causal):
+    return _C.attention(q, k, v, spec, layer, causal)
+
+
+# The eager op, for every call the custom op does not serve (FP32 operands, a plan that promotes
+# an attention op of the layer to FP32): under torch.compile it runs between two graphs.
+_c = getattr(torch, "compiler", None)
+eager_attention = _c.disable(_eager_attention) if _c is not None and hasattr(_c, "disable") else _eager_attention
+
+
 def attention(q, k, v, w, causal):
     """O of rewind's BF16 attention through the custom op (differentiable in q, k, v)."""
     return _ops(q, k, v, w, causal)[0]

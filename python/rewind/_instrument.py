@@ -42,10 +42,6 @@ _MARKS = ("_rewind_where", "_rewind_layer", "_rewind_path", "_rewind_state", "_r
 _HF_NAME = "rewind"
 
 
-def _attention_fp32_path(q, k, v, spec, layer, causal):
-    return _C.attention(q, k, v, spec, layer, causal)
-
-
 def _refuse(text):
     raise _C.RewindError("rewind.instrument: " + text)
 
@@ -86,11 +82,6 @@ class _State:
         self.mode = _Mode(self)
         self.source = _compiled.register_source(self)
         _compiled.ensure()
-        c = getattr(torch, "compiler", None)
-        # Under torch.compile a plan that promotes an attention op to FP32 runs the eager op
-        # between graphs (its FP32 twins have no custom op).
-        self.fp32_path = c.disable(_attention_fp32_path) if c is not None and hasattr(c, "disable") \
-            else _attention_fp32_path
 
     def spec(self):
         return _recording._active_plan if self.plan is None else self.plan
@@ -128,9 +119,7 @@ class _State:
         # The layer is read only where no answer for this plan and shape is kept (a guard per layer).
         if _compiled.serves(q, k, v, spec, None if not spec or ok is not None else module._rewind_layer, ok):
             return _compiled.attention(q, k, v, module._rewind_where, causal)
-        if _compiled.compiling():
-            return self.fp32_path(q, k, v, spec, module._rewind_layer, causal)
-        return _C.attention(q, k, v, spec, module._rewind_layer, causal)
+        return _compiled.eager_attention(q, k, v, spec, module._rewind_layer, causal)
 
     def sdpa(self, module, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         # The module's path only where a refusal names it: read while dynamo traces, a string
