@@ -313,3 +313,34 @@ bool evaluate(const PredicateNode& root, const Series& series) {
 }
 
 }  // namespace rwd::bisect::predicate_internal
+
+namespace rwd::bisect {
+
+using predicate_internal::evaluate;
+using predicate_internal::history_need;
+
+bool Predicate::eval(const Series& series) const {
+  if (!root_) throw Error(ExitCode::kInternal, "predicate: evaluating an empty predicate");
+  return evaluate(*root_, series);
+}
+
+bool Predicate::eval_step(const Series& recording, int64_t step) const {
+  Series one;
+  one.first_step = step;
+  const size_t i = static_cast<size_t>(step - recording.first_step);
+  const std::vector<std::string> used = series_used();
+  // Only the history the predicate reads (all of it for spike and x[STEP], N steps for
+  // rmedian(x, N), one for growth, none for comparisons and aggregates): no O(step) copy per
+  // judged step for `grad_norm > 10 * rmedian(grad_norm, 500)`.
+  const size_t need = root_ ? history_need(*root_) : 0;
+  for (const auto& [key, v] : recording.values) {
+    if (i >= v.size()) continue;
+    one.values[key] = {v[i]};
+    if (std::binary_search(used.begin(), used.end(), key))  // only what the predicate reads
+      one.history[key].assign(v.begin() + static_cast<long>(i - std::min(i, need)),
+                              v.begin() + static_cast<long>(i));
+  }
+  return eval(one);
+}
+
+}  // namespace rwd::bisect
