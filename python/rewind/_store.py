@@ -13,7 +13,7 @@ import torch
 
 from . import _C
 from ._batches import decode_batch
-from ._recording import _unflatten
+from ._values import _unflatten
 
 
 def _frame(columns, as_frame):
