@@ -157,6 +157,17 @@ def dynamo_info(log, breaks_before, graphs_before):
             "graphs": counters["stats"]["unique_graphs"] - graphs_before, "reasons": reasons}
 
 
+def note_dynamo(row, mode, variant, info):
+    """The compiled plain and instrumented runs' graphs and breaks (dynamo_info) into the row."""
+    if mode == "eager" or variant not in ("plain", "instrumented"):
+        return
+    tag = "plain" if variant == "plain" else "instr"
+    row[f"breaks_{tag}"], row[f"graphs_{tag}"] = info["breaks"], info["graphs"]
+    if variant == "instrumented":
+        row["recompile_limit_hits"] = info["recompile_limit_hits"]
+        row["break_reasons"] = " | ".join(info["reasons"][:3])
+
+
 def run_variant(a, base, loss_fn, variant, batches, steps, store_dir, mode):
     """Runs `steps` steps of one variant from `base`'s weights; (per-step seconds, loss tensors,
     info: dynamo's graph breaks, graphs and recompile-limit hits while it ran)."""
@@ -290,13 +301,7 @@ def interleaved(a, base, loss_fn, batches, store_dir, mode, row, times, losses, 
                 continue
             finally:
                 logging.getLogger("torch._dynamo").removeHandler(log)
-            info = dynamo_info(log, breaks_before, graphs_before)
-            if mode != "eager" and v in ("plain", "instrumented"):
-                tag = "plain" if v == "plain" else "instr"
-                row[f"breaks_{tag}"], row[f"graphs_{tag}"] = info["breaks"], info["graphs"]
-                if v == "instrumented":
-                    row["recompile_limit_hits"] = info["recompile_limit_hits"]
-                    row["break_reasons"] = " | ".join(info["reasons"][:3])
+            note_dynamo(row, mode, v, dynamo_info(log, breaks_before, graphs_before))
         order = list(live)
         for i in range(a.warmup, a.warmup + a.steps):
             k = i % len(order)
@@ -375,12 +380,7 @@ def measure(a, kind, mode, store_dir, save=lambda row: None):
             if r == 0:
                 row[f"{v}_first_step_s"] = f"{t[0]:.2f}"
                 losses[v] = l
-                if mode != "eager" and v in ("plain", "instrumented"):
-                    tag = "plain" if v == "plain" else "instr"
-                    row[f"breaks_{tag}"], row[f"graphs_{tag}"] = info["breaks"], info["graphs"]
-                    if v == "instrumented":
-                        row["recompile_limit_hits"] = info["recompile_limit_hits"]
-                        row["break_reasons"] = " | ".join(info["reasons"][:3])
+                note_dynamo(row, mode, v, info)
             times.setdefault(v, []).extend(t[a.warmup:])
             print(f"  {kind} {mode} {v} round {r}: median {1e3 * statistics.median(t[a.warmup:]):.2f} ms "
                   f"(first step {t[0]:.2f} s)", file=sys.stderr, flush=True)

@@ -294,15 +294,19 @@ def load_rows(path):
         return [(int(r["step"]), float(r["loss"]), float(r["grad_norm"])) for r in csv.DictReader(f)]
 
 
+def history_of(specs):
+    """(the rows of a leading `--history CSV`, the specs after it); no rows without one."""
+    if specs and specs[0] == "--history":
+        return (load_rows(specs[1]) if os.path.exists(specs[1]) else []), specs[2:]
+    return [], specs
+
+
 def cmd_confirm(fail, specs):
     """Each NAME:CSV run from its first step: does the failure stay away (FAIL = the failure step)?
     With --history CSV first, the predicate's trailing median also sees that run's steps before
     each branch's first step (the recorded run a branch forked from), so a branch's first 500
     steps are judged too; the other columns are the branch's own."""
-    hist = []
-    if specs and specs[0] == "--history":
-        hist = load_rows(specs[1]) if os.path.exists(specs[1]) else []
-        specs = specs[2:]
+    hist, specs = history_of(specs)
     print(f"{'run':44s} {'predicate first true':>20s} {'max grad norm':>14s} {'steps > 2':>10s} "
           f"{'median grad norm, last 500':>27s} {'mean loss, last 500':>20s}")
     for name, path in (x.split(":", 1) for x in specs):
@@ -382,10 +386,7 @@ def cmd_lasting(specs):
     (rmedian(grad_norm, 50) > 4 * rmedian(grad_norm, 1000), the medians over the steps before each
     step), judged from the run's first step on. With --history CSV first, the steps of that run
     (the recording a branch forked from) before each branch's first step are the medians' history."""
-    hist = []
-    if specs and specs[0] == "--history":
-        hist = load_rows(specs[1]) if os.path.exists(specs[1]) else []
-        specs = specs[2:]
+    hist, specs = history_of(specs)
     print(f"{'run':28s} {'steps':>12s} {'lasting break first at':>23s} {'median grad norm, last 500':>27s} "
           f"{'mean loss, last 100':>20s}")
     for name, path in (x.split(":", 1) for x in specs):
