@@ -30,6 +30,7 @@
 #include "store/store_worker.h"
 #include "store/writer_lock.h"
 #include "train/checkpoint_schedule.h"
+#include "train/first_checkpoint_gate.h"
 #include "train/state_stager.h"
 #include "train/tensor_io.h"
 #include "train/trainer.h"
@@ -169,9 +170,10 @@ py::list named_list(const train::NamedTensors& state) {
 // A recording made by a Python script, written like rewind train's (train::Recorder): it holds
 // the store's writer lock (a second recording or `store thin` is refused in one line), and two
 // background threads, each on a connection of its own (store::StoreWorker), commit the steps
-// (one transaction each, in order) and the checkpoints (all rows of one in one transaction,
-// after the steps before it), so the loop waits neither for compression nor for SQLite. A
-// killed script loses the steps still queued, never the store's consistency.
+// (one transaction each, in order; those after the first checkpoint once it is committed) and
+// the checkpoints (all rows of one in one transaction, after the steps before it), so the loop
+// waits neither for compression nor for SQLite. A killed script loses the steps still queued,
+// never the store's consistency.
 class ScriptRecording {
  public:
   ScriptRecording(const std::string& path, const std::string& config_json, const std::string& plan,
@@ -234,8 +236,10 @@ class ScriptRecording {
     py::gil_scoped_release nogil;
     steps_->push([run = run_, step, lr, seconds, scalars = std::move(scalars), batch = std::move(batch),
                   rng_state = std::move(rng_state), rng_tensor = std::move(rng_tensor), extra, ops,
-                  stats = std::move(stats), digest = std::move(digest), fence = std::move(fence)](store::Store& s) mutable {
+                  stats = std::move(stats), digest = std::move(digest), fence = std::move(fence),
+                  first = first_checkpoint_.ticket()](store::Store& s) mutable {
       fence();
+      train::FirstCheckpointGate::pass(first);
       if (!rng_tensor.empty()) {
         const std::vector<uint8_t> bytes = batch_bytes(rng_tensor);
         rng_state.assign(bytes.begin(), bytes.end());
@@ -294,12 +298,19 @@ class ScriptRecording {
     py::gil_scoped_release nogil;
     const uint64_t steps_before = steps_->pushed();
     store::StoreWorker* steps = steps_.get();
-    checkpoints_->push([steps, steps_before, run = run_, step, take = std::move(staged.take)](store::Store& s) {
-      steps->wait_done(steps_before);
-      const train::NamedTensors host = take();  // the host copies, once they hold the bytes
-      s.check_in_place();
-      train::write_checkpoint(s, run, step, host);
-      s.checkpoint_wal();
+    checkpoints_->push([steps, steps_before, run = run_, step, take = std::move(staged.take),
+                        written = first_checkpoint_.arm()](store::Store& s) {
+      try {
+        steps->wait_done(steps_before);
+        const train::NamedTensors host = take();  // the host copies, once they hold the bytes
+        s.check_in_place();
+        train::write_checkpoint(s, run, step, host);
+        s.checkpoint_wal();
+      } catch (...) {
+        if (written) written->set_exception(std::current_exception());
+        throw;
+      }
+      if (written) written->set_value();
     });
   }
 
@@ -330,6 +341,7 @@ class ScriptRecording {
   int64_t run_ = 0;
   train::CheckpointSchedule schedule_{1, true};
   train::StateStager stager_;  // before the writers: their queued checkpoints hold its buffers
+  train::FirstCheckpointGate first_checkpoint_;  // before the writers: their last jobs use it
   std::unique_ptr<store::StoreWorker> steps_;
   std::unique_ptr<store::StoreWorker> checkpoints_;
   std::vector<torch::Tensor> params_;

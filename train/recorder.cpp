@@ -111,14 +111,15 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
   NamedTensors rng;
   for (auto& g : trainer.rng_state()) rng.push_back(std::move(g));
   const uint64_t steps_before = steps_.pushed();
+  std::shared_ptr<std::promise<void>> written = first_checkpoint_.arm();
   const auto t2 = Clock::now();
   guard([&] {
-    checkpoints_.push([this, steps_before, step, run = run_, take = std::move(staged.take),
-                       rng = std::move(rng)](store::Store& s) {
-      steps_.wait_done(steps_before);
-      NamedTensors state = take();  // the host copies, once they hold the bytes
-      state.insert(state.end(), rng.begin(), rng.end());
+    checkpoints_.push([this, steps_before, step, run = run_, take = std::move(staged.take), rng = std::move(rng),
+                       written](store::Store& s) {
       try {
+        steps_.wait_done(steps_before);
+        NamedTensors state = take();  // the host copies, once they hold the bytes
+        state.insert(state.end(), rng.begin(), rng.end());
         s.check_in_place();
         write_checkpoint(s, run, step, state);
         if (opt_.retention.active()) {
@@ -137,8 +138,13 @@ void Recorder::checkpoint(int64_t step, Trainer& trainer) {
         s.checkpoint_wal(/*truncate=*/true);
       } catch (const store::StoreError&) {
         failed_checkpoint_ = step;
+        if (written) written->set_exception(std::current_exception());
+        throw;
+      } catch (...) {
+        if (written) written->set_exception(std::current_exception());
         throw;
       }
+      if (written) written->set_value();
     });
   });  // no wait: there was room above, and only this thread queues checkpoints
   ++costs_.checkpoints;
@@ -217,7 +223,9 @@ void Recorder::record_step(const StepResult& r, std::function<std::string()> dig
   guard([&] {
     steps_.push(
         [this, rec = std::move(rec), digest = std::move(digest), tokens = std::move(tokens),
-         metrics = std::move(metrics), tensors = std::move(tensors)](store::Store& s) mutable {
+         metrics = std::move(metrics), tensors = std::move(tensors),
+         first = first_checkpoint_.ticket()](store::Store& s) mutable {
+          FirstCheckpointGate::pass(first);
           if (digest) rec.param_digest = digest();
           try {
             auto tx = s.begin_step();

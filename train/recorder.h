@@ -14,6 +14,7 @@
 
 #include "train/capture_spec.h"
 #include "train/checkpoint_schedule.h"
+#include "train/first_checkpoint_gate.h"
 #include "train/state_stager.h"
 #include "train/trainer.h"
 #include "store/store.h"
@@ -67,7 +68,10 @@ class Recorder {
   // the trainer's next optimizer update waits for the copy on the device (set_before_update),
   // and the writer waits for it before reading the buffers. The writer commits the checkpoint
   // only after every step recorded before it, so a checkpoint at step s in the store always
-  // follows steps < s (what resuming a killed recording relies on).
+  // follows steps < s (what resuming a killed recording relies on), and steps recorded after
+  // the first checkpoint this recorder queues commit only once that checkpoint is in the
+  // store: a recording killed at any moment leaves no step without a checkpoint to replay it
+  // from (a store with neither is a stub `--record` replaces).
   void checkpoint(int64_t step, Trainer& trainer);
   void flush();  // blocks until every queued step and checkpoint is committed; rethrows an error
   // record_step, checkpoint and flush rethrow a write that failed because the disk is full,
@@ -108,6 +112,7 @@ class Recorder {
   std::atomic<int> thinned_{0};
   std::atomic<int64_t> thinned_bytes_{0}, thin_micros_{0};
   Costs costs_;                    // training thread's part
+  FirstCheckpointGate first_checkpoint_;  // before the writers: their last jobs use it
   CheckpointSchedule schedule_;
   StateStager stager_;  // the checkpoints' host copies (pinned buffers, device snapshot)
   // Declared in this order so the checkpoint writer, whose jobs wait for the step writer,
