@@ -91,17 +91,17 @@ int run_replay(int argc, char** argv) {
   o.from = r["from"].as<int64_t>();
   o.to = r["to"].as<int64_t>();
   if (r.count("plan")) o.plan = r["plan"].as<std::string>();
-  o.verify = r.count("verify") > 0;
-  if (r.count("data")) o.data_path = r["data"].as<std::string>();
+  o.restore.verify = r.count("verify") > 0;
+  if (r.count("data")) o.restore.data_path = r["data"].as<std::string>();
   train::RunSpec spec = train::RunSpec::load(st, o.run);
   set_threads(spec.threads);
   std::unique_ptr<train::Comm> comm = train::connect_ranks(env, spec.device);
-  o.comm = comm.get();
+  o.restore.comm = comm.get();
   auto ckpt = st.nearest_checkpoint(spec.run_id, o.from);
   const int64_t total = o.to - (ckpt ? *ckpt : o.from) + 1;
   Progress progress("replay step", total);
   int64_t done = 0;
-  o.on_step = [&](const train::StepResult& s, bool) {
+  o.restore.on_step = [&](const train::StepResult& s, bool) {
     if (env.rank == 0) progress.update(++done, "step " + std::to_string(s.step) + " loss " + std::to_string(s.loss));
   };
   replay::ReplayResult res = replay::replay(st, o);
@@ -131,7 +131,7 @@ int run_replay(int argc, char** argv) {
       st.put_kv(res.run.run_id, key, replay::divergence_json(res));
       std::printf("divergence curve stored as kv '%s'\n", key.c_str());
     }
-  } else if (o.verify) {
+  } else if (o.restore.verify) {
     // Replay starts at a checkpoint: every step from there is verified, not only the window's.
     std::printf("verified: every step from %lld to %lld is bitwise identical to the recording",
                 static_cast<long long>(res.checkpoint_step), static_cast<long long>(o.to));

@@ -371,7 +371,10 @@ std::string markdown() {
     << "`\"-DREWIND_FWD_PIPE=0\"`, `\"-DREWIND_FWD_PRODUCER_WARP=0\"` (the D128 forward's TMA loads,\n"
     << "pipelining and producer warpgroup) and `-DREWIND_ORDER_HEADS=1` (causal launches in head\n"
     << "order instead of longest tiles first). `scripts/cuda_explore.sh` times kernel variants given as\n"
-    << "`-D` knobs (`VARIANTS='a:-DREWIND_FWD64_CONFIG=4130'`).\n\n"
+    << "`-D` knobs (`VARIANTS='a:-DREWIND_FWD64_TILE=warps(4)+m16(1)+min_blocks(3)+q_in_smem'`): the\n"
+    << "forward's tiles `REWIND_FWD{32,64,80,96,128,256}_TILE`, `REWIND_FWD{64,128}_F32_TILE` and\n"
+    << "`REWIND_FWD{64,128}_WG_TILE` as sums of named parts, the backward's `REWIND_DQ{64,128}_KV_STAGES`,\n"
+    << "`REWIND_DQ_MIN_BLOCKS` and `REWIND_DKDV64_MIN_BLOCKS` (their headers say what each does).\n\n"
     << "Outside rewind: on CUDA, a script's replay is bitwise only with\n"
     << "`CUBLAS_WORKSPACE_CONFIG=:4096:8` set before CUDA starts ([python.md](python.md)).\n";
   return o.str();

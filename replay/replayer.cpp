@@ -320,16 +320,13 @@ ReplayResult replay(store::Store& s, const ReplayOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   train::RunSpec run = train::RunSpec::load(s, o.run);
   store::check_window(s, run.run_id, o.from, o.to);
-  RestoreOptions ro;
-  ro.data_path = o.data_path;
-  ro.verify = o.verify;
-  ro.on_step = o.on_step;
-  ro.comm = o.comm;
+  RestoreOptions ro = o.restore;
+  ro.warm = false;
   Restored st = restore_before(s, run.run_id, o.from, ro);
   const train::Config& c = run.config;
   ReplayResult result;
   result.run = run;
-  result.world_differs = run.world_size != (o.comm ? o.comm->world() : 1);
+  result.world_differs = run.world_size != (o.restore.comm ? o.restore.comm->world() : 1);
   result.checkpoint_step = st.checkpoint_step;
   WindowOptions w;
   w.from = o.from;
@@ -344,8 +341,8 @@ ReplayResult replay(store::Store& s, const ReplayOptions& o) {
   };
   w.on_step = [&](int64_t step, ReplayedStep& rs) {
     // Another plan or number of ranks changes the bits: the window is a divergence curve.
-    if (o.verify && !result.plan_differs && !result.world_differs) check_step(*st.trainer, step, rs);
-    if (o.on_step) o.on_step(rs.replayed, true);
+    if (o.restore.verify && !result.plan_differs && !result.world_differs) check_step(*st.trainer, step, rs);
+    if (o.restore.on_step) o.restore.on_step(rs.replayed, true);
     const bool finite = std::isfinite(rs.replayed.loss);
     result.window.push_back(std::move(rs));
     return !(o.stop_on_nonfinite && !finite);

@@ -15,21 +15,6 @@
 
 namespace rwd::replay {
 
-struct ReplayOptions {
-  int64_t run = 0;                      // 0 = the last run in the store
-  int64_t from = 0, to = 0;             // inclusive window of steps
-  std::optional<std::string> plan;      // applied on top of the recorded plan inside [from, to]
-  bool verify = false;                  // compare loss / grad-norm / digest bits every step
-  std::string data_path;                // "" = the recorded path
-  std::vector<int> capture_layers;      // attention tensors to keep in the window
-  bool stop_on_nonfinite = false;       // bisect probes: stop once the loss is NaN/Inf
-  // Called after every re-executed step (fast-forward included) for progress output.
-  std::function<void(const train::StepResult&, bool in_window)> on_step;
-  // The job's ranks (nullptr: one process). A run recorded on another number of ranks is
-  // replayed with a warning and compared as a divergence curve, not bit for bit.
-  train::Comm* comm = nullptr;
-};
-
 struct ReplayedStep {
   train::StepResult replayed;
   std::optional<store::StepRecord> recorded;
@@ -45,11 +30,6 @@ struct ReplayResult {
   bool plan_differs = false;         // window plan != recorded plan
   bool world_differs = false;        // replayed on another number of ranks than recorded
 };
-
-// Throws UsageError for a window outside the recording; Error(kData) for a missing checkpoint,
-// a dataset whose fingerprint differs, a store from a different model config; Error(kFinding)
-// "replay diverged at step N: ..." on the first verified mismatch.
-ReplayResult replay(store::Store& s, const ReplayOptions& o);
 
 // Restores the trainer state before step `step` (loads the nearest checkpoint, fast-forwards).
 // Shared handles: a warm restore (below) hands out the trainer this process keeps.
@@ -75,6 +55,25 @@ struct RestoreOptions {
   bool warm = false;
 };
 Restored restore_before(store::Store& s, int64_t run, int64_t step, const RestoreOptions& o = {});
+
+struct ReplayOptions {
+  int64_t run = 0;                      // 0 = the last run in the store
+  int64_t from = 0, to = 0;             // inclusive window of steps
+  std::optional<std::string> plan;      // applied on top of the recorded plan inside [from, to]
+  std::vector<int> capture_layers;      // attention tensors to keep in the window
+  bool stop_on_nonfinite = false;       // bisect probes: stop once the loss is NaN/Inf
+  // How the window's first step is reached (RestoreOptions, above; warm is not used). Its
+  // verify also compares the window's loss / grad-norm / digest bits every step, and its
+  // on_step is called for the window's steps too (in_window true). A run recorded on another
+  // number of ranks than restore.comm has is replayed with a warning and compared as a
+  // divergence curve, not bit for bit.
+  RestoreOptions restore;
+};
+
+// Throws UsageError for a window outside the recording; Error(kData) for a missing checkpoint,
+// a dataset whose fingerprint differs, a store from a different model config; Error(kFinding)
+// "replay diverged at step N: ..." on the first verified mismatch.
+ReplayResult replay(store::Store& s, const ReplayOptions& o);
 
 // A window of steps run on a restored trainer that stands before `from`.
 struct WindowOptions {

@@ -2,8 +2,9 @@
 # Kernel tuning on the GPU machine, in one device call: builds the kernels and cuda_bench
 # (scripts/cuda_device.sh build, with -lineinfo), then
 #   - for each VARIANTS entry "name:NVCC_DEFINES" (';'-separated), rebuilds the forward and
-#     backward with those defines (e.g. -DREWIND_FWD64_CONFIG=4130) and times them with
-#     cuda_bench --no-mixed;
+#     backward with those defines and times them with cuda_bench --no-mixed, e.g.
+#     -DREWIND_FWD64_TILE=warps(4)+m16(1)+min_blocks(3)+q_in_smem (the tiles and the other
+#     knobs: kernels/cuda/attention_forward_config.cuh, attention_backward_config.cuh);
 #   - with PROFILE=1, runs Nsight Compute on one launch of each kernel named in KERNELS
 #     ("regex@shape[@skip]" list; shape 0 = B8 H12 T1024 D64, 1 = B2 H16 T4096 D128; skip:
 #     matching launches to pass over, default 3, e.g. 31 = the stabilized run) and writes the

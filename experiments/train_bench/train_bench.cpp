@@ -102,7 +102,7 @@ RecordFigures record_figures(const train::Config& c, const train::TokenFile& dat
   replay::ReplayOptions o;
   o.from = 0;
   o.to = steps - 1;
-  o.verify = true;
+  o.restore.verify = true;
   replay::ReplayResult rr = replay::replay(st, o);
   f.replay_ms = rr.seconds * 1000.0 / steps;
   for (const auto& p : {p0, p1, p2}) {

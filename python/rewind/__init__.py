@@ -23,7 +23,8 @@ from . import _serve  # noqa: F401  (notes the directory the script started in)
 from ._instrument import instrument, instrumented, uninstrument
 from ._mode import Mode, WindowDone
 from ._ops import op
-from ._recording import Recorder, active_plan, record
+from ._plan_state import active_plan
+from ._recording import Recorder, record
 from ._store import Run, Store, open
 
 __all__ = ["attention", "op", "instrument", "uninstrument", "instrumented", "record", "Recorder", "Mode",

@@ -20,7 +20,7 @@ import weakref
 
 import torch
 
-from . import _C
+from . import _C, _plan_state
 
 _sources = weakref.WeakValueDictionary()  # source id -> an object with spec() (instrument's _State)
 _next_source = itertools.count(1)
@@ -95,8 +95,7 @@ class _Plan:
         self.plan = plan
 
     def spec(self):
-        from . import _recording
-        return _recording._active_plan if self.plan is None else self.plan
+        return _plan_state.active if self.plan is None else self.plan
 
 
 _plans = {}  # plan (or None) -> (source id, _Plan), held for the process

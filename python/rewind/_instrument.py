@@ -26,7 +26,7 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from . import _C, _compiled, _ops, _recording
+from . import _C, _compiled, _ops, _plan_state
 
 _LISTS = ("h", "layers", "blocks", "layer", "block")
 _ATTN = ("attn", "self_attn", "attention", "self_attention")
@@ -84,7 +84,7 @@ class _State:
         _compiled.ensure()
 
     def spec(self):
-        return _recording._active_plan if self.plan is None else self.plan
+        return _plan_state.active if self.plan is None else self.plan
 
     def refresh(self, spec):
         """The plan's answer for each module, kept on the module beside the plan it answers: does
@@ -202,7 +202,7 @@ def _wrap(state, module, forward):
 
 def _op_forward(state, module, name, orig):
     def forward(*args, **kwargs):
-        spec = _recording._active_plan if state.plan is None else state.plan
+        spec = _plan_state.active if state.plan is None else state.plan
         if not spec:  # no plan: as written (rewind.op's answer), and no guard on `name` under torch.compile
             return orig(*args, **kwargs)
         answer = module._rewind_fp32
@@ -347,7 +347,7 @@ def _plan_changed(spec):
             state.refresh(spec)
 
 
-_recording._plan_listeners.append(_plan_changed)
+_plan_state.listeners.append(_plan_changed)
 
 
 def _unwrap(model):
@@ -403,7 +403,7 @@ def instrument(model: torch.nn.Module, *, plan: Optional[str] = None, blocks: Op
             # Known to rewind.op now, not at each module's first call: torch.compile guards on that
             # set's contents, and a set growing block by block recompiled every block's forward
             # past dynamo's recompile limit (the blocks then ran uncompiled).
-            _recording._op_names.add(name)
+            _plan_state.op_names.add(name)
         for block, attn, path, attn_path, layer in found:
             marks = {"_rewind_where": _compiled.where(state.source, layer), "_rewind_layer": layer,
                      "_rewind_path": attn_path, "_rewind_state": state, "_rewind_shape": _heads_of(attn),

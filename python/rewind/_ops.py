@@ -12,7 +12,7 @@ from typing import Optional, Union
 
 import torch
 
-from . import _C, _compiled, _recording
+from . import _C, _compiled, _plan_state
 
 _NAME = re.compile(r"(head|L[0-9]{1,4}\.(qkv|proj|mlp|ln|attn))")
 _fp32_of = {}  # (plan, name) -> whether the plan promotes the block
@@ -115,12 +115,12 @@ def op(name: str, *, plan: Optional[str] = None) -> Union[_AsWritten, _Fp32]:
     Raises:
         ValueError: `name` is no op name.
     """
-    if name not in _recording._op_names:
+    if name not in _plan_state.op_names:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise ValueError(f"rewind.op: {name!r} is no op name (expected L<layer>.qkv, .proj, .mlp, .ln, "
                              ".attn or head)")
-        _recording._op_names.add(name)
-    spec = _recording._active_plan if plan is None else plan
+        _plan_state.op_names.add(name)
+    spec = _plan_state.active if plan is None else plan
     if not spec:
         return _AS_WRITTEN
     return _Fp32(name) if _promoted(spec, name) else _AS_WRITTEN

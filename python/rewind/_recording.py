@@ -23,34 +23,21 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 import torch
 
-from . import _C, _compiled, _ranks, _serve
+from . import _C, _compiled, _plan_state, _ranks, _serve
 from ._batches import decode_batch, describe_batch, shapes_text, to_host
 from ._doctor import Doctor
 from ._mode import REPLAY_ENV, Launch, Mode, WindowDone
+from ._plan_state import set_active_plan
 from ._values import (_bytes_tensor, _f32_bits, _flatten, _one_line, _parameters, _plan_from_env, _queued_scalar,
                       _rng_state, _scalar, _schedule, _set_rng_state, _shape_difference, _unflatten, plan_at)
 
 Scalar = Union[torch.Tensor, float, int, None]
 
-_active_plan = ""
 _replaying = False  # a replayed process has made its recorder
-_op_names = set()   # the names rewind.op has been called with (_ops.py), stored with the run
 
 
 _probe_t0 = time.perf_counter()  # when this process's probe began: `import rewind`, or serve's next run
 _TIMES = {k: _C.timer(k) for k in ("probe", "record")}  # REWIND_TIMES=probe,record (docs/switches.md)
-
-
-_plan_listeners = []  # called with the new plan whenever set_active_plan changes it (_instrument.py)
-
-
-def set_active_plan(plan):
-    """The plan rewind's ops apply from now on; the listeners hear of a change."""
-    global _active_plan
-    if plan != _active_plan:
-        _active_plan = plan
-        for listener in _plan_listeners:
-            listener(plan)
 
 
 def begin_probe():
@@ -60,17 +47,6 @@ def begin_probe():
     set_active_plan("")
     _replaying = False
     _probe_t0 = time.perf_counter()
-
-
-def active_plan() -> str:
-    """The precision plan that rewind.attention, rewind.op and rewind.instrument's model apply
-    when given none.
-
-    Returns:
-        The plan of the running rewind.record's current step (the recorded one, and in a
-        replay with --plan that plan from the window's first step on); "" outside a recording.
-    """
-    return _active_plan
 
 
 class Recorder:
@@ -456,8 +432,8 @@ class Recorder:
         scalars = [("loss", _queued_scalar(loss, "loss")), ("grad_norm", _queued_scalar(grad_norm, "grad_norm"))]
         scalars += [(k, _queued_scalar(v, k)) for k, v in metrics.items()]
         ops = ""
-        if len(_op_names) != self._ops_stored:
-            ops, self._ops_stored = json.dumps(sorted(_op_names)), len(_op_names)
+        if len(_plan_state.op_names) != self._ops_stored:
+            ops, self._ops_stored = json.dumps(sorted(_plan_state.op_names)), len(_plan_state.op_names)
         # Queued, not written: the step writer waits for the device's copies (rewind._C).
         self._rec.queue_step(self.step_index, lr_v, seconds, scalars, tensors, rng,
                              json.dumps({"batch": desc, "seconds": seconds}), ops, torch.cuda.is_initialized())

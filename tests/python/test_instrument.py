@@ -181,17 +181,17 @@ def attn_inputs_of_proj(model, paths):
 
 class Plan(unittest.TestCase):
     def setUp(self):
-        rewind._recording.set_active_plan("")
+        rewind._plan_state.set_active_plan("")
 
     def tearDown(self):
-        rewind._recording.set_active_plan("")
+        rewind._plan_state.set_active_plan("")
 
     def with_plan(self, plan, fn):
-        rewind._recording.set_active_plan(plan)
+        rewind._plan_state.set_active_plan(plan)
         try:
             return fn()
         finally:
-            rewind._recording.set_active_plan("")
+            rewind._plan_state.set_active_plan("")
 
     def graphs_with_blocks_compiled(self, model, blocks, plan="", **compile_args):
         """Runs `model` eagerly, then with each of `blocks` compiled on its own (torchtitan's

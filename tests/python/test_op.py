@@ -118,7 +118,7 @@ class Op(unittest.TestCase):
                 rec.step(loss=loss)
             finally:
                 rec.close()
-                rewind._recording.set_active_plan("")  # the other tests give their plans
+                rewind._plan_state.set_active_plan("")  # the other tests give their plans
             ops = rewind.open(path).run().kv("ops")["ops"]
             for name in ("L0.mlp", "L1.mlp"):
                 self.assertIn(name, ops)
