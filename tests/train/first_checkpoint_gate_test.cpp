@@ -80,8 +80,14 @@ TEST(FirstCheckpointGate, AFailedOrDroppedFirstCheckpointFailsTheStepsBehindIt) 
     const int64_t run = main.add_run("{}", "", "{}");
     Writers w(path);
     if (dropped) {  // an earlier job failed: the checkpoint job is dropped with its promise
-      w.checkpoints.push([](Store&) { throw store::StoreError(ExitCode::kData, "an earlier write failed"); });
+      std::promise<void> go;
+      std::shared_future<void> held = go.get_future().share();
+      w.checkpoints.push([held](Store&) {
+        held.wait();  // fails only once the checkpoint job is queued behind it
+        throw store::StoreError(ExitCode::kData, "an earlier write failed");
+      });
       w.checkpoints.push([written = w.gate.arm()](Store&) { written->set_value(); });
+      go.set_value();
     } else {
       w.checkpoints.push([written = w.gate.arm()](Store&) {
         written->set_exception(std::make_exception_ptr(store::StoreError(ExitCode::kData, "disk full")));
