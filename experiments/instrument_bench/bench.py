@@ -49,6 +49,7 @@ from torch._dynamo.utils import counters  # noqa: E402
 
 import rewind  # noqa: E402
 from bench_models import SIZES, VOCAB, build  # noqa: E402  (beside this file)
+from bench_profile import profile_steps, summary  # noqa: E402
 
 VARIANTS = ("plain", "instrumented", "recorded", "plain_det")  # run in this order (most wanted first)
 COLUMNS = ["model", "mode", "device", "torch", "batch", "seq", "steps", "warmup", "timing",
@@ -313,6 +314,16 @@ def interleaved(a, base, loss_fn, batches, store_dir, mode, row, times, losses, 
             if (i - a.warmup) % 5 == 4:  # a run killed at its time limit keeps what it timed
                 summarize(row, times, losses, errors)
                 save(row)
+        if a.profile:
+            summarize(row, times, losses, errors)
+            save(row)
+            profiles = {v: profile_steps(live[v], a.warmup + a.steps, a.profile, lambda v=v: monitors.before(v))
+                        for v in order}
+            text = summary(row["model"], mode, profiles)
+            print(text, file=sys.stderr, flush=True)
+            if a.out:
+                with open(os.path.splitext(a.out)[0] + "_profile.txt", "a") as f:
+                    f.write(text + "\n\n")
     except Exception as e:
         errors.append(f"interleaved steps: {one_line(e)}")
     finally:
@@ -457,6 +468,9 @@ def main(argv=None):
     ap.add_argument("--interleave", action="store_true",
                     help="build every variant first, then time their steps in turns (step i of each, the "
                          "order rotated every step) instead of one variant's steps after another's")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="with --interleave: N more steps of each variant under torch.profiler after the timed "
+                         "ones, their kernels' time per step into <out>_profile.txt (bench_profile.py)")
     ap.add_argument("--det-steps", type=int, default=10, help="steps of the second instrumented run")
     ap.add_argument("--checkpoint-every", type=int, default=0, help="the recorded run's checkpoints (0: step 0 only)")
     ap.add_argument("--backend", default="inductor", help="torch.compile's backend")
