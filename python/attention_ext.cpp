@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/switches.h"
+#include "kernels/attention_layout.h"
 #include "kernels/attention_op.h"
 #include "kernels/stochastic_round.h"
 #include "plan/plan.h"
@@ -127,7 +128,7 @@ bool bf16_ok(const std::string& spec, int n_head, int64_t head_dim, int layer) {
 }
 
 // The BF16 path's forward (what rewind's trainer runs): one copy of q, k, v into the kernels'
-// (3, B, H, T, D) layout. Returns O (BF16), LSE (FP32) and that copy, which the backward reads.
+// (3, B, H, T, D) layout (stack_heads_bf16: one of our copy kernels for a model's usual views). Returns O (BF16), LSE (FP32) and that copy, which the backward reads.
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> bf16_forward(const torch::Tensor& q, const torch::Tensor& k,
                                                                      const torch::Tensor& v, const std::string& spec,
                                                                      int64_t layer, bool causal) {
@@ -135,19 +136,20 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> bf16_forward(const torch
   const kernels::AttentionOptions opt =
       options_for(spec, static_cast<int>(q.size(1)), q.size(3), static_cast<int>(layer), causal);
   std::shared_ptr<kernels::AttentionCapture> capture = monitor_capture(static_cast<int>(layer));
-  const torch::Tensor qkv = torch::stack({q, k, v});
+  const torch::Tensor qkv = kernels::stack_heads_bf16(q, k, v);
   torch::Tensor lse;
   torch::Tensor o = kernels::attention_bf16_forward(qkv, opt, capture.get(), lse);
   return {o, lse, qkv};
 }
 
-// dQ, dK, dV (BF16) of bf16_forward's call, as one (3, B, H, T, D) tensor.
+// dQ, dK, dV (BF16) of bf16_forward's call, as one (3, B, H, T, D) tensor with the strides of a
+// fused qkv projection's (B, T, 3, H, D) output (qkv_grad_bf16): its gradient needs no transpose.
 torch::Tensor bf16_backward(const torch::Tensor& d_o, const torch::Tensor& qkv, const torch::Tensor& o,
                             const torch::Tensor& lse, const std::string& spec, int64_t layer, bool causal) {
   const kernels::AttentionOptions opt =
       options_for(spec, static_cast<int>(qkv.size(2)), qkv.size(4), static_cast<int>(layer), causal);
-  const torch::Tensor g = d_o.defined() ? d_o.to(torch::kBFloat16).contiguous() : torch::zeros_like(o);
-  return kernels::attention_bf16_backward(qkv, o, lse, g, opt).to(torch::kBFloat16);
+  const torch::Tensor g = d_o.defined() ? kernels::dense_heads_bf16(d_o) : torch::zeros_like(o);
+  return kernels::qkv_grad_bf16(kernels::attention_bf16_backward(qkv, o, lse, g, opt));
 }
 
 // rewind.attention on BF16 q, k, v (a model under autocast) where the plan promotes no op of

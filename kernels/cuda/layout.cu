@@ -45,10 +45,17 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
          (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
 }
 
-// dst, in order, in units of 8 elements; u: units per row of D.
-template <bool kToHeads>
+// 8 FP32 values rounded to BF16 (to nearest even), or 8 BF16 values as they are.
+__device__ __forceinline__ uint4 load_8(const float* p) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], c = reinterpret_cast<const float4*>(p)[1];
+  return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(c.x, c.y), pack_bf16(c.z, c.w));
+}
+__device__ __forceinline__ uint4 load_8(const uint16_t* p) { return *reinterpret_cast<const uint4*>(p); }
+
+// dst, in order, in units of 8 elements; u: units per row of D. Src: FP32 (rounded) or BF16.
+template <bool kToHeads, class Src>
 __global__ void __launch_bounds__(kThreads)
-    qkv_layout_kernel(const float* __restrict__ src, uint4* __restrict__ dst, int64_t B, int64_t T, int64_t H,
+    qkv_layout_kernel(const Src* __restrict__ src, uint4* __restrict__ dst, int64_t B, int64_t T, int64_t H,
                       int64_t u, int64_t total) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -69,16 +76,13 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t t = r % T, b = r / T;
       from = ((s * B + b) * H + h) * T + t;
     }
-    const float4* p = reinterpret_cast<const float4*>(src + (from * u + iu) * 8);
-    const float4 a = p[0], c = p[1];
-    dst[i] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(c.x, c.y), pack_bf16(c.z, c.w));
+    dst[i] = load_8(src + (from * u + iu) * 8);
   }
 }
 
-}  // namespace
-
-int qkv_layout_to_bf16(const float* src, uint16_t* dst, int64_t B, int64_t T, int64_t H, int64_t D,
-                       bool to_heads, void* stream) {
+template <class Src>
+int launch_qkv_layout(const Src* src, uint16_t* dst, int64_t B, int64_t T, int64_t H, int64_t D, bool to_heads,
+                      void* stream) {
   if (B < 0 || T < 0 || H < 0 || D < 0 || !src || !dst || D % 8 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(dst) % 16 != 0)
     return cudaErrorInvalidValue;
@@ -92,6 +96,18 @@ int qkv_layout_to_bf16(const float* src, uint16_t* dst, int64_t B, int64_t T, in
   else
     qkv_layout_kernel<false><<<blocks, kThreads, 0, st>>>(src, out, B, T, H, u, total);
   return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+int qkv_layout_to_bf16(const float* src, uint16_t* dst, int64_t B, int64_t T, int64_t H, int64_t D,
+                       bool to_heads, void* stream) {
+  return launch_qkv_layout(src, dst, B, T, H, D, to_heads, stream);
+}
+
+int qkv_layout_16bit(const uint16_t* src, uint16_t* dst, int64_t B, int64_t T, int64_t H, int64_t D,
+                     bool to_heads, void* stream) {
+  return launch_qkv_layout(src, dst, B, T, H, D, to_heads, stream);
 }
 
 int swap_middle_dims_16bit(const uint16_t* src, uint16_t* dst, int64_t n, int64_t x, int64_t y,

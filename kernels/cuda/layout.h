@@ -1,5 +1,5 @@
-// Layout copies for the GPU trainer's fast block (train/fast_block.cpp). Plain C++ header, no
-// LibTorch.
+// Layout copies for the GPU trainer's fast block (train/fast_block.cpp) and the Python op's BF16
+// path (kernels/attention_layout.cpp). Plain C++ header, no LibTorch.
 #pragma once
 
 #include <cstdint>
@@ -21,5 +21,10 @@ int swap_middle_dims_16bit(const uint16_t* src, uint16_t* dst, int64_t n, int64_
 // cudaErrorInvalidValue (the caller copies with LibTorch); returns 0 or a cudaError_t value.
 int qkv_layout_to_bf16(const float* src, uint16_t* dst, int64_t B, int64_t T, int64_t H, int64_t D,
                        bool to_heads, void* stream);
+
+// The same move for BF16 src (the bits unchanged): q, k, v of a fused qkv projection, (B, T, 3,
+// H, D), into the attention kernels' (3, B, H, T, D) (to_heads), or back.
+int qkv_layout_16bit(const uint16_t* src, uint16_t* dst, int64_t B, int64_t T, int64_t H, int64_t D,
+                     bool to_heads, void* stream);
 
 }  // namespace rwd::kernels::cuda

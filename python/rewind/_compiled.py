@@ -125,6 +125,14 @@ def attention(q, k, v, w, causal):
     return _ops(q, k, v, w, causal)[0]
 
 
+def qkv_grad_strides(shape):
+    """The strides of the backward's (3, B, H, T, D) result: a fused qkv projection's (B, T, 3, H,
+    D) output gradient, of which dQ, dK, dV are views (kernels/attention_layout.h)."""
+    _, _, h, t, d = shape
+    c = h * d
+    return (c, t * 3 * c, d, 3 * c, 1)
+
+
 def _register():
     lib = torch.library
 
@@ -147,7 +155,7 @@ def _register():
 
     @backward.register_fake
     def _(d_o, qkv, o, lse, where, causal):
-        return qkv.new_empty(qkv.shape)
+        return qkv.new_empty_strided(qkv.shape, qkv_grad_strides(qkv.shape))
 
     def setup_context(ctx, inputs, output):
         _, _, _, w, causal = inputs

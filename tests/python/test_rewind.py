@@ -111,6 +111,44 @@ class Attention(unittest.TestCase):
             self.assertEqual(fast_stats, slow_stats, plan)
             self.assertTrue(fast_stats, plan)
 
+    def test_the_views_models_pass_give_the_bits_of_dense_inputs(self):
+        # q, k, v as nanoGPT / GPT-2 pass them (views of one fused projection) and as Llama does
+        # (each a transposed (B, T, H, D)) take our layout copies on a GPU: the same O and
+        # gradients as dense inputs, and dQ, dK, dV laid out as the fused projection's gradient.
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        b, h, t, d = 2, 3, 70, 64  # a head dim the CUDA kernels have
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(b, t, 3 * h * d, generator=g).bfloat16().to(dev)
+        do = torch.randn(b, h, t, d, generator=g).bfloat16().to(dev)
+
+        def run(make):
+            leaf = x.clone().requires_grad_()
+            q, k, v = make(leaf)
+            o = rewind.attention(q, k, v, plan="", layer=0)
+            self.assertIn("Bf16Attention", o.grad_fn.name())
+            o.backward(do)
+            return o.detach(), leaf.grad
+
+        def fused(leaf):
+            return (z.view(b, t, h, d).transpose(1, 2) for z in leaf.split(h * d, dim=2))
+
+        def separate(leaf):
+            return (z.contiguous().view(b, t, h, d).transpose(1, 2) for z in leaf.split(h * d, dim=2))
+
+        def dense(leaf):
+            return (z.view(b, t, h, d).transpose(1, 2).contiguous() for z in leaf.split(h * d, dim=2))
+
+        want = run(dense)
+        for make in (fused, separate):
+            got = run(make)
+            for x_got, x_want in zip(got, want):
+                self.assertTrue(torch.equal(x_got, x_want), make.__name__)
+        q, k, v = dense(x.clone().requires_grad_())
+        strides = []
+        q.register_hook(lambda grad: strides.append(grad.stride()))
+        rewind.attention(q, k, v).backward(do)
+        self.assertEqual(strides, [(t * 3 * h * d, d, 3 * h * d, 1)])  # a view of (B, T, 3, H, D)
+
     def test_dtype_and_errors(self):
         o = rewind.attention(self.q.bfloat16(), self.k.bfloat16(), self.v.bfloat16())
         self.assertEqual(o.dtype, torch.bfloat16)

@@ -1,0 +1,27 @@
+// The BF16 attention path's layout moves for a user's model (python/attention_ext.cpp): q, k,
+// v as the model hands them over, views of its projections, into the kernels' dense (3, B, H,
+// T, D), and dQ, dK, dV back in the layout of a fused qkv projection's output, so that the
+// gradient reaches the projection with no transposing copy. Moves only: the bits are unchanged
+// (the FP32 gradients are rounded to nearest even, as a cast to BF16 rounds them).
+#pragma once
+
+#include <torch/types.h>
+
+namespace rwd::kernels {
+
+// q, k, v: BF16 (B, H, T, D), same shape and device. One dense (3, B, H, T, D) tensor. On a GPU
+// in one of our copy kernels where q, k, v are the (B, H, T, D) views of a fused projection's
+// (B, T, 3, H, D) output (nanoGPT's and GPT-2's c_attn) or each the transposed view of a (B, T,
+// H, D) tensor (Llama's q_proj, k_proj, v_proj); otherwise torch::stack.
+torch::Tensor stack_heads_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// dqkv: dense FP32 (3, B, H, T, D). The same values rounded to BF16, shape (3, B, H, T, D), with
+// the strides of a (B, T, 3, H, D) buffer: dQ, dK, dV are the views of that buffer a fused qkv
+// projection's output gradient is made of (strides qkv_grad_strides, on every device).
+torch::Tensor qkv_grad_bf16(const torch::Tensor& dqkv);
+std::vector<int64_t> qkv_grad_strides(int64_t B, int64_t H, int64_t T, int64_t D);
+
+// x: (B, H, T, D); BF16 and dense (a transposed (B, T, H, D) view moved by our copy kernel on a GPU).
+torch::Tensor dense_heads_bf16(const torch::Tensor& x);
+
+}  // namespace rwd::kernels
