@@ -16,7 +16,7 @@ GROUPS = (
     ("attention", re.compile(r"flash|fmha|attention|attn|sdpa|cudnn_.*mha", re.I)),
     ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|sm90_|matmul|cublas", re.I)),
     ("optimizer", re.compile(r"adam|foreach|multi_tensor|clip|norm_kernel", re.I)),
-    ("copy", re.compile(r"memcpy|memset|copy|cat_|transpose|elementwise_kernel_with_index", re.I)),
+    ("copy", re.compile(r"memcpy|memset|copy|cat_|transpose|elementwise_kernel_with_index|qkv_layout|swap_middle", re.I)),
     ("triton", re.compile(r"^triton_", re.I)),
 )
 
@@ -30,8 +30,9 @@ def group_of(name):
 
 def profile_steps(variant, first_step, n, before=lambda: None):
     """Runs n steps of `variant` (bench.Variant) under the profiler from batch `first_step` on
-    (batches reused cyclically; before() ahead of each step); returns {"wall_ms": per step, "kernels": {name: (us per step,
-    calls per step)}} with the GPU's kernels (the CPU's operators when there is no GPU)."""
+    (batches reused cyclically; before() ahead of each step); returns {"wall_ms": per step,
+    "kernels": {name: (us per step, calls per step)}, "host": the same for the CPU's operators
+    (their self time)}, kernels being the GPU's kernels (the CPU's operators without a GPU)."""
     from torch.profiler import ProfilerActivity, profile
     on_gpu = variant.device.type == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
@@ -41,15 +42,14 @@ def profile_steps(variant, first_step, n, before=lambda: None):
             before()
             t, _ = variant.step((first_step + i) % len(variant.batches))
             wall += t
-    kernels = {}
+    kernels, host = {}, {}
     for e in prof.key_averages():
-        if on_gpu and e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        us = e.self_device_time_total if on_gpu else e.self_cpu_time_total
-        if us <= 0:
-            continue
-        kernels[e.key] = (us / n, e.count / n)
-    return {"wall_ms": 1e3 * wall / n, "kernels": kernels, "gpu": on_gpu}
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            if e.self_device_time_total > 0:
+                kernels[e.key] = (e.self_device_time_total / n, e.count / n)
+        elif e.self_cpu_time_total > 0:
+            host[e.key] = (e.self_cpu_time_total / n, e.count / n)
+    return {"wall_ms": 1e3 * wall / n, "kernels": kernels if on_gpu else host, "host": host, "gpu": on_gpu}
 
 
 def summary(model, mode, profiles, top=12):
@@ -71,8 +71,8 @@ def summary(model, mode, profiles, top=12):
                      f"{sum(c for _, c in k.values()):.0f}"] + [f"{per_group[g] / 1e3:.3f}" for g in groups])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    base = "plain" if "plain" in profiles else (names[0] if names else "")
     if len(names) > 1:
-        base = "plain" if "plain" in profiles else names[0]
         for v in names:
             if v == base:
                 continue
@@ -83,4 +83,18 @@ def summary(model, mode, profiles, top=12):
             for d, n in diff[:top]:
                 calls = b.get(n, a.get(n, (0, 0)))[1]
                 lines.append(f"  {d:+9.1f}  {calls:5.0f} calls  [{group_of(n)}] {n[:110]}")
+    if len(names) > 1 and profiles[names[0]]["gpu"]:
+        lines.append("-- host: each operator's own CPU time per step (us; the profiler's cost included), "
+                     "those that differ most from " + base)
+        for v in names:
+            if v == base:
+                continue
+            a, b = profiles[base]["host"], profiles[v]["host"]
+            total = sum(us for us, _ in b.values()) - sum(us for us, _ in a.values())
+            lines.append(f"   {v}: {total:+.1f} us in all")
+            diff = sorted(((b.get(n, (0, 0))[0] - a.get(n, (0, 0))[0], n) for n in set(a) | set(b)),
+                          key=lambda x: -abs(x[0]))
+            for d, n in diff[:top]:
+                calls = b.get(n, a.get(n, (0, 0)))[1]
+                lines.append(f"  {d:+9.1f}  {calls:5.0f} calls  {n[:110]}")
     return "\n".join(lines)
