@@ -1,5 +1,5 @@
 // Layout moves of the BF16 attention path (attention_layout.h): our copy kernels (layout.h) on
-// a GPU where the views have the layouts models make, LibTorch's copies otherwise.
+// a GPU where the tensors have the layouts models make, LibTorch's copies otherwise.
 #include "kernels/attention_layout.h"
 
 #include <cstdint>
@@ -41,23 +41,68 @@ bool fused_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
 }
 #endif
 
+// dst (n, y, x, d) = t (n, x, y, d), both dense; BF16 on a GPU.
+void swap_into(const Tensor& t, Tensor dst) {
+#ifdef REWIND_CUDA
+  if (t.is_cuda()) {
+    TORCH_CHECK(t.scalar_type() == torch::kBFloat16 && t.is_contiguous() && t.dim() == 4,
+                "attention layout: the heads' transpose takes a contiguous 4-d BF16 tensor");
+    check(cuda::swap_middle_dims_16bit(bits(t), bits(dst), t.size(0), t.size(1), t.size(2), t.size(3), stream()),
+          "heads");
+    return;
+  }
+#endif
+  dst.copy_(t.permute({0, 2, 1, 3}));
+}
+
+// src's values, FP32 (rounded to nearest even) or BF16, moved into the dense BF16 dst: from
+// (B, T, 3, H, D) (src dense, or for BF16 its strided view) to (3, B, H, T, D) (to_heads), or
+// from dense (3, B, H, T, D) back.
+void relayout_into(const Tensor& src, Tensor dst, int64_t B, int64_t T, int64_t H, int64_t D, bool to_heads) {
+#ifdef REWIND_CUDA
+  if (src.is_cuda() && D % 8 == 0 && aligned(src) && aligned(dst)) {
+    if (src.scalar_type() == torch::kFloat32 && src.is_contiguous()) {
+      check(cuda::qkv_layout_to_bf16(src.data_ptr<float>(), bits(dst), B, T, H, D, to_heads, stream()), "qkv");
+      return;
+    }
+    if (src.scalar_type() == torch::kBFloat16) {  // the callers' BF16 views are laid out as named
+      check(cuda::qkv_layout_16bit(bits(src), bits(dst), B, T, H, D, to_heads, stream()), "qkv");
+      return;
+    }
+  }
+#endif
+  dst.copy_(to_heads ? src.reshape({B, T, 3, H, D}).permute({2, 0, 3, 1, 4}) : src.permute({1, 3, 0, 2, 4}));
+}
+
 }  // namespace
+
+Tensor swap_heads_bf16(const Tensor& t) {
+  TORCH_CHECK(t.dim() == 4, "attention layout: the heads' transpose takes a 4-d tensor");
+  Tensor out = torch::empty({t.size(0), t.size(2), t.size(1), t.size(3)}, t.options());
+  swap_into(t, out);
+  return out;
+}
+
+Tensor qkv_relayout(const Tensor& src, int64_t B, int64_t T, int64_t H, int64_t D, bool to_heads) {
+  const auto bf16 = src.options().dtype(torch::kBFloat16);
+  Tensor out = to_heads ? torch::empty({3, B, H, T, D}, bf16) : torch::empty({B, T, 3, H, D}, bf16);
+  relayout_into(src, out, B, T, H, D, to_heads);
+  return out;
+}
 
 Tensor stack_heads_bf16(const Tensor& q, const Tensor& k, const Tensor& v) {
 #ifdef REWIND_CUDA
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), C = H * D;
   if (q.is_cuda() && D % 8 == 0 && q.scalar_type() == torch::kBFloat16) {
-    Tensor out = torch::empty({3, B, H, T, D}, q.options());
-    if (fused_qkv(q, k, v) && aligned(q) && aligned(out)) {
-      check(cuda::qkv_layout_16bit(bits(q), bits(out), B, T, H, D, /*to_heads=*/true, stream()), "qkv");
+    if (fused_qkv(q, k, v)) {  // the (B, T, 3, H, D) buffer the views are made of
+      Tensor out = torch::empty({3, B, H, T, D}, q.options());
+      relayout_into(q.as_strided({B, T, 3, H, D}, {T * 3 * C, 3 * C, C, D, 1}), out, B, T, H, D, true);
       return out;
     }
-    if (transposed_heads(q) && transposed_heads(k) && transposed_heads(v) && aligned(q) && aligned(k) &&
-        aligned(v) && aligned(out)) {
+    if (transposed_heads(q) && transposed_heads(k) && transposed_heads(v)) {
+      Tensor out = torch::empty({3, B, H, T, D}, q.options());
       int i = 0;
-      for (const Tensor* t : {&q, &k, &v}) {
-        check(cuda::swap_middle_dims_16bit(bits(*t), bits(out[i++]), B, T, H, D, stream()), "heads");
-      }
+      for (const Tensor* t : {&q, &k, &v}) swap_into(t->transpose(1, 2), out[i++]);
       return out;
     }
   }
@@ -65,35 +110,19 @@ Tensor stack_heads_bf16(const Tensor& q, const Tensor& k, const Tensor& v) {
   return torch::stack({q, k, v});
 }
 
-std::vector<int64_t> qkv_grad_strides(int64_t B, int64_t H, int64_t T, int64_t D) {
-  (void)B;
-  const int64_t C = H * D;
-  return {C, T * 3 * C, D, 3 * C, 1};  // (3, B, H, T, D) over a (B, T, 3, H, D) buffer
-}
-
 Tensor qkv_grad_bf16(const Tensor& dqkv) {
   TORCH_CHECK(dqkv.dim() == 5 && dqkv.size(0) == 3, "attention layout: dqkv must be (3, B, H, T, D)");
-  const int64_t B = dqkv.size(1), H = dqkv.size(2), T = dqkv.size(3), D = dqkv.size(4);
-  Tensor out = torch::empty_strided(dqkv.sizes(), qkv_grad_strides(B, H, T, D),
-                                    dqkv.options().dtype(torch::kBFloat16));
-#ifdef REWIND_CUDA
-  if (dqkv.is_cuda() && dqkv.is_contiguous() && dqkv.scalar_type() == torch::kFloat32 && D % 8 == 0 &&
-      aligned(dqkv) && aligned(out)) {
-    check(cuda::qkv_layout_to_bf16(dqkv.data_ptr<float>(), bits(out), B, T, H, D, /*to_heads=*/false, stream()),
-          "dqkv");
-    return out;
-  }
-#endif
-  return out.copy_(dqkv);
+  const int64_t B = dqkv.size(1), H = dqkv.size(2), T = dqkv.size(3), D = dqkv.size(4), C = H * D;
+  // (3, B, H, T, D) over a dense (B, T, 3, H, D) buffer; not a view, so a custom op may return it.
+  Tensor out = torch::empty_strided(dqkv.sizes(), {C, T * 3 * C, D, 3 * C, 1}, dqkv.options().dtype(torch::kBFloat16));
+  relayout_into(dqkv.contiguous(), out.permute({1, 3, 0, 2, 4}), B, T, H, D, /*to_heads=*/false);
+  return out;
 }
 
 Tensor dense_heads_bf16(const Tensor& x) {
 #ifdef REWIND_CUDA
-  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
-  if (x.is_cuda() && x.scalar_type() == torch::kBFloat16 && D % 8 == 0 && transposed_heads(x) && aligned(x)) {
-    Tensor out = torch::empty({B, H, T, D}, x.options());
-    check(cuda::swap_middle_dims_16bit(bits(x), bits(out), B, T, H, D, stream()), "dO");
-    return out;
+  if (x.is_cuda() && x.scalar_type() == torch::kBFloat16 && transposed_heads(x)) {
+    return swap_heads_bf16(x.transpose(1, 2));
   }
 #endif
   return x.to(torch::kBFloat16).contiguous();

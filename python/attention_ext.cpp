@@ -128,7 +128,8 @@ bool bf16_ok(const std::string& spec, int n_head, int64_t head_dim, int layer) {
 }
 
 // The BF16 path's forward (what rewind's trainer runs): one copy of q, k, v into the kernels'
-// (3, B, H, T, D) layout (stack_heads_bf16: one of our copy kernels for a model's usual views). Returns O (BF16), LSE (FP32) and that copy, which the backward reads.
+// (3, B, H, T, D) layout (stack_heads_bf16: one of our copy kernels for a model's usual views).
+// Returns O (BF16), LSE (FP32) and that copy, which the backward reads.
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> bf16_forward(const torch::Tensor& q, const torch::Tensor& k,
                                                                      const torch::Tensor& v, const std::string& spec,
                                                                      int64_t layer, bool causal) {

@@ -5,13 +5,13 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "kernels/attention_layout.h"
 #include "train/mixed.h"
 #include "train/norm.h"
 #ifdef REWIND_CUDA
 #include <ATen/cuda/CUDAContext.h>
 
 #include "kernels/cuda/cross_entropy.h"
-#include "kernels/cuda/layout.h"
 #endif
 
 namespace rwd::train {
@@ -39,44 +39,6 @@ struct KeptCast : torch::CustomClassHolder {
 // `kept` where defined (the same values: the cast of the same weight this step), else the cast.
 Tensor bf16_of(const Tensor& w, const Tensor& kept) { return kept.defined() ? kept : w.to(kBf16); }
 
-// (n, x, y, d) -> (n, y, x, d), contiguous, of a contiguous BF16 tensor: the heads' transpose
-// (B, H, T, D) <-> (B, T, H, D). On CUDA a kernel of ours moving 16 bytes a thread (LibTorch's
-// strided copy ran these at ~0.4 TB/s: 1.4 ms of a gpt2-small step on an H200).
-Tensor swap_middle(const Tensor& t) {
-#ifdef REWIND_CUDA
-  if (t.is_cuda()) {
-    TORCH_CHECK(t.scalar_type() == kBf16 && t.is_contiguous() && t.dim() == 4, "swap_middle: contiguous 4-d BF16");
-    Tensor out = torch::empty({t.size(0), t.size(2), t.size(1), t.size(3)}, t.options());
-    const int rc = kernels::cuda::swap_middle_dims_16bit(
-        reinterpret_cast<const uint16_t*>(t.data_ptr()), reinterpret_cast<uint16_t*>(out.data_ptr()), t.size(0),
-        t.size(1), t.size(2), t.size(3), at::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(rc == 0, "swap_middle: CUDA launch failed (error ", rc, ")");
-    return out;
-  }
-#endif
-  return t.permute({0, 2, 1, 3}).contiguous();
-}
-
-// FP32 rounded to BF16 while moving between qkv's layout (B, T, 3, H, D) and the attention
-// kernels' (3, B, H, T, D) (to_heads), or back: attention()'s strided BF16 copies, in one
-// kernel of ours on CUDA (layout.h; LibTorch's strided copy ran at ~2 TB/s), else LibTorch's.
-Tensor qkv_relayout(const Tensor& src, int64_t B, int64_t T, int64_t H, int64_t D, bool to_heads) {
-  const auto bf16 = src.options().dtype(kBf16);
-  Tensor out = to_heads ? torch::empty({3, B, H, T, D}, bf16) : torch::empty({B, T, 3, H, D}, bf16);
-#ifdef REWIND_CUDA
-  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
-  if (src.is_cuda() && src.is_contiguous() && src.scalar_type() == torch::kFloat32 && D % 8 == 0 && aligned(src) &&
-      aligned(out)) {
-    const int rc = kernels::cuda::qkv_layout_to_bf16(src.data_ptr<float>(), reinterpret_cast<uint16_t*>(out.data_ptr()),
-                                                     B, T, H, D, to_heads, at::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(rc == 0, "qkv layout: CUDA launch failed (error ", rc, ")");
-    return out;
-  }
-#endif
-  return to_heads ? out.copy_(src.view({B, T, 3, H, D}).permute({2, 0, 3, 1, 4}))
-                  : out.copy_(src.permute({1, 3, 0, 2, 4}));
-}
-
 // A BF16 GEMM x W^T as CudaBf16LinearFn runs it with round_out (BF16 result, not widened).
 Tensor gemm(const Tensor& x, const Tensor& w_bf16) { return torch::matmul(x, w_bf16.t()); }
 // The weight gradient g^T x of CudaBf16LinearFn::backward, widened for the FP32 master weight.
@@ -99,12 +61,12 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
     // qkv in FP32 (bf16_matmul without round_out), then Q, K, V rounded into the kernels'
     // layout in one copy (attention()'s three strided BF16 copies).
     const Tensor qkv = bf16_matmul(a_b, wa.t(), /*round_out=*/false);
-    const Tensor qkv_b = qkv_relayout(qkv, B, T, H, D, /*to_heads=*/true);
+    const Tensor qkv_b = kernels::qkv_relayout(qkv, B, T, H, D, /*to_heads=*/true);
     Tensor lse;
     const Tensor o = kernels::attention_bf16_forward(qkv_b, st->opt, st->capture.get(), lse);
     // O back to (B, T, C) for the output projection (attention()'s FP32 assembly and the
     // GEMM's cast in one BF16 copy).
-    const Tensor o_t = swap_middle(o).view({B, T, C});
+    const Tensor o_t = kernels::swap_heads_bf16(o).view({B, T, C});
     const Tensor proj = gemm(o_t, wp);
     // y = x + proj (FP32 + BF16: the widening is exact), in the LayerNorm's kernel where it runs.
     const NormForward n2 = norm_forward(x, proj, ln_2, /*bf16_out=*/true);
@@ -139,9 +101,9 @@ struct FastBlockFn : public torch::autograd::Function<FastBlockFn> {
     const Tensor &dy = n2.dx, &d_ln_2 = n2.dw, &g_y = n2.dx_bf16;
     // Attention: dO in the kernels' layout, then dQ, dK, dV rounded back into qkv's layout.
     const Tensor d_c_proj = weight_grad(g_y, o_t);
-    const Tensor d_o = swap_middle(torch::matmul(g_y, wp).view({B, T, H, D}));
+    const Tensor d_o = kernels::swap_heads_bf16(torch::matmul(g_y, wp).view({B, T, H, D}));
     const Tensor dqkv = kernels::attention_bf16_backward(qkv_b, o, lse, d_o, st->opt);
-    const Tensor g_qkv = qkv_relayout(dqkv, B, T, H, D, /*to_heads=*/false).view({B, T, 3 * C});
+    const Tensor g_qkv = kernels::qkv_relayout(dqkv, B, T, H, D, /*to_heads=*/false).view({B, T, 3 * C});
     const Tensor d_c_attn = weight_grad(g_qkv, a_b);
     const NormBackward n1 = norm_backward(torch::matmul(g_qkv, wa), x, mean1, rstd1, ln_1, dy, false, kern);
     return {n1.dx, n1.dw, d_c_attn, d_c_proj, d_ln_2, d_c_fc, d_mlp_proj, Tensor()};

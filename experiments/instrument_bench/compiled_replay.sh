@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The user's compiled loop end to end (compiled_run.py: GPT-2 small, torch.compile, BF16 autocast,
 # the model unedited): record STEPS steps with a checkpoint every 10, `rewind replay --cmd
-# --verify` over steps 12-19 (bitwise against the recording), then the same run with FAULT planted
+# --verify` from step 12 to 19 (from the checkpoint at 10, bitwise against the recording), then the same run with FAULT planted
 # from step 20 through REWIND_PLAN_FROM and `rewind bisect --cmd --window 20:25`, which must name
 # FAULT's head and op. Its predicate: 'nan || max(KEY) > X', KEY the loss or the grad norm,
 # whichever the fault raises more over steps 20-25, X halfway (log scale) between the two runs'
 # highest. Each command's output and wall time land in $OUT.
 # Usage: bash experiments/instrument_bench/compiled_replay.sh BUILD OUT
 #   BUILD: a build with the rewind CLI and build/python (scripts/gpu_build.sh); RUN_ARGS: more
-#   compiled_run.py arguments; REWIND: the CLI (default BUILD/rewind) (CPU smoke run: RUN_ARGS='--tiny --device cpu --backend eager'
-#   FAULT='L1.H0.pv=fault(strength=1e30)'); FAULT (L5.H3.softmax=fault(strength=25600)); STEPS (30).
+#   compiled_run.py arguments; REWIND: the CLI (default BUILD/rewind); FAULT
+#   (L5.H3.softmax=fault(strength=25600)); STEPS (30). A CPU smoke run: RUN_ARGS='--tiny --device
+#   cpu --backend eager' FAULT='L1.H0.softmax=fault(strength=25600)'.
 set -euo pipefail
 BUILD=$(cd "${1:?BUILD}" && pwd)
 OUT=${2:?OUT}
