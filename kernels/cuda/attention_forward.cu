@@ -86,7 +86,8 @@ template <int D>
 int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t stream) {
   using Launch = int (*)(const KernelArgs&, cudaStream_t);
   constexpr int kS = kFwdStable, kX = kFwdExtras, kM = kFwdStats | kFwdStable, kF = kFwdF32;
-  constexpr int kR = kFwdSr | kFwdExtras;  // stochastic rounding: BF16 heads only (forward_variant)
+  constexpr int kR = kFwdSr | kFwdExtras;  // stochastic rounding: BF16 heads only (forward_variant);
+                                           // kFwdSr alone: pv=sr on the plain loops
   static constexpr struct {
     int v;
     Launch fn;
@@ -99,7 +100,7 @@ int launch_flash_forward(const KernelArgs& a, unsigned variants, cudaStream_t st
                  {kFwdStats, launch_variant<D, kFwdStats>}, {kM, launch_variant<D, kM>},         {kX, launch_variant<D, kX>},
                  {kX | kS, launch_variant<D, kX | kS>}, {kX | kM, launch_variant<D, kX | kM>},
                  {kR, launch_variant<D, kR>},           {kR | kS, launch_variant<D, kR | kS>},
-                 {kR | kM, launch_variant<D, kR | kM>}};
+                 {kR | kM, launch_variant<D, kR | kM>}, {kFwdSr, launch_variant<D, kFwdSr>}};
   for (const auto& l : kLaunch) {
     if ((variants >> l.v) & 1u) {
       const int err = l.fn(a, stream);

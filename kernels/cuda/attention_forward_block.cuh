@@ -61,7 +61,10 @@ namespace rwd::kernels::cuda {
 // (tm: the tensor maps); each warpgroup skips, votes and releases on its own.
 // Dg: the head dim in memory where the TMA kernel computes a smaller one padded to D
 // (wgmma_fwd_dim), else D.
-// kSr (with kExtras, BF16 heads): the head has an sr flag; only this variant draws bits.
+// kSr (BF16 heads): the head has an sr flag; only this variant draws bits. Without kExtras the
+// head is pv=sr alone: the plain loop with the P̄V operand rounded stochastically (exp_tile; at
+// D = 128 the pipelined loop), P̄ formed as the extras variant forms it, so the bits are those of
+// the same head run with kExtras.
 template <int D, bool kExtras, bool kTies, bool kStats, bool kF32, bool kWg = false, int Dg = D, bool kSr = false>
 __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagView& f,
                                               uint16_t* smem_in, BlockTile bt, const TmaMaps* tm = nullptr) {
@@ -70,9 +73,12 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
   using Acc = std::conditional_t<kF32, double, float>;  // l and the row sums
   static_assert(Dg == D || (Shape::kTma && Dg < D && Dg % 16 == 0), "a padded dim: TMA kernels only");
   if constexpr (Shape::kTma && Tr::kQRegs && REWIND_FWD_PIPE && !kExtras && !kTies) {
-    forward_block_pipelined<D, kStats, Dg>(a, f, smem_in, bt, tm);  // plain heads: attention_forward_pipe.cuh
+    // plain heads, and pv=sr alone (kSr without kExtras): attention_forward_pipe.cuh
+    forward_block_pipelined<D, kStats, Dg, kSr>(a, f, smem_in, bt, tm);
     return;
   }
+  // kSr without kExtras: pv=sr alone (forward_variant); qk=sr and acc=sr only with kExtras.
+  constexpr bool kSrQkAcc = kSr && kExtras;
   constexpr int kMt = Tr::kMt, kRows = Shape::kRows, kNThr = Tr::kWarps * 32;  // (not the producer warpgroup)
   constexpr int kPl = Shape::kPlanes, kStages = Shape::kStages;
   constexpr int kStride = Shape::kStride, kKvTile = kBlockK * kStride;
@@ -248,7 +254,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
       }
     }
 
-    finish_tile<kMt, kExtras, kSr>(s, a, f, j, w_row0, sr.qk);
+    finish_tile<kMt, kExtras, kSrQkAcc>(s, a, f, j, w_row0, sr.qk);
   };
 
   auto exp_pass = [&](const float (&s)[kMt][8][4], const float (&mn)[kMt][2],
@@ -489,7 +495,7 @@ __device__ __forceinline__ void forward_block(const KernelArgs& a, const FlagVie
         }
       }
     }
-    if constexpr (kSr) {
+    if constexpr (kSrQkAcc) {
       if (f.acc_sr) sr_round_acc<D, kMt>(o, l, sr.acc, w_row0, j);
     }
   }

@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention_forward_config.cuh"
 #include "kernels/cuda/attention_forward_output.cuh"
 #include "kernels/cuda/attention_forward_tile.cuh"
+#include "kernels/cuda/attention_sr.cuh"
 #include "kernels/cuda/tma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -25,13 +26,18 @@
 
 namespace rwd::kernels::cuda {
 
-template <int D, bool kStats, int Dg = D>
+// kSr: pv=sr alone (forward_variant): P̄ = exp of the exact difference S - m, as the extras and
+// sr variants form it, and the P̄V operand rounded stochastically in FP32 registers while P̄V of
+// the tile before is on the tensor cores (pack_p_tile then packs BF16 values exactly): the bits
+// of the same head in forward_block's sr variant.
+template <int D, bool kStats, int Dg = D, bool kSr = false>
 __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, const FlagView& f,
                                                         uint16_t* smem_in, BlockTile bt, const TmaMaps* tm) {
   using Tr = FwdWgTraits<D>;
   using Shape = FwdShape<D, false, true>;
   static_assert(Shape::kTma && Tr::kQRegs && Tr::kMt == 1 && Shape::kStages >= 2,
                 "pipelined loop: TMA kernels with Q in registers, a ring of two stages or more");
+  static_assert(!(kSr && kStats), "pv=sr with monitors: the extras variant (forward_variant)");
   constexpr int kRows = Shape::kRows, kStages = Shape::kStages, kTile = kBlockK * D;
   uint16_t* smem = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(smem_in) + 1023) & ~uintptr_t{1023});
   uint16_t* s_q = smem;              // [kRows][D], swizzle-128
@@ -73,12 +79,17 @@ __device__ __forceinline__ void forward_block_pipelined(const KernelArgs& a, con
 
   // The softmax of tile j on s (waited for), in FP32: the running max after it, P̄ in pf, the
   // row sums of the unrounded P̄ (as exp_tile: same order).
+  // pv=sr: the pv stream of this head and the words of the thread's two rows (stochastic_round.h).
+  const uint64_t pv_stream = kSr ? sr_streams(a.sr_key, bh, a.heads).pv : 0;
+  const uint32_t sr_rows[2] = {kSr ? sr_row_word(pv_stream, w_row0 + lane / 4) : 0u,
+                               kSr ? sr_row_word(pv_stream, w_row0 + lane / 4 + 8) : 0u};
   auto softmax = [&](int j, float (&m_new)[1][2], float (&rowsum)[1][2], float (&r_m)[1][2]) {
     finish_tile<1, false>(s, a, f, j, w_row0);
     tile_row_max(s, r_m);
     m_new[0][0] = fmaxf(m[0][0], r_m[0][0]);
     m_new[0][1] = fmaxf(m[0][1], r_m[0][1]);
-    exp_tile_fp32(s[0], m_new[0], pf, rowsum[0]);
+    exp_tile_fp32<kSr>(s[0], m_new[0], pf, rowsum[0]);
+    if constexpr (kSr) sr_round_p_tile(pf, f.pv_bias, pv_stream, sr_rows, j * kBlockK + (lane % 4) * 2);
   };
   // The tile's monitors on P̄ packed (pt: the P̄V operand's bits).
   auto monitors = [&](const float (&r_m)[1][2], const uint32_t (&pt)[4][4]) {

@@ -89,7 +89,7 @@ __device__ __forceinline__ void exp_tile(const float (&s)[kMt][8][4], const floa
                                          uint32_t (&pa)[kPl][kMt][4][4], Acc (&rowsum)[kMt][2], int (&ones)[kMt][2],
                                          const FlagView& f, bool sm64, bool pv32, uint64_t sr = 0, int w_row0 = 0,
                                          uint32_t col0 = 0) {
-  static_assert(!kSr || (kExtras && !kF32), "stochastic rounding: the BF16 extras variants");
+  static_assert(!kSr || !kF32, "stochastic rounding: the BF16 variants");
   // The words of the thread's 8 key pairs, shared by its rows (stochastic_round.h).
   uint32_t cw[kSr ? 8 : 1];
   if constexpr (kSr) {
@@ -114,12 +114,13 @@ __device__ __forceinline__ void exp_tile(const float (&s)[kMt][8][4], const floa
         // The faults test P̄ < 1, which needs P̄ = 1 exactly at S = m: exact S - m there.
         float pbar = kF32 && sm64 ? exp_diff_accurate(s[mt][nb][e], mn[mt][e / 2])
                    : kF32         ? expf(__fsub_rn(s[mt][nb][e], mn[mt][e / 2]))
-                   : kExtras      ? fast_exp(__fsub_rn(s[mt][nb][e], mn[mt][e / 2]))
+                   : kExtras || kSr ? fast_exp(__fsub_rn(s[mt][nb][e], mn[mt][e / 2]))
                                   : fast_exp_shifted(s[mt][nb][e], m_log2[e / 2]);
         if constexpr (kExtras) pbar = softmax_fault(pbar, f);
         rowsum[mt][e / 2] += pbar;
         p[e] = pbar;
         if constexpr (kExtras) p[e] = kSr && f.pv_sr ? __fmul_rn(pbar, f.pv_bias) : pv_operand(pbar, f);
+        else if constexpr (kSr) p[e] = __fmul_rn(pbar, f.pv_bias);  // pv=sr alone (f.pv_sr)
         if (kStats && kExtras && round_bf16(pbar) == 1.0f) ++ones[mt][e / 2];
       }
       if constexpr (kSr) {  // pv=sr: one 32-bit draw per row for the pair of keys
@@ -147,6 +148,9 @@ __device__ __forceinline__ void exp_tile(const float (&s)[kMt][8][4], const floa
 // The plain BF16 heads' P̄ = exp(S - mn) of one row block in FP32 (fast_exp_shifted), and
 // this thread's part of each row's sum of the unrounded P̄: exp_tile's plain case without the
 // packing (the pipelined loop packs after P̄V of the tile before is waited for: pack_p_tile).
+// kExact: P̄ = exp of the exact difference S - mn (fast_exp), as the extras and sr variants form
+// it (pv=sr alone takes this loop with those bits).
+template <bool kExact = false>
 __device__ __forceinline__ void exp_tile_fp32(const float (&s)[8][4], const float (&mn)[2], float (&p)[8][4],
                                               float (&rowsum)[2]) {
   rowsum[0] = rowsum[1] = 0.0f;
@@ -155,7 +159,7 @@ __device__ __forceinline__ void exp_tile_fp32(const float (&s)[8][4], const floa
   for (int nb = 0; nb < 8; ++nb) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      p[nb][e] = fast_exp_shifted(s[nb][e], m_log2[e / 2]);
+      p[nb][e] = kExact ? fast_exp(__fsub_rn(s[nb][e], mn[e / 2])) : fast_exp_shifted(s[nb][e], m_log2[e / 2]);
       rowsum[e / 2] += p[nb][e];
     }
   }

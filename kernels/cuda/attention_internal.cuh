@@ -93,9 +93,9 @@ static_assert(sizeof(kCudaHeadDims) / sizeof(kCudaHeadDims[0]) == 6, "dispatch_h
 // Specializations of the tensor-core forward (attention_forward.cu), one kernel each: bits of
 // a variant number. kFwdStats (monitors requested) comes with kFwdStable (ties counted before
 // the exponentials) except on a plain BF16 head, whose ties are counted after them.
-// kFwdF32: qk, pv or softmax promoted: split-BF16 operands (attention_split.cuh). kFwdSr (with
-// kFwdExtras, BF16 heads only): qk=sr, pv=sr or acc=sr, whose random bits the other variants
-// never compute.
+// kFwdF32: qk, pv or softmax promoted: split-BF16 operands (attention_split.cuh). kFwdSr (BF16
+// heads only): qk=sr, pv=sr or acc=sr, whose random bits the other variants never compute; with
+// kFwdExtras for qk=sr, acc=sr, monitors or the stable rule, without it for pv=sr alone.
 constexpr int kFwdStable = 1, kFwdStats = 2, kFwdExtras = 4, kFwdF32 = 8, kFwdSr = 16, kFwdVariants = 32;
 
 // Heads that round something stochastically (HeadFlags::s_sr, pv_sr, acc_sr).
@@ -110,15 +110,18 @@ __host__ __device__ inline bool forward_fp32(const HeadFlags& f) {
 
 // The forward variant of a head, or -1 for a head that runs in the SIMT kernels (FP32 heads
 // when simt_fp32 asks for the reference path, and FP32 heads with an sr flag). Extras: s_bf16,
-// acc_bf16, a qk / softmax / pv fault or an sr flag, whose branches the other variants compile
-// away.
+// acc_bf16, a qk / softmax / pv fault or an sr flag (but pv=sr alone), whose branches the other
+// variants compile away.
 __host__ __device__ inline int forward_variant(const HeadFlags& f, bool stats, bool simt_fp32) {
   const Prec qk = f.prec[static_cast<int>(Op::kQk)], sm = f.prec[static_cast<int>(Op::kSoftmax)];
   const Prec pv = f.prec[static_cast<int>(Op::kPv)];
   const bool f32 = forward_fp32(f), sr = rounds_sr(f);
   if (f32 && (simt_fp32 || sr)) return -1;
-  const bool extras = f.s_bf16 || f.acc_bf16 || qk == Prec::kFault || sm == Prec::kFault ||
-                      pv == Prec::kFault || sr;
+  const bool faults = f.s_bf16 || f.acc_bf16 || qk == Prec::kFault || sm == Prec::kFault || pv == Prec::kFault;
+  // pv=sr alone, without monitors or the stable rule, runs the plain key loops (the pipelined
+  // one at D = 128) with the stochastic rounding of the P̄V operand added.
+  const bool pv_sr_only = f.pv_sr && !f.s_sr && !f.acc_sr && !faults && !f.stable && !stats;
+  const bool extras = faults || (sr && !pv_sr_only);
   const bool ties_first = f.stable || (stats && (extras || f32));
   return (f32 ? kFwdF32 : 0) | (extras ? kFwdExtras : 0) | (sr ? kFwdSr : 0) | (stats ? kFwdStats : 0) |
          (ties_first ? kFwdStable : 0);

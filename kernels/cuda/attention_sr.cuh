@@ -63,6 +63,22 @@ __device__ __forceinline__ void sr_round_cols(float (&x)[8][4], uint64_t stream,
   }
 }
 
+// pv=sr on a tile of P̄ in FP32 registers (the pipelined loop's pf: p[nb][e], rows as the C
+// layout's, columns col0 + 8 nb + (e & 1), col0 even): each value times bias (the pv fault's
+// factor, 1 without one), then rounded stochastically in place, as exp_tile rounds the operand.
+// rows: sr_row_word of the thread's two rows.
+__device__ __forceinline__ void sr_round_p_tile(float (&p)[8][4], float bias, uint64_t stream,
+                                                const uint32_t (&rows)[2], uint32_t col0) {
+#pragma unroll
+  for (int nb = 0; nb < 8; ++nb) {
+    const uint32_t cw = sr_col_word(stream, col0 + 8u * nb);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p[nb][e] = __fmul_rn(p[nb][e], bias);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) sr_round_pair(p[nb][2 * r], p[nb][2 * r + 1], sr_pair_bits(rows[r], cw));
+  }
+}
+
 // acc=sr after key tile j: Ō (kMt m16 blocks of D columns) and l of the warp's rows (first row
 // w_row0) rounded stochastically, columns j * kSrAccStride + d and j * kSrAccStride + kSrAccL.
 // The four lanes of a row hold the same l and draw the same bits for it.
