@@ -6,8 +6,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -33,11 +35,13 @@ constexpr int kMaxLayers = 1024;
 // The plans parsed for attention() and op_fp32(), by spec and head count: parsing a 1024-layer
 // plan on every call cost each attention() call more than its small shapes' math on the host.
 // A script runs under a few plans (the recorded one, a replay's); the cache is emptied when it
-// holds kMaxCachedPlans. Touched under the GIL (attention() and op_fp32() are called with it).
+// holds kMaxCachedPlans. Under g_plans_mu: the compiled ops run without the GIL.
 constexpr size_t kMaxCachedPlans = 16;
+std::mutex g_plans_mu;
 std::map<std::pair<std::string, int>, std::shared_ptr<const plan::Plan>> g_plans;
 
 std::shared_ptr<const plan::Plan> parsed(const std::string& spec, int n_head, const char* what) {
+  std::lock_guard<std::mutex> lock(g_plans_mu);
   auto key = std::make_pair(spec, n_head);
   auto it = g_plans.find(key);
   if (it != g_plans.end()) return it->second;
@@ -102,7 +106,7 @@ bool op_fp32(const std::string& spec, const std::string& name) {
 // The step rewind.record's loop is in (rec.batch sets it; 0 outside a recording): an sr head's
 // random bits are sr_call_key(0, step, 0, layer)'s, so a replay of the step draws them again.
 // One batch a step in a script, so the micro-batch is 0.
-int64_t g_sr_step = 0;
+std::atomic<int64_t> g_sr_step{0};
 
 // The kernels' options for `layer` of the plan `spec` on (B, H, T, D) operands.
 kernels::AttentionOptions options_for(const std::string& spec, int n_head, int64_t head_dim, int layer, bool causal) {
@@ -157,7 +161,7 @@ torch::Tensor bf16_backward(const torch::Tensor& d_o, const torch::Tensor& qkv, 
 // the layer's heads: the kernels' BF16 entry points instead of the FP32 path's conversions of
 // q, k, v, O and their gradients. Same kernels, same bits as the FP32 path on the widened
 // values (tests/python/test_rewind.py). Under torch.compile the same two halves run as the
-// custom ops rewind::attention and rewind::attention_backward (python/rewind/_compiled.py).
+// operators rewind::attention and rewind::attention_backward (below).
 struct Bf16Attention : public torch::autograd::Function<Bf16Attention> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const std::string& spec, int64_t layer, bool causal) {
@@ -197,9 +201,121 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   return o.to(dtype);
 }
 
+// The plans that the compiled ops' `where` tensors name. A source is a rewind.instrument state
+// or rewind.attention's plan= argument (python/rewind/_compiled.py registers each, and tells
+// the active plan whenever it changes), with a plan of its own or the recording's active one.
+// Kept here so that an op called from a compiled graph finds its plan without Python: a
+// torch.library.custom_op defined in Python cost each call ~30 us more on the host
+// (experiments/instrument_bench/README.md).
+struct Source {
+  bool follows_active = true;
+  std::string plan;
+};
+std::mutex g_sources_mu;
+std::map<int64_t, Source> g_sources;
+std::string g_active_plan;
+
+// (plan, layer) of a `where` tensor: int64 [source, layer] on the CPU (a graph input that
+// dynamo cannot bake in, so every block of a model shares one compiled graph).
+std::pair<std::string, int64_t> plan_of(const torch::Tensor& where) {
+  TORCH_CHECK(where.device().is_cpu() && where.scalar_type() == torch::kLong && where.numel() == 2,
+              "rewind::attention: `where` must be a CPU int64 tensor [source, layer]");
+  const torch::Tensor w = where.contiguous();
+  const int64_t source = w.data_ptr<int64_t>()[0];
+  const int64_t layer = w.data_ptr<int64_t>()[1];
+  std::lock_guard<std::mutex> lock(g_sources_mu);
+  const auto it = g_sources.find(source);
+  TORCH_CHECK(it != g_sources.end(),
+              "rewind: attention of a model that is no longer instrumented (its rewind.instrument state is gone); "
+              "instrument the model again");
+  return {it->second.follows_active ? g_active_plan : it->second.plan, layer};
+}
+
+// rewind::attention and rewind::attention_backward: the BF16 path's two halves as operators of
+// the dispatcher (CPU, CUDA and autograd kernels here; their fakes, for tracing, in
+// python/rewind/_compiled.py), which inductor calls from a compiled graph.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> attention_op(const torch::Tensor& q, const torch::Tensor& k,
+                                                                     const torch::Tensor& v,
+                                                                     const torch::Tensor& where, bool causal) {
+  const auto [spec, layer] = plan_of(where);
+  return bf16_forward(q, k, v, spec, layer, causal);
+}
+
+torch::Tensor attention_backward_op(const torch::Tensor& d_o, const torch::Tensor& qkv, const torch::Tensor& o,
+                                    const torch::Tensor& lse, const torch::Tensor& where, bool causal) {
+  const auto [spec, layer] = plan_of(where);
+  return bf16_backward(d_o, qkv, o, lse, spec, layer, causal);
+}
+
+using OpOutputs = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>;
+
+// The ops' dispatcher handles, found once.
+const auto& forward_handle() {
+  static const auto h = c10::Dispatcher::singleton()
+                            .findSchemaOrThrow("rewind::attention", "")
+                            .typed<OpOutputs(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                             const torch::Tensor&, bool)>();
+  return h;
+}
+
+const auto& backward_handle() {
+  static const auto h = c10::Dispatcher::singleton()
+                            .findSchemaOrThrow("rewind::attention_backward", "")
+                            .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                                 const torch::Tensor&, const torch::Tensor&, bool)>();
+  return h;
+}
+
+// rewind::attention's autograd kernel. In C++, as torchvision's ops have theirs, so that a call
+// from a compiled graph (which runs without grad) stays in C++; AOTAutograd traces the backward
+// through it into the joint graph as a call of rewind::attention_backward.
+struct AttentionOp : public torch::autograd::Function<AttentionOp> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
+                                                const torch::Tensor& k, const torch::Tensor& v,
+                                                const torch::Tensor& where, bool causal) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [o, lse, qkv] = forward_handle().call(q, k, v, where, causal);
+    ctx->save_for_backward({qkv, o, lse, where});
+    ctx->saved_data["causal"] = causal;
+    ctx->mark_non_differentiable({lse, qkv});
+    return {o, lse, qkv};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const torch::autograd::variable_list s = ctx->get_saved_variables();
+    at::AutoDispatchBelowADInplaceOrView below;  // no double backward
+    const torch::Tensor d = backward_handle().call(grad_out[0], s[0], s[1], s[2], s[3], ctx->saved_data["causal"].toBool());
+    return {d[0], d[1], d[2], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+OpOutputs attention_autograd(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& where, bool causal) {
+  const torch::autograd::variable_list r = AttentionOp::apply(q, k, v, where, causal);
+  return {r[0], r[1], r[2]};
+}
+
 }  // namespace
 
 }  // namespace rwd::python
+
+TORCH_LIBRARY(rewind, m) {
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor where, bool causal) -> (Tensor, Tensor, Tensor)");
+  m.def("attention_backward(Tensor d_o, Tensor qkv, Tensor o, Tensor lse, Tensor where, bool causal) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(rewind, CPU, m) {
+  m.impl("attention", &rwd::python::attention_op);
+  m.impl("attention_backward", &rwd::python::attention_backward_op);
+}
+
+TORCH_LIBRARY_IMPL(rewind, CUDA, m) {
+  m.impl("attention", &rwd::python::attention_op);
+  m.impl("attention_backward", &rwd::python::attention_backward_op);
+}
+
+TORCH_LIBRARY_IMPL(rewind, Autograd, m) { m.impl("attention", &rwd::python::attention_autograd); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "rewind's LibTorch extension (use the `rewind` package, not this module)";
@@ -222,6 +338,28 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("causal"), "the BF16 path's backward: dQ, dK, dV as one (3, B, H, T, D) tensor");
   m.def("set_sr_step", [](int64_t step) { rwd::python::g_sr_step = step; }, pybind11::arg("step"),
         "the step whose stochastic-rounding bits rewind.attention draws (rewind.record sets it)");
+  m.def(
+      "set_source",
+      [](int64_t id, bool follows_active, const std::string& plan) {
+        std::lock_guard<std::mutex> lock(rwd::python::g_sources_mu);
+        rwd::python::g_sources[id] = {follows_active, plan};
+      },
+      pybind11::arg("id"), pybind11::arg("follows_active"), pybind11::arg("plan"),
+      "registers the source `id` of the compiled ops' `where` tensors: the active plan, or `plan`");
+  m.def(
+      "drop_source",
+      [](int64_t id) {
+        std::lock_guard<std::mutex> lock(rwd::python::g_sources_mu);
+        rwd::python::g_sources.erase(id);
+      },
+      pybind11::arg("id"), "forgets the source `id` (its rewind.instrument state is gone)");
+  m.def(
+      "set_active_plan",
+      [](const std::string& plan) {
+        std::lock_guard<std::mutex> lock(rwd::python::g_sources_mu);
+        rwd::python::g_active_plan = plan;
+      },
+      pybind11::arg("plan"), "the plan that the compiled ops of sources without their own apply");
   m.def("op_fp32", &rwd::python::op_fp32, pybind11::arg("plan"), pybind11::arg("name"),
         "whether the plan runs rewind.op(name)'s block in FP32");
   rwd::python::bind_monitors(m);

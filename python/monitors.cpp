@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <mutex>
 
 #include "kernels/head_stats.h"
 
@@ -13,13 +14,16 @@ namespace rwd::python {
 namespace {
 
 // The captures of every attention() call since the last take, by layer. Read when taken, so a
-// CUDA forward never waits for its stats. Touched only under the GIL.
+// CUDA forward never waits for its stats. Under g_captures_mu: the compiled ops run without the
+// GIL (torch.ops calls release it), a backward on autograd's device thread.
+std::mutex g_captures_mu;
 bool g_monitoring = false;
 std::map<int, std::vector<std::shared_ptr<kernels::AttentionCapture>>> g_captures;
 
 }  // namespace
 
 std::shared_ptr<kernels::AttentionCapture> monitor_capture(int layer) {
+  std::lock_guard<std::mutex> lock(g_captures_mu);
   if (!g_monitoring) return nullptr;
   auto capture = std::make_shared<kernels::AttentionCapture>();
   capture->keep_tensors = false;  // the stats alone
@@ -28,6 +32,7 @@ std::shared_ptr<kernels::AttentionCapture> monitor_capture(int layer) {
 }
 
 LayerStats take_monitor_stats() {
+  std::lock_guard<std::mutex> lock(g_captures_mu);
   LayerStats out;
   for (auto& [layer, caps] : g_captures) {
     std::vector<torch::Tensor> raw;
@@ -69,7 +74,13 @@ std::vector<std::pair<std::string, double>> monitors_from_stats(const LayerStats
 
 void bind_monitors(pybind11::module_& m) {
   namespace py = pybind11;
-  m.def("set_monitoring", [](bool on) { g_monitoring = on; g_captures.clear(); },
+  m.def(
+      "set_monitoring",
+      [](bool on) {
+        std::lock_guard<std::mutex> lock(g_captures_mu);
+        g_monitoring = on;
+        g_captures.clear();
+      },
         "record per-head monitors of every attention() call from now on (rewind.record turns it on)");
   m.def("take_monitor_stats", &take_monitor_stats,
         "the raw per-head stats of the attention() calls since the last collect, by layer, where they lie");

@@ -20,9 +20,9 @@ namespace rwd::python {
 using LayerStats = std::vector<std::pair<int, std::vector<torch::Tensor>>>;
 
 // A capture for one attention() call of `layer` (stats only), or null while monitoring is off.
-// Under the GIL.
+// Thread-safe (the compiled ops call it without the GIL).
 std::shared_ptr<kernels::AttentionCapture> monitor_capture(int layer);
-// Takes (and forgets) the stats of the calls since the last take. Under the GIL.
+// Takes (and forgets) the stats of the calls since the last take. Thread-safe.
 LayerStats take_monitor_stats();
 // The metrics rewind's trainer records (train::Trainer::monitors, less the W_Q spectral norm,
 // which needs to know the model's W_Q) per layer and head, from stats on the host: max logit

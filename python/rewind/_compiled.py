@@ -1,18 +1,22 @@
-"""rewind's attention as torch.library custom ops, for models under torch.compile.
+"""rewind's attention as operators for models under torch.compile.
 
-dynamo puts a custom op in its graph like any aten op (no graph break), AOTAutograd traces its
-autograd formula into the joint graph, and inductor calls it as an opaque kernel. The ops run
-the same two C++ halves as the eager op (rewind._C.attention_bf16_forward / _backward), so a
-compiled model has the eager model's attention bits.
+The operators rewind::attention and rewind::attention_backward are defined in C++
+(python/attention_ext.cpp: the BF16 path's two halves, rewind._C.attention_bf16_forward /
+_backward, as CPU, CUDA and autograd kernels of the dispatcher); this module gives them fakes
+(shapes and strides for tracing). dynamo puts them in its graph like any aten op (no graph
+break), AOTAutograd traces the autograd kernel into the joint graph, and inductor calls them as
+opaque kernels, without Python: a compiled model has the eager model's attention bits.
 
 Which plan and layer an op runs is not an argument dynamo can see: `where` is a small CPU int64
 tensor [source, layer] (a graph input, not a constant), read when the op runs. Every block of a
 model then calls the same graph with its own `where`, so blocks compiled one by one share one
 compiled frame instead of one per layer (past dynamo's recompile limit of 8 a frame runs
-uncompiled), and a plan that changes between steps needs no recompile. `source` names the
-rewind.instrument state whose plan the op reads (plan_of).
+uncompiled), and a plan that changes between steps needs no recompile. `source` names a
+rewind.instrument state or a fixed plan, registered with rewind._C, which also hears the
+active plan whenever it changes.
 
-Needs torch >= 2.4 (torch.library.custom_op); ensure() defines them, defined() says whether it has.
+Needs torch >= 2.4 (torch.library.register_fake); ensure() registers the fakes, defined() says
+whether it has.
 """
 import itertools
 import sys
@@ -22,15 +26,22 @@ import torch
 
 from . import _C, _plan_state
 
-_sources = weakref.WeakValueDictionary()  # source id -> an object with spec() (instrument's _State)
 _next_source = itertools.count(1)
 
 
 def register_source(obj):
-    """An id for `obj` (anything with spec() -> plan string) that `where` tensors can carry."""
+    """An id for `obj` that `where` tensors can carry: obj.plan is its plan, or None for the
+    active one (read once: instrument's state and rewind.attention's plan= keep theirs). The
+    id is forgotten when obj is."""
     sid = next(_next_source)
-    _sources[sid] = obj
+    _C.set_source(sid, obj.plan is None, obj.plan or "")
+    weakref.finalize(obj, _C.drop_source, sid)
     return sid
+
+
+# The C++ ops read the active plan from rewind._C: told now and on every change.
+_C.set_active_plan(_plan_state.active)
+_plan_state.listeners.append(_C.set_active_plan)
 
 
 def where(source, layer):
@@ -39,17 +50,9 @@ def where(source, layer):
     return torch.tensor([source, layer], dtype=torch.int64)
 
 
-def _plan_of(w):
-    source, layer = (int(x) for x in w.tolist())
-    owner = _sources.get(source)
-    if owner is None:
-        raise _C.RewindError("rewind: attention of a model that is no longer instrumented (its rewind.instrument "
-                             "state is gone); instrument the model again")
-    return owner.spec() or "", layer
-
-
 def available():
-    return hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+    lib = getattr(torch, "library", None)
+    return lib is not None and hasattr(lib, "register_fake")
 
 
 def defined():
@@ -75,7 +78,7 @@ def _bf16_ok(spec, heads, head_dim, layer):
 
 
 def serves(q, k, v, spec, layer, ok=None):
-    """Whether the custom op runs this call while dynamo traces: BF16 q, k, v of one shape (a
+    """Whether the operator runs this call while dynamo traces: BF16 q, k, v of one shape (a
     model under autocast) and a plan that promotes no attention op of the layer to FP32 (those
     take the eager op's FP32 path). Without a plan the layer is not read: nothing per layer
     becomes a constant of the trace; `ok`, the plan's answer for the layer where the caller
@@ -114,14 +117,14 @@ def _eager_attention(q, k, v, spec, layer, causal):
     return _C.attention(q, k, v, spec, layer, causal)
 
 
-# The eager op, for every call the custom op does not serve (FP32 operands, a plan that promotes
+# The eager op, for every call the operator does not serve (FP32 operands, a plan that promotes
 # an attention op of the layer to FP32): under torch.compile it runs between two graphs.
 _c = getattr(torch, "compiler", None)
 eager_attention = _c.disable(_eager_attention) if _c is not None and hasattr(_c, "disable") else _eager_attention
 
 
 def attention(q, k, v, w, causal):
-    """O of rewind's BF16 attention through the custom op (differentiable in q, k, v)."""
+    """O of rewind's BF16 attention through the operator (differentiable in q, k, v)."""
     return _ops(q, k, v, w, causal)[0]
 
 
@@ -136,47 +139,23 @@ def qkv_grad_strides(shape):
 def _register():
     lib = torch.library
 
-    @lib.custom_op("rewind::attention", mutates_args=())
-    def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: torch.Tensor,
-                causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        spec, layer = _plan_of(where)
-        return tuple(_C.attention_bf16_forward(q, k, v, spec, layer, causal))
-
-    @forward.register_fake
+    @lib.register_fake("rewind::attention")
     def _(q, k, v, where, causal):
         b, h, t, d = q.shape
         return q.new_empty(q.shape), q.new_empty((b, h, t), dtype=torch.float32), q.new_empty((3, b, h, t, d))
 
-    @lib.custom_op("rewind::attention_backward", mutates_args=())
-    def backward(d_o: torch.Tensor, qkv: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, where: torch.Tensor,
-                 causal: bool) -> torch.Tensor:
-        spec, layer = _plan_of(where)
-        return _C.attention_bf16_backward(d_o, qkv, o, lse, spec, layer, causal)
-
-    @backward.register_fake
+    @lib.register_fake("rewind::attention_backward")
     def _(d_o, qkv, o, lse, where, causal):
         return qkv.new_empty_strided(qkv.shape, qkv_grad_strides(qkv.shape))
 
-    def setup_context(ctx, inputs, output):
-        _, _, _, w, causal = inputs
-        o, lse, qkv = output
-        ctx.save_for_backward(qkv, o, lse, w)
-        ctx.causal = causal
-
-    def grads(ctx, d_o, d_lse, d_qkv):
-        qkv, o, lse, w = ctx.saved_tensors
-        dq, dk, dv = backward(d_o, qkv, o, lse, w, ctx.causal).unbind(0)
-        return dq, dk, dv, None, None
-
-    forward.register_autograd(grads, setup_context=setup_context)
-    return forward
+    return torch.ops.rewind.attention.default
 
 
 def ensure():
-    """Defines the ops (once) where torch has custom ops. Not at the first call: that one may be
-    inside dynamo's trace, which cannot define ops. Called by rewind.instrument and
-    rewind.record, and at import when dynamo is loaded already; defining them imports dynamo
-    (~1.5 s), which a script that never compiles need not pay at `import rewind`."""
+    """Registers the ops' fakes (once) where torch can trace them. Not at the first call: that
+    one may be inside dynamo's trace, which cannot register them. Called by rewind.instrument
+    and rewind.record, and at import when dynamo is loaded already; registering them imports
+    dynamo (~1.5 s), which a script that never compiles need not pay at `import rewind`."""
     global _ops
     if _ops is None and available():
         _ops = _register()

@@ -86,7 +86,7 @@ class Recorder:
             raise _C.RewindError("rewind doctor runs the script as one process: start it without torchrun "
                                  "(one rank, the same per-rank batch)")
         self.model, self.optimizer = model, optimizer
-        if "torch._dynamo" in sys.modules:  # torch.compile was called: its traces need the custom ops
+        if "torch._dynamo" in sys.modules:  # torch.compile was called: its traces need the ops' fakes
             _compiled.ensure()
         self._params = list(model.parameters())  # digested every step: listed once
         self.state = dict(state or {})

@@ -319,7 +319,7 @@ class NanoGPT(Plan):
         rewind.uninstrument(compiled)
         self.assertTrue(all(same(u, v) for u, v in zip(before, run(compiled))))
 
-    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.register_fake needs torch >= 2.4")
     def test_compiled_model_is_one_graph_with_the_eager_bits(self):
         """The whole model under fullgraph=True (a graph break would raise): rewind's attention
         is a custom op in dynamo's graph, its autograd formula traced by AOTAutograd (aot_eager).
@@ -332,7 +332,7 @@ class NanoGPT(Plan):
             got = self.with_plan(plan, lambda: run(compiled))
             self.assertTrue(all(same(u, v) for u, v in zip(want[plan], got)), plan)
 
-    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.register_fake needs torch >= 2.4")
     def test_blocks_compiled_one_by_one_share_their_graphs(self):
         """block.compile() on every block (torchtitan's way): without a plan nothing per layer
         is a constant of the trace, so 12 blocks compile 2 graphs (dynamo's first call and its
@@ -341,7 +341,7 @@ class NanoGPT(Plan):
         rewind.instrument(plain)
         self.assertLessEqual(self.graphs_with_blocks_compiled(plain, plain.transformer.h, fullgraph=True), 3)
 
-    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.register_fake needs torch >= 2.4")
     def test_blocks_compiled_one_by_one_share_their_graphs_under_a_plan(self):
         """The same under a plan that faults a head of layer 1 and promotes layer 2's MLP: a
         block guards on the plan's answer for it, not on its layer, so the blocks the plan
@@ -408,7 +408,7 @@ class HuggingFace(Plan):
     def test_llama(self):
         self.check_model("llama", "o_proj")
 
-    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.register_fake needs torch >= 2.4")
     def test_whole_model_compiled(self):
         """torch.compile(model) of Hugging Face's GPT-2 and Llama: while tracing transformers
         builds an explicit causal mask unless the mask function says none is needed; rewind's
@@ -421,14 +421,14 @@ class HuggingFace(Plan):
                 got = self.with_plan(plan, lambda: run(compiled))
                 self.assertTrue(all(same(u, v) for u, v in zip(want[plan], got)), (kind, plan))
 
-    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.register_fake needs torch >= 2.4")
     def test_blocks_compiled_one_by_one_share_their_graphs(self):
         """GPT-2's 12 blocks compiled one by one: nothing per layer (not even the module path a
         refusal would name) is read while tracing, so one graph serves every block."""
         model = rewind.instrument(hf_model("gpt2", n_layer=12))
         self.assertLessEqual(self.graphs_with_blocks_compiled(model, model.transformer.h), 2)
 
-    @unittest.skipUnless(rewind._compiled.available(), "torch.library.custom_op needs torch >= 2.4")
+    @unittest.skipUnless(rewind._compiled.available(), "torch.library.register_fake needs torch >= 2.4")
     def test_blocks_compiled_one_by_one_share_their_graphs_under_a_plan(self):
         """Under a plan that faults a head of layer 1 the blocks keep one graph: each guards on
         the plan's answer for its attention (the BF16 kernels, for all of them), not its layer."""
