@@ -49,6 +49,27 @@ def begin_probe():
     _probe_t0 = time.perf_counter()
 
 
+
+def slow_head_note(model, devices=("cuda",)):
+    """A one-line note where the model's output head will be slow for determinism's sake, not
+    rewind's: a CUDA model under deterministic algorithms whose head (`lm_head`, or the last
+    nn.Linear) has a number of outputs that is not a multiple of 8. Hugging Face's GPT-2
+    (50257 outputs) spent 15.5 ms a step in its head's three GEMMs under deterministic
+    algorithms against 2.4 ms without, on an H200, compiled, in plain PyTorch as under rewind
+    (experiments/instrument_bench/results/h200_cxx_op.txt). None otherwise. `devices`: the
+    device types it speaks for (a test passes the CPU's)."""
+    if not torch.are_deterministic_algorithms_enabled():
+        return None
+    head = getattr(model, "lm_head", None)
+    if not isinstance(head, torch.nn.Linear):
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        head = linears[-1] if linears else None
+    if head is None or head.weight.device.type not in devices or head.out_features % 8 == 0:
+        return None
+    return (f"rewind.record: the model's output layer has {head.out_features} outputs, not a multiple of 8: "
+            f"under deterministic algorithms (which replay needs) PyTorch's GEMMs for it ran 6x slower "
+            f"(GPT-2, H200); nanoGPT pads its vocabulary to 50304, a multiple of 64, and showed no such cost")
+
 class Recorder:
     """What `rewind.record` returns: records each step of the loop into a new store, or, when
     rewind's CLI started the script, replays a window of a recording (`rewind replay|bisect
@@ -132,6 +153,9 @@ class Recorder:
                 "checkpoint_every": self.checkpoint_every, "monitor_every": self.monitor_every}
         params = list(self.model.parameters())
         meta["device"] = str(params[0].device) if params else "cpu"
+        note = slow_head_note(self.model)
+        if note and (self._rank == 0):
+            print(note, file=sys.stderr, flush=True)
         r = self._ranks
         if r:
             meta["world_size"] = r.size

@@ -295,6 +295,30 @@ class Digest(unittest.TestCase):
             rewind._C.param_digest([torch.zeros(3, dtype=torch.bfloat16)])
 
 
+class SlowHeadNote(unittest.TestCase):
+    def test_said_for_an_unaligned_head_under_deterministic_algorithms_only(self):
+        from rewind._recording import slow_head_note
+
+        class LM(torch.nn.Module):
+            def __init__(self, vocab):
+                super().__init__()
+                self.body = torch.nn.Linear(8, 16)
+                self.lm_head = torch.nn.Linear(16, vocab, bias=False)
+
+        torch.use_deterministic_algorithms(True)
+        try:
+            note = slow_head_note(LM(50257), devices=("cpu",))
+            self.assertIn("50257 outputs, not a multiple of 8", note)
+            self.assertNotIn("\n", note)
+            self.assertIsNone(slow_head_note(LM(50304), devices=("cpu",)))   # aligned
+            self.assertIsNone(slow_head_note(LM(50257)))                      # not on a GPU
+            plain = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 11))
+            self.assertIn("11 outputs", slow_head_note(plain, devices=("cpu",)))  # the last linear
+        finally:
+            torch.use_deterministic_algorithms(False)
+        self.assertIsNone(slow_head_note(LM(50257), devices=("cpu",)))      # nondeterministic: no note
+
+
 class InProcess(unittest.TestCase):
     """The REWIND_REPLAY protocol without the CLI: a loop whose get_batch returns a dict, recorded
     and then replayed in this process from the checkpoint at step 3."""
