@@ -81,7 +81,7 @@ void bind_monitors(pybind11::module_& m) {
         g_monitoring = on;
         g_captures.clear();
       },
-        "record per-head monitors of every attention() call from now on (rewind.record turns it on)");
+      "record per-head monitors of every attention() call from now on (rewind.record turns it on)");
   m.def("take_monitor_stats", &take_monitor_stats,
         "the raw per-head stats of the attention() calls since the last collect, by layer, where they lie");
   m.def("monitors_from_stats", &monitors_from_stats, py::arg("stats"),

@@ -49,7 +49,6 @@ def begin_probe():
     _probe_t0 = time.perf_counter()
 
 
-
 def slow_head_note(model, devices=("cuda",)):
     """A one-line note where the model's output head will be slow for determinism's sake, not
     rewind's: a CUDA model under deterministic algorithms whose head (`lm_head`, or the last
@@ -69,6 +68,7 @@ def slow_head_note(model, devices=("cuda",)):
     return (f"rewind.record: the model's output layer has {head.out_features} outputs, not a multiple of 8: "
             f"under deterministic algorithms (which replay needs) PyTorch's GEMMs for it ran 6x slower "
             f"(GPT-2, H200); nanoGPT pads its vocabulary to 50304, a multiple of 64, and showed no such cost")
+
 
 class Recorder:
     """What `rewind.record` returns: records each step of the loop into a new store, or, when
@@ -154,7 +154,7 @@ class Recorder:
         params = list(self.model.parameters())
         meta["device"] = str(params[0].device) if params else "cpu"
         note = slow_head_note(self.model)
-        if note and (self._rank == 0):
+        if note and self._rank == 0:
             print(note, file=sys.stderr, flush=True)
         r = self._ranks
         if r:
